@@ -1,0 +1,1 @@
+"""The application: group coordination, committed offsets, the data plane, the server and the CLI."""

@@ -1,0 +1,48 @@
+"""Command line: `kafka-group-coordinator serve [...]` (the same as `python -m coordinator serve [...]`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from coordinator.config import Config, ConfigError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kafka-group-coordinator")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the server")
+    serve.add_argument("--listen", default=os.environ.get("KGC_LISTEN", "0.0.0.0:9092"),
+                       help="Kafka listener HOST:PORT (port 0 picks a free port)")
+    serve.add_argument("--advertised-listener", default=os.environ.get("KGC_ADVERTISED_LISTENER"),
+                       help="HOST:PORT clients are told to connect to (default: the address they reached)")
+    serve.add_argument("--data-dir", default=os.environ.get("KGC_DATA_DIR", "./data"))
+    serve.add_argument("--admin-listen", default=os.environ.get("KGC_ADMIN_LISTEN", "0.0.0.0:9464"),
+                       help="admin/metrics HTTP HOST:PORT, or 'off'")
+    serve.add_argument("--config", default=os.environ.get("KGC_CONFIG"), help="a properties file")
+    serve.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a setting")
+    serve.add_argument("--log-level", default=os.environ.get("KGC_LOG_LEVEL", "INFO"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "serve":
+        from coordinator.server.app import build_server, run
+        from coordinator.server.listener import parse_hostport
+
+        try:
+            config = Config.load(args.config, overrides=args.set)
+        except (ConfigError, OSError) as exc:
+            print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
+            return 2
+        listen = parse_hostport(args.listen, 9092)
+        admin = None if args.admin_listen == "off" else parse_hostport(args.admin_listen, 9464)
+        advertised = parse_hostport(args.advertised_listener, 9092) if args.advertised_listener else None
+        os.makedirs(args.data_dir, exist_ok=True)
+        run(build_server(config, listen, admin, advertised, args.data_dir))
+    return 0

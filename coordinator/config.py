@@ -1,0 +1,148 @@
+"""Settings: Kafka's broker config names and defaults wherever a Kafka setting exists.
+
+Sources, lowest first: the defaults below, a Java-style properties file (`--config FILE`), environment variables
+(`KGC_` + the name upper-cased with dots as underscores: `KGC_GROUP_INITIAL_REBALANCE_DELAY_MS=0`), and
+`--set NAME=VALUE`. Unknown names are rejected so a typo does not pass silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+ENV_PREFIX = "KGC_"
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+def _list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    parse: Callable[[str], Any]
+    doc: str
+    unit: str = ""
+    kafka: bool = True  # the name is Apache Kafka's own setting
+    minimum: int | None = None
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # -- server ------------------------------------------------------------------------------------
+    Setting("node.id", 1, int, "The broker id this server announces in Metadata and FindCoordinator."),
+    Setting("cluster.id", "kgc-standalone-cluster", str, "The cluster id announced in Metadata."),
+    Setting("socket.request.max.bytes", 104857600, int, "Largest request frame accepted.", "bytes", minimum=1),
+    Setting("queued.max.requests.per.connection", 100, int,
+            "Requests in flight on one connection before reading from it pauses (backpressure).",
+            kafka=False, minimum=1),
+    Setting("shutdown.timeout.ms", 10000, int, "How long a graceful shutdown waits for in-flight requests.", "ms",
+            kafka=False, minimum=0),
+    # -- data plane (standalone) -------------------------------------------------------------------
+    Setting("auto.create.topics.enable", True, _bool, "Create a topic on first Metadata request for it."),
+    Setting("num.partitions", 1, int, "Partitions of an auto-created topic.", minimum=1),
+    Setting("default.replication.factor", 1, int, "Replication factor reported for topics.", minimum=1),
+    Setting("message.max.bytes", 1048588, int, "Largest record batch accepted by Produce.", "bytes", minimum=1),
+    # -- group coordinator ---------------------------------------------------------------------------
+    Setting("group.min.session.timeout.ms", 6000, int, "Smallest session timeout a member may ask for.", "ms"),
+    Setting("group.max.session.timeout.ms", 1800000, int, "Largest session timeout a member may ask for.", "ms"),
+    Setting("group.initial.rebalance.delay.ms", 3000, int,
+            "Delay before the first rebalance of an empty group completes (KIP-134).", "ms", minimum=0),
+    Setting("group.max.size", 2147483647, int, "Largest number of members in a classic group (KIP-389).",
+            minimum=1),
+    Setting("group.coordinator.rebalance.protocols", ("classic",), _list,
+            "Rebalance protocols served; only classic is implemented."),
+    Setting("group.coordinator.append.linger.ms", 10, int,
+            "How long a write waits to be batched with others before it is flushed.", "ms", minimum=0),
+    Setting("offset.metadata.max.bytes", 4096, int, "Largest metadata string of a committed offset.", "bytes"),
+    Setting("offsets.retention.minutes", 10080, int, "How long offsets of an empty group are kept (KIP-211).",
+            "minutes", minimum=1),
+    Setting("offsets.retention.check.interval.ms", 600000, int, "How often expired offsets are removed.", "ms",
+            minimum=1),
+    Setting("offsets.commit.timeout.ms", 5000, int, "Bound on every wait for the log.", "ms", minimum=1),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class Config:
+    """Resolved settings, read by Kafka name: `config["group.max.size"]`."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self._values = {s.name: s.default for s in SETTINGS}
+        for name, value in (values or {}).items():
+            self.set(name, value)
+
+    def set(self, name: str, value: Any) -> None:
+        setting = _BY_NAME.get(name)
+        if setting is None:
+            raise ConfigError(f"unknown setting {name!r}")
+        if isinstance(value, str):
+            try:
+                value = setting.parse(value)
+            except ValueError as exc:
+                raise ConfigError(f"bad value for {name}: {exc}") from None
+        if setting.minimum is not None and value < setting.minimum:
+            raise ConfigError(f"{name} must be at least {setting.minimum}, got {value}")
+        self._values[name] = value
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return self._values.items()
+
+    @classmethod
+    def load(
+        cls,
+        properties_file: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        overrides: Iterable[str] = (),
+    ) -> Config:
+        config = cls()
+        if properties_file:
+            for name, value in read_properties(properties_file).items():
+                config.set(name, value)
+        env = os.environ if environ is None else environ
+        for setting in SETTINGS:
+            key = ENV_PREFIX + setting.name.upper().replace(".", "_")
+            if key in env:
+                config.set(setting.name, env[key])
+        for item in overrides:
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise ConfigError(f"--set expects NAME=VALUE, got {item!r}")
+            config.set(name.strip(), value.strip())
+        return config
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """Java .properties, the common subset: `name=value` or `name: value`, `#`/`!` comments."""
+    values: dict[str, str] = {}
+    with open(path, encoding="utf-8") as fh:
+        for raw in fh:
+            line = raw.strip()
+            if not line or line[0] in "#!":
+                continue
+            for sep_index, ch in enumerate(line):
+                if ch in "=:":
+                    break
+            else:
+                raise ConfigError(f"{path}: no '=' in line {raw.rstrip()!r}")
+            values[line[:sep_index].strip()] = line[sep_index + 1:].strip()
+    return values

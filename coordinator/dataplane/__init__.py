@@ -1,0 +1,36 @@
+"""The data plane: topics and partitions, behind one interface with two implementations.
+
+`EmbeddedDataPlane` (standalone) keeps partition logs itself; an upstream implementation (later) forwards data
+requests to an existing Kafka cluster and rewrites Metadata to point at this server. The server asks a data plane
+only to register its handlers in the API table and for the facts the coordinator needs (node identity, log-end
+offsets for lag).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+from protocol.api import ApiTable
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Broker:
+    node_id: int
+    host: str
+    port: int
+
+
+class DataPlane(Protocol):
+    def register(self, table: ApiTable) -> None:
+        """Register Metadata, CreateTopics, DeleteTopics, Produce, ListOffsets and Fetch handlers."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def log_end_offset(self, topic: str, partition: int) -> int | None:
+        """The high watermark of a partition, or None when it does not exist."""
+
+    def partition_count(self, topic: str) -> int | None:
+        """The number of partitions of a topic, or None when it does not exist."""

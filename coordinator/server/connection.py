@@ -1,0 +1,148 @@
+"""One client connection: framing, ordered pipelining and backpressure.
+
+The reader decodes frames and starts a handler task per request, in arrival order, so the synchronous part of each
+handler runs in request order; the writer awaits those tasks in the same order and writes each answer as soon as it
+and everything before it is ready. A parked answer (JoinGroup waiting for the join barrier) therefore holds back the
+answers behind it on that connection only, as it does in Kafka.
+
+Backpressure both ways: at most `queued.max.requests.per.connection` requests are in flight (the reader stops
+reading when the queue is full, so TCP pushes back on the client), and the writer waits for the socket buffer to
+drain before taking the next answer.
+
+Anything wrong with a peer's bytes (a negative or oversized frame, a header that does not decode, an unknown API key)
+closes that connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import struct
+from typing import TYPE_CHECKING, Any
+
+from protocol.api import DecodedRequest
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.framing import frame_length
+
+if TYPE_CHECKING:
+    from .listener import Server
+
+log = logging.getLogger(__name__)
+
+# The local address a request arrived on: a wildcard listener advertises the address its client reached.
+local_address: contextvars.ContextVar[tuple[str, int]] = contextvars.ContextVar("local_address")
+
+_LEN = struct.Struct(">i")
+_CLOSE = object()
+
+
+class Connection:
+    def __init__(self, server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 connection_id: int) -> None:
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        self.connection_id = connection_id
+        peer = writer.get_extra_info("peername") or ("", 0)
+        sock = writer.get_extra_info("sockname") or ("127.0.0.1", 0)
+        self.peer_host: str = peer[0]
+        self.local = (sock[0], sock[1])
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(server.config["queued.max.requests.per.connection"])
+        self._reader_task: asyncio.Task[None] | None = None
+        self.done = asyncio.Event()
+
+    async def run(self) -> None:
+        local_address.set(self.local)
+        writer_task = asyncio.create_task(self._write_loop())
+        self._reader_task = asyncio.create_task(self._read_loop())
+        try:
+            await self._reader_task
+        except asyncio.CancelledError:
+            pass  # stopped reading (shutdown); answer what is in flight below
+        await self._queue.put(_CLOSE)
+        try:
+            await writer_task
+        finally:
+            self.writer.close()
+            try:
+                await self.writer.wait_closed()
+            except (ConnectionError, OSError):
+                pass
+            self.done.set()
+
+    def stop_reading(self) -> None:
+        if self._reader_task is not None and not self._reader_task.done():
+            self._reader_task.cancel()
+
+    async def abort(self) -> None:
+        """Drop the connection without answering what is in flight."""
+        self.stop_reading()
+        self.writer.transport.abort()
+
+    async def _read_loop(self) -> None:
+        max_bytes = self.server.config["socket.request.max.bytes"]
+        table = self.server.table
+        try:
+            while True:
+                prefix = await self.reader.readexactly(4)
+                size = frame_length(prefix, max_bytes)
+                frame = await self.reader.readexactly(size)
+                decoded = table.decode(frame, self.peer_host, self.connection_id)
+                task = asyncio.create_task(self._handle(decoded))
+                await self._queue.put((decoded, task))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return  # peer went away
+        except ProtocolError as exc:
+            log.info("closing connection %d from %s: %s", self.connection_id, self.peer_host, exc)
+            await self._queue.put(_CLOSE)
+            self.server.metrics.protocol_errors.inc()
+
+    async def _handle(self, decoded: DecodedRequest) -> Any:
+        ctx = decoded.context
+        if decoded.body is None:
+            return self.server.table.unsupported_version_response(ctx) or _CLOSE
+        try:
+            return await decoded.spec.handler(ctx, decoded.body)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("handler for api %d v%d failed", ctx.api_key, ctx.api_version)
+            return self.server.table.error_response(ctx, ErrorCode.unknown_server_error) or _CLOSE
+
+    async def _write_loop(self) -> None:
+        table = self.server.table
+        metrics = self.server.metrics
+        while True:
+            item = await self._queue.get()
+            if item is _CLOSE:
+                break
+            decoded, task = item
+            try:
+                response = await task
+            except asyncio.CancelledError:
+                break
+            if response is _CLOSE:
+                break
+            metrics.requests.labels(api=str(decoded.context.api_key)).inc()
+            if response is None:
+                continue  # Produce with acks=0
+            try:
+                payload = table.encode_response(decoded.context, response)
+            except Exception:
+                log.exception("cannot encode the answer to api %d v%d", decoded.context.api_key,
+                              decoded.context.api_version)
+                break
+            try:
+                self.writer.write(_LEN.pack(len(payload)) + payload)
+                await self.writer.drain()
+            except (ConnectionError, OSError):
+                break
+        # Whatever is still queued will never be written: cancel it so nothing waits on a dead connection.
+        self.stop_reading()
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is not _CLOSE:
+                item[1].cancel()
+        if not self.writer.is_closing():
+            self.writer.transport.close()

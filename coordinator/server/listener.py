@@ -1,0 +1,146 @@
+"""The server: the Kafka listener, the admin HTTP listener, and the parts they serve.
+
+Start-up binds both listeners (port 0 picks a free port) and then announces the chosen addresses on one line,
+`listening kafka=HOST:PORT admin=HOST:PORT`, so scripts can find them. Shutdown stops accepting, stops reading new
+requests, answers what is in flight (bounded by `shutdown.timeout.ms`), then closes the connections and the parts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+from typing import Any
+
+from coordinator.config import Config
+from coordinator.dataplane import Broker, DataPlane
+from protocol.api import ApiTable
+
+from . import admin
+from .connection import Connection, local_address
+from .metrics import ServerMetrics
+
+log = logging.getLogger(__name__)
+
+_WILDCARDS = ("", "0.0.0.0", "::")
+
+
+def parse_hostport(text: str, default_port: int) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        return text, default_port
+    host = host.strip("[]")
+    return host, int(port)
+
+
+class Server:
+    def __init__(
+        self,
+        config: Config,
+        listen: tuple[str, int] = ("0.0.0.0", 9092),
+        admin_listen: tuple[str, int] | None = ("0.0.0.0", 9464),
+        advertised: tuple[str, int] | None = None,
+        data_dir: str = "./data",
+    ) -> None:
+        self.config = config
+        self.listen = listen
+        self.admin_listen = admin_listen
+        self.advertised_listener = advertised
+        self.data_dir = data_dir
+        self.table = ApiTable()
+        self.metrics = ServerMetrics()
+        self.connections: dict[int, Connection] = {}
+        self._ids = itertools.count(1)
+        self._server: asyncio.base_events.Server | None = None
+        self._admin: Any = None
+        self.bound: tuple[str, int] = listen
+        self.admin_bound: tuple[str, int] | None = None
+        self.ready = False
+        self.parts: list[Any] = []
+        self.dataplane: DataPlane | None = None
+
+    # -- identity ---------------------------------------------------------------------------------
+
+    def broker(self) -> Broker:
+        """This node as a client should reach it: the advertised listener if set; for a wildcard listener, the
+        local address of the connection the current request came in on; else the bound address."""
+        node_id = self.config["node.id"]
+        if self.advertised_listener is not None:
+            host, port = self.advertised_listener
+            return Broker(node_id, host, port or self.bound[1])
+        host, port = self.bound
+        if host in _WILDCARDS:
+            host = local_address.get((host, port))[0]
+            if host in _WILDCARDS:
+                host = socket.gethostname()
+        return Broker(node_id, host, port)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def add_part(self, part: Any) -> None:
+        """A part registers its APIs and is started and closed with the server."""
+        part.register(self.table)
+        self.parts.append(part)
+
+    async def start(self) -> None:
+        for part in self.parts:
+            await part.start()
+        host, port = self.listen
+        self._server = await asyncio.start_server(
+            self._accept, host or None, port, reuse_address=True, backlog=1024, limit=2**20
+        )
+        sockname = self._server.sockets[0].getsockname()
+        self.bound = (host, sockname[1])
+        if self.admin_listen is not None:
+            self._admin, self.admin_bound = await admin.start(self, *self.admin_listen)
+        self.ready = True
+
+    def announce(self) -> str:
+        kafka = f"{_show(self.bound[0])}:{self.bound[1]}"
+        admin_part = f"{_show(self.admin_bound[0])}:{self.admin_bound[1]}" if self.admin_bound else "off"
+        return f"listening kafka={kafka} admin={admin_part}"
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn_id = next(self._ids)
+        conn = Connection(self, reader, writer, conn_id)
+        self.connections[conn_id] = conn
+        self.metrics.connections.inc()
+        try:
+            await conn.run()
+        except Exception:
+            log.exception("connection %d failed", conn_id)
+        finally:
+            self.metrics.connections.dec()
+            self.connections.pop(conn_id, None)
+
+    async def close(self) -> None:
+        self.ready = False
+        if self._server is not None:
+            self._server.close()  # stop accepting
+        conns = list(self.connections.values())
+        for conn in conns:
+            conn.stop_reading()
+        timeout_s = self.config["shutdown.timeout.ms"] / 1000
+        if conns:
+            waits = [asyncio.create_task(c.done.wait()) for c in conns]
+            _, late = await asyncio.wait(waits, timeout=timeout_s)
+            for task in late:
+                task.cancel()
+            for conn in list(self.connections.values()):
+                await conn.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+        for part in reversed(self.parts):
+            await part.close()
+        if self._admin is not None:
+            await self._admin.cleanup()
+
+
+def _show(host: str) -> str:
+    if host in _WILDCARDS:
+        return "0.0.0.0"
+    return f"[{host}]" if ":" in host else host

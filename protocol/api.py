@@ -1,0 +1,185 @@
+"""The API table: api key -> (min version, max version, handler), and the request/response codec around it.
+
+ApiVersions is derived from the table, so what is advertised is exactly what has a handler. A request is decoded in
+three steps: the fixed prefix (api key, version, correlation id), the header (v1, or v2 for flexible versions), then
+the body with kio's native reader for that exact version. Responses get header v0, or v1 for flexible versions,
+except ApiVersions, whose response header is always v0 so a client that probed with too new a version can still
+read the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import io
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import DecodeError
+
+from .build import build, fields_of
+from .errors import ErrorCode, RequestDecodeError, UnknownApiKey
+
+API_VERSIONS = 18
+
+_PREFIX = struct.Struct(">hhi")
+
+
+@dataclasses.dataclass(slots=True)
+class RequestContext:
+    """What a handler knows about a request besides its body."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str = ""
+    connection_id: int = 0
+
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApiSpec:
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+@dataclasses.dataclass(slots=True)
+class DecodedRequest:
+    context: RequestContext
+    body: Any  # the kio request entity; None when the version is unsupported
+    spec: ApiSpec
+
+
+@functools.cache
+def request_class(api_key: int, version: int) -> type:
+    return load_request_schema(api_key, version)
+
+
+@functools.cache
+def response_class(api_key: int, version: int) -> type:
+    return load_response_schema(api_key, version)
+
+
+@functools.cache
+def _reader(cls: type) -> Any:
+    return entity_reader(cls)
+
+
+@functools.cache
+def _writer(cls: type) -> Any:
+    return entity_writer(cls)
+
+
+class ApiTable:
+    def __init__(self) -> None:
+        self._specs: dict[int, ApiSpec] = {}
+        self.register(API_VERSIONS, 0, 4, self._api_versions)
+
+    def register(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
+        for v in range(min_version, max_version + 1):
+            request_class(api_key, v)  # fail at start-up, not on the first request, if kio lacks a version
+            response_class(api_key, v)
+        self._specs[api_key] = ApiSpec(api_key, min_version, max_version, handler)
+
+    def spec(self, api_key: int) -> ApiSpec | None:
+        return self._specs.get(api_key)
+
+    def specs(self) -> list[ApiSpec]:
+        return sorted(self._specs.values(), key=lambda s: s.api_key)
+
+    # -- decoding ---------------------------------------------------------------------------------
+
+    def decode(self, frame: bytes | memoryview, client_host: str = "", connection_id: int = 0) -> DecodedRequest:
+        """Decode one request frame (without its length prefix).
+
+        Raises UnknownApiKey for keys not in the table and RequestDecodeError for anything malformed. A version
+        outside the table's range decodes to a DecodedRequest with body None: the caller answers
+        UNSUPPORTED_VERSION (see `unsupported_version_response`).
+        """
+        if len(frame) < _PREFIX.size:
+            raise RequestDecodeError(f"request of {len(frame)} bytes is shorter than a request header")
+        api_key, version, correlation_id = _PREFIX.unpack_from(frame, 0)
+        spec = self._specs.get(api_key)
+        if spec is None:
+            raise UnknownApiKey(f"unknown api key {api_key}")
+        ctx = RequestContext(api_key, version, correlation_id, None, client_host, connection_id)
+        if not spec.min_version <= version <= spec.max_version:
+            return DecodedRequest(ctx, None, spec)
+        cls = request_class(api_key, version)
+        header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
+        try:
+            header, offset = _reader(header_cls)(frame, 0)
+            body, _ = _reader(cls)(frame, offset)
+        except (DecodeError, ValueError, OverflowError) as exc:
+            raise RequestDecodeError(f"cannot decode api key {api_key} v{version}: {exc!r}") from exc
+        ctx.client_id = header.client_id
+        return DecodedRequest(ctx, body, spec)
+
+    # -- encoding ---------------------------------------------------------------------------------
+
+    def encode_response(self, ctx: RequestContext, response: Any) -> bytes:
+        """Encode a response (header + body) for the request's version. `response` may be an entity of another
+        version or a mapping: it is rebuilt as the exact version's class."""
+        if ctx.api_key == API_VERSIONS and isinstance(response, ApiVersionsResponseV0):
+            cls: type = ApiVersionsResponseV0
+        else:
+            cls = response_class(ctx.api_key, ctx.api_version)
+        body = build(cls, response)
+        buf = io.BytesIO()
+        buf.write(struct.pack(">i", ctx.correlation_id))
+        if cls.__flexible__ and ctx.api_key != API_VERSIONS:
+            buf.write(b"\x00")  # response header v1: empty tagged fields
+        _writer(cls)(buf, body)
+        return buf.getvalue()
+
+    def unsupported_version_response(self, ctx: RequestContext) -> Any | None:
+        """The answer to a request whose version is outside the table's range, or None to close the connection.
+
+        ApiVersions answers a v0-shaped body with UNSUPPORTED_VERSION and our ranges (KIP-511), whatever version
+        was asked. Other APIs answer UNSUPPORTED_VERSION in the top-level error code when kio knows that version
+        and the response has one; otherwise the connection is closed, as Kafka does for requests it cannot parse.
+        """
+        if ctx.api_key == API_VERSIONS:
+            return ApiVersionsResponseV0(error_code=ErrorCode.unsupported_version, api_keys=self._api_keys())
+        return self.error_response(ctx, ErrorCode.unsupported_version)
+
+    def error_response(self, ctx: RequestContext, code: ErrorCode) -> Any | None:
+        """A response of the request's version carrying `code` in its top-level error code, or None when that
+        response has no top-level error code (the caller then closes the connection)."""
+        try:
+            cls = response_class(ctx.api_key, ctx.api_version)
+        except (UnknownAPIKey, UnknownEntity):
+            return None
+        if "error_code" not in fields_of(cls):
+            return None
+        return build(cls, error_code=code)
+
+    # -- ApiVersions ------------------------------------------------------------------------------
+
+    def _api_keys(self) -> tuple[ApiVersionV0, ...]:
+        return tuple(ApiVersionV0(api_key=s.api_key, min_version=s.min_version, max_version=s.max_version)
+                     for s in self.specs())
+
+    async def _api_versions(self, ctx: RequestContext, request: Any) -> Any:
+        return {
+            "error_code": ErrorCode.none,
+            "api_keys": [{"api_key": s.api_key, "min_version": s.min_version, "max_version": s.max_version}
+                         for s in self.specs()],
+            "throttle_time": 0,
+            "supported_features": (),
+            "finalized_features_epoch": -1,
+            "finalized_features": (),
+            "zk_migration_ready": False,
+        }

@@ -1,0 +1,160 @@
+"""Start and stop the server as a subprocess, exactly as a user would run it.
+
+Shared by tests/e2e/conftest.py and bench/dataplane.py (which puts this folder on sys.path).
+
+    .venv/bin/python -m coordinator serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --data-dir DIR
+        [--set NAME=VALUE]...
+
+Once ready, the server prints `listening kafka=HOST:PORT admin=HOST:PORT` on stdout. Its stdout and stderr go to
+files in the run directory (never to pipes: a pipe nobody drains can stall the server, and an unclosed pipe is a
+ResourceWarning under filterwarnings=error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+PYTHON = str(VENV_PYTHON if VENV_PYTHON.exists() else Path(sys.executable))
+
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+# Settings every e2e server gets unless the test overrides them.
+DEFAULT_SETTINGS: dict[str, str] = {
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+_LISTENING = re.compile(r"^listening kafka=(?P<kafka>\S+:\d+) admin=(?P<admin>\S+:\d+)\s*$")
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+class ServerStopError(RuntimeError):
+    pass
+
+
+def _tail(path: Path, limit: int = 6000) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return "<missing>"
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+@dataclasses.dataclass
+class ServerProcess:
+    proc: subprocess.Popen
+    bootstrap: str  # "127.0.0.1:PORT"
+    admin_url: str  # "http://127.0.0.1:PORT"
+    data_dir: Path
+    run_dir: Path
+    settings: dict[str, str]
+
+    @property
+    def host(self) -> str:
+        return self.bootstrap.rsplit(":", 1)[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.bootstrap.rsplit(":", 1)[1])
+
+    @property
+    def stdout_path(self) -> Path:
+        return self.run_dir / "server.stdout"
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.run_dir / "server.stderr"
+
+    def output(self) -> str:
+        return f"--- server stdout ---\n{_tail(self.stdout_path)}\n--- server stderr ---\n{_tail(self.stderr_path)}"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM, then wait up to `timeout` seconds. Raises ServerStopError (after killing it) if it hangs."""
+        if self.proc.poll() is not None:
+            return self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise ServerStopError(
+                f"server pid {self.proc.pid} did not exit within {timeout:.0f}s of SIGTERM; killed it\n{self.output()}"
+            ) from None
+
+
+def start_server(
+    run_dir: Path,
+    settings: Mapping[str, object] | None = None,
+    *,
+    extra_args: list[str] | None = None,
+    ready_timeout: float = READY_TIMEOUT_S,
+) -> ServerProcess:
+    """Start the server with a fresh data dir under `run_dir`; return once it printed its listening line."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    data_dir = run_dir / "data"
+    data_dir.mkdir(exist_ok=True)
+    merged = dict(DEFAULT_SETTINGS)
+    for name, value in (settings or {}).items():
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        merged[name] = str(value)
+    cmd = [PYTHON, "-m", "coordinator", "serve",
+           "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
+    for name, value in merged.items():
+        cmd += ["--set", f"{name}={value}"]
+    cmd += extra_args or []
+
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    stdout_path = run_dir / "server.stdout"
+    stderr_path = run_dir / "server.stderr"
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+    server = ServerProcess(proc, "", "", data_dir, run_dir, merged)
+
+    deadline = time.monotonic() + ready_timeout
+    while True:
+        match = None
+        try:
+            for line in stdout_path.read_text(errors="replace").splitlines():
+                match = _LISTENING.match(line.strip())
+                if match:
+                    break
+        except FileNotFoundError:
+            pass
+        if match:
+            server.bootstrap = match["kafka"]
+            server.admin_url = "http://" + match["admin"]
+            return server
+        if proc.poll() is not None:
+            raise ServerStartError(
+                f"server exited with code {proc.returncode} before printing its listening line\n"
+                f"command: {' '.join(cmd)}\n{server.output()}"
+            )
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait(timeout=10)
+            raise ServerStartError(
+                f"server printed no listening line within {ready_timeout:.0f}s; killed it\n"
+                f"command: {' '.join(cmd)}\n{server.output()}"
+            )
+        time.sleep(0.05)

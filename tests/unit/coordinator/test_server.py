@@ -1,0 +1,165 @@
+"""The network server: framing bounds, ordered pipelining, unknown keys and versions, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+
+import pytest
+from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsRequestV0
+from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsRequestV3
+from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest as FindCoordinatorV1
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as FindCoordinatorV4
+from kio.schema.heartbeat.v0.request import HeartbeatRequest as HeartbeatV0
+
+from coordinator.server.lookup import CoordinatorLookup
+from protocol.errors import ErrorCode
+from tests.wire import WireClient, encode_request, recv_frame
+
+from .server_thread import running
+
+
+def _with_lookup(server):
+    server.add_part(CoordinatorLookup(server.broker))
+
+
+def _alive(server) -> bool:
+    with WireClient(*server.bound) as c:
+        return c.call(ApiVersionsRequestV0()).error_code == ErrorCode.none
+
+
+def test_api_versions_lists_the_table():
+    with running(_with_lookup) as server, WireClient(*server.bound) as c:
+        body = c.call(ApiVersionsRequestV3(client_software_name="t", client_software_version="1"))
+        assert body.error_code == ErrorCode.none
+        ranges = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
+        assert ranges[18] == (0, 4)
+        assert ranges[10] == (0, 6)
+
+
+def test_api_versions_unsupported_version_answers_v0_body():
+    with running() as server, WireClient(*server.bound) as c:
+        # ApiVersions v9 does not exist: the answer must be a v0 body with UNSUPPORTED_VERSION and our ranges.
+        raw = struct.pack(">hhi", 18, 9, 42) + struct.pack(">h", 1) + b"x" + b"\x00\x00\x00"
+        c.sock.sendall(struct.pack(">i", len(raw)) + raw)
+        payload = recv_frame(c.sock)
+        correlation, error_code, count = struct.unpack_from(">ihi", payload, 0)
+        assert correlation == 42
+        assert error_code == ErrorCode.unsupported_version
+        assert count >= 1
+        key, lo, hi = struct.unpack_from(">hhh", payload, 10)
+        assert (key, lo, hi) == (18, 0, 4)
+        assert len(payload) == 10 + 6 * count  # strictly v0-shaped: nothing after the array
+
+
+def test_unsupported_version_of_other_api_gets_error_code():
+    with running(_with_lookup) as server, WireClient(*server.bound) as c:
+        # FindCoordinator v0 is served; build a v1-shaped request but claim version 7 (unknown to kio): closed.
+        raw = struct.pack(">hhi", 10, 7, 1) + struct.pack(">h", -1) + b"\x00"
+        c.sock.sendall(struct.pack(">i", len(raw)) + raw)
+        with pytest.raises(ConnectionError):
+            recv_frame(c.sock)
+        assert _alive(server)
+
+
+def test_find_coordinator_names_this_node():
+    with running(_with_lookup) as server, WireClient(*server.bound) as c:
+        body = c.call(FindCoordinatorV1(key="g", key_type=0))
+        assert body.error_code == ErrorCode.none
+        assert (body.host, body.port) == server.bound
+        batched = c.call(FindCoordinatorV4(key_type=0, coordinator_keys=("a", "b")))
+        assert [x.key for x in batched.coordinators] == ["a", "b"]
+        assert all(x.port == server.bound[1] for x in batched.coordinators)
+        txn = c.call(FindCoordinatorV4(key_type=1, coordinator_keys=("t",)))
+        assert txn.coordinators[0].error_code == ErrorCode.coordinator_not_available
+
+
+@pytest.mark.parametrize("prefix", [struct.pack(">i", -1), struct.pack(">i", 2**31 - 1)])
+def test_bad_frame_length_closes_only_that_connection(prefix):
+    with running(socket_request_max_bytes=1024) as server, WireClient(*server.bound) as bad:
+        bad.sock.sendall(prefix)
+        with pytest.raises(ConnectionError):
+            recv_frame(bad.sock)
+        assert _alive(server)
+
+
+def test_frame_at_the_limit_is_read_and_over_it_closes():
+    limit = 4096
+    with running(socket_request_max_bytes=limit) as server, WireClient(*server.bound) as c:
+        # An ApiVersions v0 request padded to exactly the limit: trailing bytes are ignored, as Kafka does.
+        header = struct.pack(">hhi", 18, 0, 5) + struct.pack(">h", 1) + b"x"
+        c.sock.sendall(struct.pack(">i", limit) + header + b"\x00" * (limit - len(header)))
+        assert struct.unpack_from(">i", recv_frame(c.sock))[0] == 5
+        c.sock.sendall(struct.pack(">i", limit + 1) + b"\x00" * (limit + 1))
+        with pytest.raises(ConnectionError):
+            recv_frame(c.sock)
+
+
+def test_garbage_and_unknown_api_key_close_the_connection():
+    with running() as server:
+        for raw in (b"\x00\x01", struct.pack(">hhi", 999, 0, 1) + b"\xff\xff",
+                    struct.pack(">hhi", 18, 3, 1) + b"\x00\x05ab"):
+            with WireClient(*server.bound) as c:
+                c.sock.sendall(struct.pack(">i", len(raw)) + raw)
+                with pytest.raises(ConnectionError):
+                    recv_frame(c.sock)
+        assert _alive(server)
+
+
+def test_pipelined_requests_are_answered_in_order():
+    with running(_with_lookup) as server, WireClient(*server.bound) as c:
+        requests = [FindCoordinatorV1(key=f"g{i}", key_type=0) if i % 2 else ApiVersionsRequestV0()
+                    for i in range(200)]
+        c.sock.sendall(b"".join(encode_request(r, i) for i, r in enumerate(requests)))
+        for i, r in enumerate(requests):
+            got, _ = c.recv(r)
+            assert got == i
+
+
+def test_unimplemented_api_closes_connection():
+    # Heartbeat is not in this table: an unknown key closes only this connection.
+    with running() as server, WireClient(*server.bound) as c:
+        c.send(HeartbeatV0(group_id="g", generation_id=1, member_id="m"))
+        with pytest.raises(ConnectionError):
+            recv_frame(c.sock)
+        assert _alive(server)
+
+
+def test_handler_failure_answers_unknown_server_error():
+    async def boom(ctx, request):
+        raise RuntimeError("boom")
+
+    def setup(server):
+        server.table.register(10, 0, 6, boom)
+
+    with running(setup) as server, WireClient(*server.bound) as c:
+        body = c.call(FindCoordinatorV1(key="g", key_type=0))
+        assert body.error_code == ErrorCode.unknown_server_error
+        assert _alive(server)
+
+
+def test_shutdown_answers_in_flight_requests():
+    gate: dict[str, asyncio.Event] = {}
+
+    async def slow(ctx, request):
+        await asyncio.sleep(0.3)
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                "node_id": 1, "host": "h", "port": 1}
+
+    def setup(server):
+        server.table.register(10, 0, 3, slow)
+
+    c = None
+    with running(setup) as server:
+        c = WireClient(*server.bound)
+        c.send(FindCoordinatorV1(key="g", key_type=0))
+        time.sleep(0.1)
+        # leaving the block closes the server while the request is in flight
+    got, body = c.recv(FindCoordinatorV1(key="g", key_type=0))
+    assert body.host == "h"
+    with pytest.raises((ConnectionError, socket.timeout)):
+        recv_frame(c.sock)
+    c.close()
+    assert gate == {}
