@@ -1,0 +1,148 @@
+"""Framing, headers, the API table and `build`: exact bytes and error paths."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsV0
+from kio.schema.heartbeat.v0.request import HeartbeatRequest as HeartbeatV0
+from kio.schema.heartbeat.v4.request import HeartbeatRequest as HeartbeatV4
+from kio.schema.heartbeat.v4.response import HeartbeatResponse as HeartbeatResponseV4
+from kio.schema.join_group.v0.response import JoinGroupResponse as JoinGroupResponseV0
+from kio.schema.join_group.v9.response import JoinGroupResponse as JoinGroupResponseV9
+
+from protocol.api import ApiTable, RequestContext, request_class
+from protocol.build import build, ms
+from protocol.errors import ErrorCode, FrameError, RequestDecodeError, UnknownApiKey
+from protocol.framing import frame, frame_length
+from tests.wire import encode_request
+
+
+async def _heartbeat(ctx, request):
+    return {"throttle_time": 0, "error_code": ErrorCode.none}
+
+
+def _table() -> ApiTable:
+    table = ApiTable()
+    table.register(12, 0, 4, _heartbeat)
+    return table
+
+
+def test_frame_length_bounds():
+    assert frame_length(struct.pack(">i", 0)) == 0
+    assert frame_length(struct.pack(">i", 100), max_bytes=100) == 100
+    with pytest.raises(FrameError):
+        frame_length(struct.pack(">i", 101), max_bytes=100)
+    with pytest.raises(FrameError):
+        frame_length(struct.pack(">i", -1))
+    assert frame(b"abc") == b"\x00\x00\x00\x03abc"
+
+
+def test_request_header_v1_and_v2():
+    table = _table()
+    v0 = table.decode(encode_request(HeartbeatV0(group_id="g", generation_id=3, member_id="m"), 7)[4:])
+    assert (v0.context.api_key, v0.context.api_version, v0.context.correlation_id) == (12, 0, 7)
+    assert v0.context.client_id == "test"
+    assert v0.body.generation_id == 3
+    v4 = table.decode(encode_request(HeartbeatV4(group_id="g", generation_id=3, member_id="m",
+                                                 group_instance_id="i"), 8)[4:])
+    assert v4.body.group_instance_id == "i"
+    null_client = table.decode(encode_request(HeartbeatV4(group_id="g", generation_id=1, member_id="m"), 9,
+                                              client_id=None)[4:])
+    assert null_client.context.client_id is None
+
+
+def test_response_header_v0_for_old_and_v1_for_flexible():
+    table = _table()
+    ctx = RequestContext(12, 0, 5, "c")
+    assert table.encode_response(ctx, {"error_code": ErrorCode.none}) == struct.pack(">ih", 5, 0)
+    ctx4 = RequestContext(12, 4, 6, "c")
+    # correlation id, empty header tags, throttle, error code, empty body tags
+    assert table.encode_response(ctx4, {"throttle_time": 0, "error_code": ErrorCode.rebalance_in_progress}) == (
+        struct.pack(">i", 6) + b"\x00" + struct.pack(">ih", 0, 27) + b"\x00"
+    )
+
+
+def test_api_versions_response_header_is_always_v0():
+    table = _table()
+    ctx = RequestContext(18, 3, 11, "c")
+    body = asyncio.run(table.spec(18).handler(ctx, None))
+    payload = table.encode_response(ctx, body)
+    # correlation id directly followed by the error code: no tagged-field byte in the header
+    assert payload[:6] == struct.pack(">ih", 11, 0)
+
+
+def test_unknown_key_short_frame_and_truncated_body():
+    table = _table()
+    with pytest.raises(UnknownApiKey):
+        table.decode(struct.pack(">hhi", 77, 0, 1) + b"\xff\xff")
+    with pytest.raises(RequestDecodeError):
+        table.decode(b"\x00\x12\x00")
+    good = encode_request(HeartbeatV4(group_id="group", generation_id=1, member_id="m"), 1)[4:]
+    with pytest.raises(RequestDecodeError):
+        table.decode(good[:-3])
+
+
+def test_unsupported_version_is_decoded_without_body():
+    table = ApiTable()
+    table.register(12, 0, 3, _heartbeat)
+    decoded = table.decode(struct.pack(">hhi", 12, 4, 1))  # kio knows v4, the table stops at v3
+    assert decoded.body is None
+    answer = table.unsupported_version_response(decoded.context)
+    assert answer.error_code == ErrorCode.unsupported_version
+    # a version nobody knows has no response shape: None tells the connection to close
+    assert table.unsupported_version_response(table.decode(struct.pack(">hhi", 12, 9, 1)).context) is None
+    api = table.decode(struct.pack(">hhi", 18, 77, 2))
+    v0 = table.unsupported_version_response(api.context)
+    assert isinstance(v0, ApiVersionsV0)
+    assert {k.api_key for k in v0.api_keys} == {12, 18}
+
+
+def test_build_drops_fields_older_versions_lack_and_recurses():
+    data = {"throttle_time": 0, "error_code": ErrorCode.none, "generation_id": 4, "protocol_type": "consumer",
+            "protocol_name": "range", "leader": "a", "skip_assignment": True, "member_id": "a",
+            "members": [{"member_id": "a", "group_instance_id": "i", "metadata": b"x"}]}
+    v9 = build(JoinGroupResponseV9, data)
+    assert v9.skip_assignment is True and v9.members[0].group_instance_id == "i"
+    v0 = build(JoinGroupResponseV0, v9)
+    assert v0.members[0].member_id == "a" and v0.members[0].metadata == b"x"
+    assert not hasattr(v0, "skip_assignment")
+    assert ms(build(HeartbeatResponseV4, throttle_time=250, error_code=ErrorCode.none).throttle_time) == 250
+
+
+def test_register_refuses_versions_kio_does_not_know():
+    table = ApiTable()
+    with pytest.raises(Exception):
+        table.register(12, 0, 99, _heartbeat)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.binary(max_size=300))
+def test_any_bytes_decode_or_raise_our_error(data):
+    table = _table()
+    table.register(11, 0, 9, _heartbeat)
+    try:
+        table.decode(data)
+    except (RequestDecodeError, UnknownApiKey):
+        pass
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.sampled_from([(12, v) for v in range(5)] + [(18, v) for v in range(5)] + [(11, v) for v in range(10)]),
+       st.integers(min_value=-(2**31), max_value=2**31 - 1), st.binary(max_size=200))
+def test_valid_prefix_with_garbage_body_never_crashes(key_version, correlation, body):
+    api_key, version = key_version
+    table = _table()
+    table.register(11, 0, 9, _heartbeat)
+    raw = struct.pack(">hhi", api_key, version, correlation) + body
+    try:
+        decoded = table.decode(raw)
+    except (RequestDecodeError, UnknownApiKey):
+        return
+    assert decoded.context.correlation_id == correlation
+    if decoded.body is not None:
+        assert isinstance(decoded.body, request_class(api_key, version))
