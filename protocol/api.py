@@ -122,7 +122,8 @@ class ApiTable:
         try:
             header, offset = _reader(header_cls)(frame, 0)
             body, _ = _reader(cls)(frame, offset)
-        except (DecodeError, ValueError, OverflowError) as exc:
+        except (DecodeError, ValueError, OverflowError, KeyError) as exc:
+            # kio raises KeyError for a tagged field it does not know (Kafka would skip it); we close instead.
             raise RequestDecodeError(f"cannot decode api key {api_key} v{version}: {exc!r}") from exc
         ctx.client_id = header.client_id
         return DecodedRequest(ctx, body, spec)

@@ -5,9 +5,9 @@ Shared by tests/e2e/conftest.py and bench/dataplane.py (which puts this folder o
     .venv/bin/python -m coordinator serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --data-dir DIR
         [--set NAME=VALUE]...
 
-Once ready, the server prints `listening kafka=HOST:PORT admin=HOST:PORT` on stdout. Its stdout and stderr go to
-files in the run directory (never to pipes: a pipe nobody drains can stall the server, and an unclosed pipe is a
-ResourceWarning under filterwarnings=error).
+Once ready, the server prints `listening kafka=HOST:PORT admin=HOST:PORT` on stdout. Its stdout and
+stderr go to files in the run directory (never to pipes: a pipe nobody drains can stall the server, and an
+unclosed pipe is a ResourceWarning under filterwarnings=error).
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ class ServerProcess:
     data_dir: Path
     run_dir: Path
     settings: dict[str, str]
+    stopped: bool = False  # set once stop() sent SIGTERM: an exit after that is expected
 
     @property
     def host(self) -> str:
@@ -79,15 +80,17 @@ class ServerProcess:
         return self.run_dir / "server.stderr"
 
     def output(self) -> str:
-        return f"--- server stdout ---\n{_tail(self.stdout_path)}\n--- server stderr ---\n{_tail(self.stderr_path)}"
+        out, err = _tail(self.stdout_path), _tail(self.stderr_path)
+        return f"--- server stdout ---\n{out}\n--- server stderr ---\n{err}"
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
-        """SIGTERM, then wait up to `timeout` seconds. Raises ServerStopError (after killing it) if it hangs."""
+        """SIGTERM, then wait up to `timeout` s. Raises ServerStopError (after killing it) if it hangs."""
         if self.proc.poll() is not None:
             return self.proc.returncode
+        self.stopped = True
         self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(timeout=timeout)
@@ -95,7 +98,8 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait(timeout=10)
             raise ServerStopError(
-                f"server pid {self.proc.pid} did not exit within {timeout:.0f}s of SIGTERM; killed it\n{self.output()}"
+                f"server pid {self.proc.pid} did not exit within {timeout:.0f}s of SIGTERM; killed it\n"
+                + self.output()
             ) from None
 
 
@@ -103,21 +107,33 @@ def start_server(
     run_dir: Path,
     settings: Mapping[str, object] | None = None,
     *,
+    data_dir: Path | None = None,
     extra_args: list[str] | None = None,
     ready_timeout: float = READY_TIMEOUT_S,
 ) -> ServerProcess:
-    """Start the server with a fresh data dir under `run_dir`; return once it printed its listening line."""
+    """Start the server with a fresh data dir under `run_dir` (or the given `data_dir`, e.g. to restart on an
+    existing log); return once it printed its listening line."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    data_dir = run_dir / "data"
-    data_dir.mkdir(exist_ok=True)
+    data_dir = Path(data_dir) if data_dir is not None else run_dir / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
     merged = dict(DEFAULT_SETTINGS)
     for name, value in (settings or {}).items():
         if isinstance(value, bool):
             value = "true" if value else "false"
         merged[name] = str(value)
-    cmd = [PYTHON, "-m", "coordinator", "serve",
-           "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
+    cmd = [
+        PYTHON,
+        "-m",
+        "coordinator",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        str(data_dir),
+    ]
     for name, value in merged.items():
         cmd += ["--set", f"{name}={value}"]
     cmd += extra_args or []

@@ -42,7 +42,9 @@ def write_json(path: str | None, data: Any) -> None:
             json.dump(data, f)
 
 
-def record(partition: int, offset: int, key: Any, value: Any, headers: Any, timestamp: int | None) -> dict[str, Any]:
+def record(
+    partition: int, offset: int, key: Any, value: Any, headers: Any, timestamp: int | None
+) -> dict[str, Any]:
     return {
         "partition": partition,
         "offset": offset,

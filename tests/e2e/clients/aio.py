@@ -24,8 +24,13 @@ def extra(args) -> dict:
 
 
 async def produce(args) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap, acks="all" if args.acks == "all" else int(args.acks),
-                                linger_ms=5, client_id="e2e-aio-producer", **extra(args))
+    producer = AIOKafkaProducer(
+        bootstrap_servers=args.bootstrap,
+        acks="all" if args.acks in ("all", "-1") else int(args.acks),
+        linger_ms=5,
+        client_id="e2e-aio-producer",
+        **extra(args),
+    )
     messages = load_messages(args.input)
     delivered: list[dict | None] = [None] * len(messages)
     await producer.start()
@@ -53,8 +58,14 @@ async def produce(args) -> None:
 
 
 async def consume(args) -> None:
-    consumer = AIOKafkaConsumer(bootstrap_servers=args.bootstrap, group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="earliest", client_id="e2e-aio-consumer", **extra(args))
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=args.bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        client_id="e2e-aio-consumer",
+        **extra(args),
+    )
     await consumer.start()
     try:
         tps = [TopicPartition(args.topic, p) for p in range(args.partitions)]

@@ -28,35 +28,49 @@ def admin(args) -> AdminClient:
 
 
 def cmd_create_topic(args) -> None:
-    fs = admin(args).create_topics(
+    client = admin(args)  # keep a reference: a collected AdminClient fails its futures with _DESTROY
+    fs = client.create_topics(
         [NewTopic(args.topic, num_partitions=args.partitions, replication_factor=1)],
-        operation_timeout=args.timeout, request_timeout=args.timeout,
+        operation_timeout=args.timeout,
+        request_timeout=args.timeout,
     )
     write_json(args.output, {"error": future_error(fs[args.topic], args.timeout)})
 
 
 def cmd_delete_topic(args) -> None:
-    fs = admin(args).delete_topics([args.topic], operation_timeout=args.timeout, request_timeout=args.timeout)
+    client = admin(args)
+    fs = client.delete_topics([args.topic], operation_timeout=args.timeout, request_timeout=args.timeout)
     write_json(args.output, {"error": future_error(fs[args.topic], args.timeout)})
 
 
 def cmd_list_topics(args) -> None:
     md = admin(args).list_topics(timeout=args.timeout)
-    write_json(args.output, {
-        "cluster_id": md.cluster_id,
-        "controller_id": md.controller_id,
-        "brokers": sorted([{"id": b.id, "host": b.host, "port": b.port} for b in md.brokers.values()],
-                          key=lambda b: b["id"]),
-        "topics": {
-            name: {
-                "error": kerr(t.error),
-                "partitions": {str(p.id): {"leader": p.leader, "replicas": list(p.replicas), "isrs": list(p.isrs),
-                                           "error": kerr(p.error)}
-                               for p in t.partitions.values()},
-            }
-            for name, t in md.topics.items()
+    write_json(
+        args.output,
+        {
+            "cluster_id": md.cluster_id,
+            "controller_id": md.controller_id,
+            "brokers": sorted(
+                [{"id": b.id, "host": b.host, "port": b.port} for b in md.brokers.values()],
+                key=lambda b: b["id"],
+            ),
+            "topics": {
+                name: {
+                    "error": kerr(t.error),
+                    "partitions": {
+                        str(p.id): {
+                            "leader": p.leader,
+                            "replicas": list(p.replicas),
+                            "isrs": list(p.isrs),
+                            "error": kerr(p.error),
+                        }
+                        for p in t.partitions.values()
+                    },
+                }
+                for name, t in md.topics.items()
+            },
         },
-    })
+    )
 
 
 def cmd_produce(args) -> None:
@@ -68,6 +82,7 @@ def cmd_produce(args) -> None:
     def on_delivery(i):
         def cb(err, msg):
             delivered[i] = {"partition": msg.partition(), "offset": msg.offset(), "error": kerr(err)}
+
         return cb
 
     for i, m in enumerate(messages):
@@ -113,7 +128,9 @@ def cmd_consume(args) -> None:
                     errors.append({"partition": msg.partition(), **kerr(msg.error())})
                     continue
                 ts_type, ts = msg.timestamp()
-                records.append(record(msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers(), ts))
+                records.append(
+                    record(msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers(), ts)
+                )
         watermarks = {}
         for p in range(args.partitions):
             lo, hi = consumer.get_watermark_offsets(TopicPartition(args.topic, p), timeout=10)

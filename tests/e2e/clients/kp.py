@@ -30,8 +30,10 @@ def cmd_create_topic(args) -> None:
     client = KafkaAdminClient(bootstrap_servers=args.bootstrap, client_id="e2e-kp-admin", **extra(args))
     try:
         try:
-            client.create_topics({args.topic: {"num_partitions": args.partitions, "replication_factor": 1}},
-                                 timeout_ms=int(args.timeout * 1000))
+            client.create_topics(
+                {args.topic: {"num_partitions": args.partitions, "replication_factor": 1}},
+                timeout_ms=int(args.timeout * 1000),
+            )
             error = None
         except Exception as exc:  # noqa: BLE001 - reported to the test
             error = exc_info(exc)
@@ -51,8 +53,13 @@ def cmd_list_topics(args) -> None:
 
 
 def cmd_produce(args) -> None:
-    producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks=args.acks if args.acks != "all" else "all",
-                             linger_ms=5, client_id="e2e-kp-producer", **extra(args))
+    producer = KafkaProducer(
+        bootstrap_servers=args.bootstrap,
+        acks="all" if args.acks in ("all", "-1") else int(args.acks),
+        linger_ms=5,
+        client_id="e2e-kp-producer",
+        **extra(args),
+    )
     messages = load_messages(args.input)
     delivered: list[dict | None] = [None] * len(messages)
     futures = []
