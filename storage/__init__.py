@@ -1,0 +1,46 @@
+"""An append-only, CRC-checked, segmented log with group-commit fsync, compaction and replay.
+
+It knows bytes, not groups: entries are (key, value) pairs of bytes, and a value of None is a tombstone.
+See `storage.log` for the format and the theory of operation, `storage.fs` for the filesystem interface and
+its fault-injecting doubles.
+"""
+
+from storage.fs import FS, FaultFS, File, Lock, MemFS, OsFS, SimulatedCrash
+from storage.log import (
+    FORMAT_VERSION,
+    CompactionResult,
+    Entry,
+    Log,
+    LogStats,
+    Recovery,
+    StorageClosedError,
+    StorageCorruptError,
+    StorageError,
+    StorageFormatError,
+    StorageFullError,
+    StorageIOError,
+    Truncation,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "FS",
+    "File",
+    "Lock",
+    "OsFS",
+    "MemFS",
+    "FaultFS",
+    "SimulatedCrash",
+    "Log",
+    "Entry",
+    "Recovery",
+    "Truncation",
+    "CompactionResult",
+    "LogStats",
+    "StorageError",
+    "StorageFullError",
+    "StorageIOError",
+    "StorageClosedError",
+    "StorageCorruptError",
+    "StorageFormatError",
+]
