@@ -71,6 +71,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("offsets.retention.check.interval.ms", 600000, int, "How often expired offsets are removed.", "ms",
             minimum=1),
     Setting("offsets.commit.timeout.ms", 5000, int, "Bound on every wait for the log.", "ms", minimum=1),
+    Setting("offsets.topic.segment.bytes", 104857600, int, "Size at which the group log rolls a segment.",
+            "bytes", minimum=1024),
+    Setting("log.cleaner.delete.retention.ms", 86400000, int,
+            "How long compaction keeps tombstones before dropping them.", "ms", minimum=0),
+    Setting("offsets.topic.compaction.interval.ms", 300000, int,
+            "How often the group log's closed segments are compacted.", "ms", kafka=False, minimum=1000),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}

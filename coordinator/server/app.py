@@ -9,6 +9,7 @@ import sys
 
 from coordinator.config import Config
 
+from .groups import GroupCoordinator
 from .listener import Server
 from .lookup import CoordinatorLookup
 
@@ -29,6 +30,8 @@ def build_server(
     server.dataplane = dataplane
     server.add_part(dataplane)
     server.add_part(CoordinatorLookup(server.broker))
+    server.groups = GroupCoordinator(config, data_dir)
+    server.add_part(server.groups)
     return server
 
 

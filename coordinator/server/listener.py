@@ -56,9 +56,10 @@ class Server:
         self._admin: Any = None
         self.bound: tuple[str, int] = listen
         self.admin_bound: tuple[str, int] | None = None
-        self.ready = False
+        self.listening = False
         self.parts: list[Any] = []
         self.dataplane: DataPlane | None = None
+        self.groups: Any = None
 
     # -- identity ---------------------------------------------------------------------------------
 
@@ -94,7 +95,12 @@ class Server:
         self.bound = (host, sockname[1])
         if self.admin_listen is not None:
             self._admin, self.admin_bound = await admin.start(self, *self.admin_listen)
-        self.ready = True
+        self.listening = True
+
+    @property
+    def ready(self) -> bool:
+        """Listening, and every part that loads state (the group log) has loaded it."""
+        return self.listening and all(getattr(part, "ready", True) for part in self.parts)
 
     def announce(self) -> str:
         kafka = f"{_show(self.bound[0])}:{self.bound[1]}"
@@ -118,7 +124,7 @@ class Server:
             self.connections.pop(conn_id, None)
 
     async def close(self) -> None:
-        self.ready = False
+        self.listening = False
         if self._server is not None:
             self._server.close()  # stop accepting
         conns = list(self.connections.values())

@@ -1,0 +1,16 @@
+"""The classic group state machine: groups, their states, and the group APIs of one shard. Pure: no asyncio,
+no system clock, no files (see manager.py for the theory of operation)."""
+
+from .group import ClassicGroup, ClassicGroupMember, Parked
+from .manager import GroupCoordinatorSettings, GroupMetadataManager
+from .state import ClassicGroupState, IllegalStateTransition
+
+__all__ = [
+    "ClassicGroup",
+    "ClassicGroupMember",
+    "ClassicGroupState",
+    "GroupCoordinatorSettings",
+    "GroupMetadataManager",
+    "IllegalStateTransition",
+    "Parked",
+]

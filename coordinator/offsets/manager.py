@@ -1,0 +1,318 @@
+"""OffsetCommit, OffsetFetch and OffsetDelete, and offset retention (Kafka's OffsetMetadataManager).
+
+Handlers validate against the group (through `GroupView`, which the group manager implements), emit
+OffsetCommit records and tombstones, and answer once those are durable; the offsets themselves change only in
+`replay` (see store.py). Requests arrive as kio entities of any version, read with the fields that version
+has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from kio.schema.offset_commit.v9.response import OffsetCommitResponse
+from kio.schema.offset_delete.v0.response import OffsetDeleteResponse
+from kio.schema.offset_fetch.v7.response import OffsetFetchResponse as OffsetFetchResponseV7
+from kio.schema.offset_fetch.v9.response import OffsetFetchResponse as OffsetFetchResponseV9
+
+from coordinator.clock import Clock
+from coordinator.records import (
+    CoordinatorRecord,
+    CoordinatorResult,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    new_offset_commit_record,
+    new_offset_commit_tombstone,
+)
+from protocol.build import build, ms
+from protocol.errors import ErrorCode
+
+from .store import OffsetStore
+
+NO_OFFSET = -1
+NO_LEADER_EPOCH = -1
+NO_METADATA = ""
+DEFAULT_RETENTION_TIME_MS = -1  # OffsetCommit v2-v4 RetentionTimeMs: -1 = the broker's retention applies
+
+
+class GroupView(Protocol):
+    """What the offsets manager asks of the groups of its shard."""
+
+    def validate_offset_commit(self, api_version: int, group_id: str, member_id: str,
+                               group_instance_id: str | None, generation_id: int) -> ErrorCode:
+        """Validate a commit (creating a simple group for a generation -1 commit to an unknown group) and
+        refresh the committing member's session."""
+        ...
+
+    def is_offset_fetch_allowed(self, group_id: str) -> bool:
+        """False if the group does not exist (or is Dead): its offsets read as not committed."""
+        ...
+
+    def validate_offset_delete(self, group_id: str) -> ErrorCode: ...
+
+    def is_subscribed_to_topic(self, group_id: str, topic: str) -> bool: ...
+
+    def offset_expiration_base(self, group_id: str) -> Callable[[int], int] | None:
+        """KIP-211: commit timestamp -> the timestamp retention counts from; None: nothing expires now."""
+        ...
+
+    def ensure_group(self, group_id: str) -> None:
+        """Offsets replayed for a group the shard does not have: create it as a simple group."""
+        ...
+
+
+def _metadata_length(metadata: str) -> int:
+    """Kafka bounds metadata by Java's String.length(): UTF-16 code units."""
+    return len(metadata.encode("utf-16-le")) // 2
+
+
+class OffsetMetadataManager:
+    def __init__(
+        self,
+        groups: GroupView,
+        clock: Clock,
+        *,
+        offset_metadata_max_bytes: int = 4096,
+        offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
+    ) -> None:
+        self._groups = groups
+        self._clock = clock
+        self.offset_metadata_max_bytes = offset_metadata_max_bytes
+        self.offsets_retention_ms = offsets_retention_ms
+        self.store = OffsetStore()
+
+    # -- OffsetCommit ----------------------------------------------------------------------------------------
+
+    def commit_offsets(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        group_id = request.group_id
+        topics = request.topics
+        error = self._groups.validate_offset_commit(
+            api_version,
+            group_id,
+            getattr(request, "member_id", ""),
+            getattr(request, "group_instance_id", None),
+            int(getattr(request, "generation_id_or_member_epoch", -1)),
+        )
+        if error != ErrorCode.none:
+            return CoordinatorResult(responses=[(token, _commit_error_response(topics, error))])
+
+        now_ms = self._clock.wall_ms()
+        retention_time = getattr(request, "retention_time", None)  # v2-v4
+        retention_ms = DEFAULT_RETENTION_TIME_MS if retention_time is None else ms(retention_time)
+        expire_timestamp_ms = -1 if retention_ms == DEFAULT_RETENTION_TIME_MS else now_ms + retention_ms
+        records: list[CoordinatorRecord] = []
+        committed: list[tuple[str, int]] = []
+        response_topics = []
+        for topic in topics:
+            response_partitions = []
+            for partition in topic.partitions:
+                metadata = partition.committed_metadata
+                if metadata is not None and _metadata_length(metadata) > self.offset_metadata_max_bytes:
+                    partition_error = ErrorCode.offset_metadata_too_large
+                else:
+                    partition_error = ErrorCode.none
+                    records.append(new_offset_commit_record(
+                        group_id, topic.name, partition.partition_index, partition.committed_offset,
+                        leader_epoch=int(getattr(partition, "committed_leader_epoch", NO_LEADER_EPOCH)),
+                        metadata=NO_METADATA if metadata is None else metadata,
+                        commit_timestamp_ms=now_ms,
+                        expire_timestamp_ms=expire_timestamp_ms,
+                    ))
+                    committed.append((topic.name, partition.partition_index))
+                response_partitions.append({"partition_index": partition.partition_index,
+                                            "error_code": partition_error})
+            response_topics.append({"name": topic.name, "partitions": response_partitions})
+
+        for topic_name, partition_index in committed:
+            self.store.add_pending(group_id, topic_name, partition_index)
+
+        def on_append_failure(error_code: int) -> CoordinatorResult:
+            for topic_name, partition_index in committed:
+                self.store.remove_pending(group_id, topic_name, partition_index)
+            error = ErrorCode(error_code)
+            return CoordinatorResult(responses=[(token, _commit_error_response(topics, error))])
+
+        return CoordinatorResult(
+            records=records,
+            responses=[(token, build(OffsetCommitResponse, {"topics": response_topics}))],
+            on_append_failure=on_append_failure if records else None,
+        )
+
+    # -- OffsetFetch -----------------------------------------------------------------------------------------
+
+    def fetch_offsets(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        require_stable = bool(getattr(request, "require_stable", False))
+        if api_version >= 8 or hasattr(request, "groups"):
+            groups = [
+                self._fetch_group(g.group_id, _requested_topics(g.topics), require_stable)
+                for g in request.groups
+            ]
+            if api_version >= 8:
+                return CoordinatorResult(
+                    responses=[(token, build(OffsetFetchResponseV9, {"groups": groups}))]
+                )
+            answer = groups[0] if groups else {"topics": [], "error_code": ErrorCode.none}
+        else:
+            answer = self._fetch_group(request.group_id, _requested_topics(request.topics), require_stable)
+        return CoordinatorResult(responses=[(token, build(OffsetFetchResponseV7, answer))])
+
+    def _fetch_group(
+        self, group_id: str, topics: list[tuple[str, list[int]]] | None, require_stable: bool
+    ) -> dict[str, Any]:
+        allowed = self._groups.is_offset_fetch_allowed(group_id)
+        response_topics = []
+        if topics is None:  # all committed offsets of the group
+            if allowed:
+                by_topic: dict[str, list[int]] = {
+                    topic: list(offsets) for topic, offsets in self.store.group_offsets(group_id).items()}
+                if require_stable:
+                    for topic, partition in self.store.pending_partitions(group_id):
+                        if partition not in by_topic.setdefault(topic, []):
+                            by_topic[topic].append(partition)
+                topics = list(by_topic.items())
+            else:
+                topics = []
+        for topic, partitions in topics:
+            response_partitions = []
+            for partition in partitions:
+                offset = self.store.get(group_id, topic, partition) if allowed else None
+                if require_stable and allowed and self.store.has_pending(group_id, topic, partition):
+                    # A commit of this partition is on its way to the log: the client retries.
+                    response_partitions.append(
+                        _unknown_partition(partition, ErrorCode.unstable_offset_commit)
+                    )
+                elif offset is None:
+                    response_partitions.append(_unknown_partition(partition, ErrorCode.none))
+                else:
+                    response_partitions.append(
+                        {
+                            "partition_index": partition,
+                            "committed_offset": offset.committed_offset,
+                            "committed_leader_epoch": offset.leader_epoch,
+                            "metadata": offset.metadata,
+                            "error_code": ErrorCode.none,
+                        }
+                    )
+            response_topics.append({"name": topic, "partitions": response_partitions})
+        return {"group_id": group_id, "topics": response_topics, "error_code": ErrorCode.none}
+
+    # -- OffsetDelete ----------------------------------------------------------------------------------------
+
+    def delete_offsets(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        group_id = request.group_id
+        error = self._groups.validate_offset_delete(group_id) if group_id else ErrorCode.invalid_group_id
+        if error != ErrorCode.none:
+            return CoordinatorResult(responses=[(token, build(OffsetDeleteResponse, {"error_code": error}))])
+        records = []
+        response_topics = []
+        for topic in request.topics:
+            subscribed = self._groups.is_subscribed_to_topic(group_id, topic.name)
+            response_partitions = []
+            for partition in topic.partitions:
+                index = partition.partition_index
+                if subscribed:
+                    response_partitions.append(
+                        {"partition_index": index, "error_code": ErrorCode.group_subscribed_to_topic}
+                    )
+                    continue
+                response_partitions.append({"partition_index": index, "error_code": ErrorCode.none})
+                if self.store.get(group_id, topic.name, index) is not None or self.store.has_pending(
+                    group_id, topic.name, index
+                ):
+                    records.append(new_offset_commit_tombstone(group_id, topic.name, index))
+            response_topics.append({"name": topic.name, "partitions": response_partitions})
+
+        def on_append_failure(error_code: int) -> CoordinatorResult:
+            return CoordinatorResult(
+                responses=[(token, build(OffsetDeleteResponse, {"error_code": error_code}))]
+            )
+
+        return CoordinatorResult(
+            records=records,
+            responses=[
+                (
+                    token,
+                    build(OffsetDeleteResponse, {"error_code": ErrorCode.none, "topics": response_topics}),
+                )
+            ],
+            on_append_failure=on_append_failure if records else None,
+        )
+
+    # -- for DeleteGroups and retention ----------------------------------------------------------------------
+
+    def delete_all_offsets(self, group_id: str) -> list[CoordinatorRecord]:
+        """Tombstones for every offset of the group, commits not yet durable included (written after them)."""
+        seen = set()
+        records = []
+        for topic, partition, _ in self.store.partitions(group_id):
+            seen.add((topic, partition))
+            records.append(new_offset_commit_tombstone(group_id, topic, partition))
+        for topic, partition in self.store.pending_partitions(group_id):
+            if (topic, partition) not in seen:
+                records.append(new_offset_commit_tombstone(group_id, topic, partition))
+        return records
+
+    def has_offsets(self, group_id: str) -> bool:
+        return self.store.has_offsets(group_id) or bool(self.store.pending_partitions(group_id))
+
+    def cleanup_expired_offsets(self, group_id: str, now_ms: int) -> tuple[list[CoordinatorRecord], bool]:
+        """Tombstones for the group's expired offsets (KIP-211), and whether all of its offsets expired."""
+        if not self.has_offsets(group_id):
+            return [], True
+        base = self._groups.offset_expiration_base(group_id)
+        if base is None:
+            return [], False
+        records = []
+        all_expired = not self.store.pending_partitions(group_id)
+        for topic, partition, offset in self.store.partitions(group_id):
+            if (
+                not self._groups.is_subscribed_to_topic(group_id, topic)
+                and not self.store.has_pending(group_id, topic, partition)
+                and offset.is_expired(now_ms, self.offsets_retention_ms, base(offset.commit_timestamp_ms))
+            ):
+                records.append(new_offset_commit_tombstone(group_id, topic, partition))
+            else:
+                all_expired = False
+        return records, all_expired
+
+    # -- replay ----------------------------------------------------------------------------------------------
+
+    def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
+        if value is not None:
+            self._groups.ensure_group(key.group)
+            self.store.remove_pending(key.group, key.topic, key.partition)
+        self.store.replay(key, value)
+
+
+def _requested_topics(topics: Iterable[Any] | None) -> list[tuple[str, list[int]]] | None:
+    if topics is None:
+        return None
+    return [(t.name, [int(p) for p in t.partition_indexes]) for t in topics]
+
+
+def _unknown_partition(partition: int, error: ErrorCode) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "committed_offset": NO_OFFSET,
+        "committed_leader_epoch": NO_LEADER_EPOCH,
+        "metadata": NO_METADATA,
+        "error_code": error,
+    }
+
+
+def _commit_error_response(topics: Iterable[Any], error: ErrorCode) -> OffsetCommitResponse:
+    return build(
+        OffsetCommitResponse,
+        {
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index, "error_code": error} for p in t.partitions
+                    ],
+                }
+                for t in topics
+            ]
+        },
+    )

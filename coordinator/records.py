@@ -1,0 +1,553 @@
+"""The durable records of the coordinator, in the key/value layout of Kafka's `__consumer_offsets`.
+
+A record is a key and a value, both bytes. The key starts with an int16 version that is also the record type,
+then the key struct; the value starts with an int16 version, then the value struct; a null value is a
+tombstone (the key is deleted when the log is compacted):
+
+    key version 0 or 1  OffsetCommitKey   {group: string, topic: string, partition: int32}
+                        OffsetCommitValue v0-v4 (we write v3; v1 when the commit has an expire timestamp)
+    key version 2       GroupMetadataKey  {group: string}
+                        GroupMetadataValue v0-v4 (we write v3: members carry their static instance id)
+
+Field order and types follow apache/kafka's group-coordinator/src/main/resources/common/message/
+{OffsetCommitKey,OffsetCommitValue,GroupMetadataKey,GroupMetadataValue}.json, so anyone who knows Kafka can
+read our log, and a value written by Kafka (v0-v4, v4 being flexible with tagged fields) reads back here. Key
+versions 3 and up are Kafka's KIP-848 and share-group records; they decode to `UnknownRecordType`, which a
+loader may skip.
+
+kio generates Kafka's request and response schemas but not these coordinator record schemas, so the codec is
+hand-written with `struct`. Decoding never trusts its input: anything that is not a well-formed record of a
+known version (short, overlong, a negative length, bad UTF-8, trailing bytes) raises `RecordDecodeError`,
+nothing else.
+
+Names are Kafka's in snake case, with the unit in the name where Kafka leaves it out (`rebalanceTimeout` ->
+`rebalance_timeout_ms`, `commitTimestamp` -> `commit_timestamp_ms`).
+
+This module also holds `CoordinatorResult`: what a handler of the state machine returns — the records to
+append and the responses that may be released once those records are durable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+__all__ = [
+    "CoordinatorRecord",
+    "CoordinatorResult",
+    "GroupMetadataKey",
+    "GroupMetadataValue",
+    "MemberMetadata",
+    "OffsetCommitKey",
+    "OffsetCommitValue",
+    "RecordDecodeError",
+    "UnknownRecordType",
+    "decode_key",
+    "decode_record",
+    "decode_value",
+    "encode_key",
+    "encode_value",
+    "new_empty_group_metadata_record",
+    "new_group_metadata_record",
+    "new_group_metadata_tombstone",
+    "new_offset_commit_record",
+    "new_offset_commit_tombstone",
+]
+
+OFFSET_COMMIT_KEY_VERSION = 1  # Kafka writes 1; 0 is the same layout (from the ZooKeeper era)
+GROUP_METADATA_KEY_VERSION = 2
+OFFSET_COMMIT_VALUE_VERSIONS = range(0, 5)
+GROUP_METADATA_VALUE_VERSIONS = range(0, 5)
+OFFSET_COMMIT_VALUE_WRITE_VERSION = 3
+OFFSET_COMMIT_VALUE_WITH_EXPIRE_VERSION = 1  # the only version with expireTimestamp
+GROUP_METADATA_VALUE_WRITE_VERSION = 3
+_FIRST_FLEXIBLE_VERSION = 4
+
+
+class RecordDecodeError(ValueError):
+    """Bytes that are not a well-formed coordinator record key or value."""
+
+
+class UnknownRecordType(RecordDecodeError):
+    """A well-formed key prefix whose version (= record type) this coordinator does not know."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"unknown record type (key version) {version}")
+        self.version = version
+
+
+# -- the typed records ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OffsetCommitKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OffsetCommitValue:
+    offset: int
+    leader_epoch: int = -1  # v3+
+    metadata: str = ""
+    commit_timestamp_ms: int = -1
+    expire_timestamp_ms: int = -1  # v1 only; -1 when absent
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    group: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MemberMetadata:
+    member_id: str
+    group_instance_id: str | None  # v3+
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int  # v1+; -1 when read from v0 (then the session timeout applies, as in Kafka)
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupMetadataValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp_ms: int = -1  # v2+
+    members: tuple[MemberMetadata, ...] = ()
+
+
+RecordKey = OffsetCommitKey | GroupMetadataKey
+RecordValue = OffsetCommitValue | GroupMetadataValue
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CoordinatorRecord:
+    """One entry of the coordinator log: encoded key and value (None = tombstone)."""
+
+    key: bytes
+    value: bytes | None
+
+
+@dataclasses.dataclass(slots=True)
+class CoordinatorResult:
+    """What the state machine hands the runtime: records to append, then responses to release.
+
+    `responses` pairs the opaque token of a request with its answer (a kio entity or a mapping, rebuilt by the
+    codec for the request's version). They are released only after `records` are durable; a result may answer
+    requests other than the one being handled (parked JoinGroup/SyncGroup answers) and may answer none.
+
+    `on_append_failure`, set on results with records, is called instead of releasing `responses` if appending
+    `records` fails, with the Kafka error code the failure maps to (COORDINATOR_NOT_AVAILABLE,
+    NOT_COORDINATOR, ...). It undoes what the handler applied in memory and returns the result to deliver
+    instead, which answers every token of this result exactly once. Failed records are not replayed.
+    """
+
+    records: list[CoordinatorRecord] = dataclasses.field(default_factory=list)
+    responses: list[tuple[object, Any]] = dataclasses.field(default_factory=list)
+    on_append_failure: Callable[[int], CoordinatorResult] | None = None
+
+
+# -- encoding ------------------------------------------------------------------------------------------------
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+class _Writer:
+    def __init__(self, flexible: bool) -> None:
+        self.buf = bytearray()
+        self.flexible = flexible
+
+    def i16(self, v: int) -> None:
+        self.buf += _I16.pack(v)
+
+    def i32(self, v: int) -> None:
+        self.buf += _I32.pack(v)
+
+    def i64(self, v: int) -> None:
+        self.buf += _I64.pack(v)
+
+    def uvarint(self, v: int) -> None:
+        while v >= 0x80:
+            self.buf.append((v & 0x7F) | 0x80)
+            v >>= 7
+        self.buf.append(v)
+
+    def string(self, v: str | None, nullable: bool = False) -> None:
+        if v is None:
+            if not nullable:
+                raise ValueError("null in a non-nullable string field")
+            if self.flexible:
+                self.uvarint(0)
+            else:
+                self.i16(-1)
+            return
+        data = v.encode("utf-8")
+        if self.flexible:
+            self.uvarint(len(data) + 1)
+        else:
+            if len(data) > 0x7FFF:
+                raise ValueError(f"string of {len(data)} bytes is too long for an int16 length")
+            self.i16(len(data))
+        self.buf += data
+
+    def bytes_(self, v: bytes) -> None:
+        if self.flexible:
+            self.uvarint(len(v) + 1)
+        else:
+            self.i32(len(v))
+        self.buf += v
+
+    def array_length(self, n: int) -> None:
+        if self.flexible:
+            self.uvarint(n + 1)
+        else:
+            self.i32(n)
+
+    def tagged_fields(self) -> None:
+        if self.flexible:
+            self.uvarint(0)
+
+
+class _Reader:
+    def __init__(self, data: bytes, flexible: bool = False) -> None:
+        self.data = memoryview(data)
+        self.pos = 0
+        self.flexible = flexible
+
+    def _take(self, n: int) -> memoryview:
+        if n < 0 or self.pos + n > len(self.data):
+            raise RecordDecodeError(f"need {n} bytes at offset {self.pos}, have {len(self.data) - self.pos}")
+        chunk = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return chunk
+
+    def i16(self) -> int:
+        return int(_I16.unpack(self._take(2))[0])
+
+    def i32(self) -> int:
+        return int(_I32.unpack(self._take(4))[0])
+
+    def i64(self) -> int:
+        return int(_I64.unpack(self._take(8))[0])
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            if shift > 28:
+                raise RecordDecodeError("varint longer than 5 bytes")
+            byte = self._take(1)[0]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def string(self, nullable: bool = False) -> str | None:
+        n = self.uvarint() - 1 if self.flexible else self.i16()
+        if n < 0:
+            if n == -1 and nullable:
+                return None
+            raise RecordDecodeError(f"bad string length {n} at offset {self.pos}")
+        try:
+            return str(self._take(n).tobytes().decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise RecordDecodeError(f"string is not UTF-8: {exc}") from None
+
+    def str_(self) -> str:
+        value = self.string()
+        assert value is not None
+        return value
+
+    def bytes_(self) -> bytes:
+        n = self.uvarint() - 1 if self.flexible else self.i32()
+        if n < 0:
+            raise RecordDecodeError(f"bad bytes length {n} at offset {self.pos}")
+        return self._take(n).tobytes()
+
+    def array_length(self) -> int:
+        n = self.uvarint() - 1 if self.flexible else self.i32()
+        if n < 0:
+            raise RecordDecodeError(f"bad array length {n} at offset {self.pos}")
+        if n > len(self.data) - self.pos:  # every element takes at least a byte: refuse absurd counts early
+            raise RecordDecodeError(f"array of {n} elements cannot fit in {len(self.data) - self.pos} bytes")
+        return n
+
+    def skip_tagged_fields(self) -> None:
+        if not self.flexible:
+            return
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self._take(self.uvarint())
+
+    def end(self) -> None:
+        if self.pos != len(self.data):
+            raise RecordDecodeError(f"{len(self.data) - self.pos} trailing bytes")
+
+
+def encode_key(key: RecordKey) -> bytes:
+    w = _Writer(flexible=False)
+    if isinstance(key, OffsetCommitKey):
+        w.i16(OFFSET_COMMIT_KEY_VERSION)
+        w.string(key.group)
+        w.string(key.topic)
+        w.i32(key.partition)
+    elif isinstance(key, GroupMetadataKey):
+        w.i16(GROUP_METADATA_KEY_VERSION)
+        w.string(key.group)
+    else:
+        raise TypeError(f"not a record key: {key!r}")
+    return bytes(w.buf)
+
+
+def decode_key(data: bytes) -> RecordKey:
+    r = _Reader(data)
+    version = r.i16()
+    key: RecordKey
+    if version in (0, 1):
+        key = OffsetCommitKey(r.str_(), r.str_(), r.i32())
+    elif version == GROUP_METADATA_KEY_VERSION:
+        key = GroupMetadataKey(r.str_())
+    elif version > GROUP_METADATA_KEY_VERSION:
+        raise UnknownRecordType(version)
+    else:
+        raise RecordDecodeError(f"negative key version {version}")
+    r.end()
+    return key
+
+
+def default_value_version(value: RecordValue) -> int:
+    """The version Kafka writes for this value."""
+    if isinstance(value, OffsetCommitValue):
+        if value.expire_timestamp_ms != -1:
+            return OFFSET_COMMIT_VALUE_WITH_EXPIRE_VERSION
+        return OFFSET_COMMIT_VALUE_WRITE_VERSION
+    return GROUP_METADATA_VALUE_WRITE_VERSION
+
+
+def encode_value(value: RecordValue, version: int | None = None) -> bytes:
+    """Encode a value with its version prefix; `version` defaults to the one Kafka writes (see module doc).
+    Fields the chosen version lacks are left out."""
+    if version is None:
+        version = default_value_version(value)
+    w = _Writer(flexible=version >= _FIRST_FLEXIBLE_VERSION)
+    w.i16(version)
+    if isinstance(value, OffsetCommitValue):
+        if version not in OFFSET_COMMIT_VALUE_VERSIONS:
+            raise ValueError(f"no OffsetCommitValue version {version}")
+        w.i64(value.offset)
+        if version >= 3:
+            w.i32(value.leader_epoch)
+        w.string(value.metadata)
+        w.i64(value.commit_timestamp_ms)
+        if version == 1:
+            w.i64(value.expire_timestamp_ms)
+        w.tagged_fields()
+    elif isinstance(value, GroupMetadataValue):
+        if version not in GROUP_METADATA_VALUE_VERSIONS:
+            raise ValueError(f"no GroupMetadataValue version {version}")
+        w.string(value.protocol_type)
+        w.i32(value.generation)
+        w.string(value.protocol, nullable=True)
+        w.string(value.leader, nullable=True)
+        if version >= 2:
+            w.i64(value.current_state_timestamp_ms)
+        w.array_length(len(value.members))
+        for m in value.members:
+            w.string(m.member_id)
+            if version >= 3:
+                w.string(m.group_instance_id, nullable=True)
+            w.string(m.client_id)
+            w.string(m.client_host)
+            if version >= 1:
+                w.i32(m.rebalance_timeout_ms)
+            w.i32(m.session_timeout_ms)
+            w.bytes_(m.subscription)
+            w.bytes_(m.assignment)
+            w.tagged_fields()
+        w.tagged_fields()
+    else:
+        raise TypeError(f"not a record value: {value!r}")
+    return bytes(w.buf)
+
+
+def _decode_offset_commit_value(r: _Reader, version: int) -> OffsetCommitValue:
+    offset = r.i64()
+    leader_epoch = r.i32() if version >= 3 else -1
+    metadata = r.str_()
+    commit_timestamp_ms = r.i64()
+    expire_timestamp_ms = r.i64() if version == 1 else -1
+    r.skip_tagged_fields()
+    return OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp_ms, expire_timestamp_ms)
+
+
+def _decode_group_metadata_value(r: _Reader, version: int) -> GroupMetadataValue:
+    protocol_type = r.str_()
+    generation = r.i32()
+    protocol = r.string(nullable=True)
+    leader = r.string(nullable=True)
+    current_state_timestamp_ms = r.i64() if version >= 2 else -1
+    members = []
+    for _ in range(r.array_length()):
+        member_id = r.str_()
+        group_instance_id = r.string(nullable=True) if version >= 3 else None
+        client_id = r.str_()
+        client_host = r.str_()
+        rebalance_timeout_ms = r.i32() if version >= 1 else -1
+        session_timeout_ms = r.i32()
+        subscription = r.bytes_()
+        assignment = r.bytes_()
+        r.skip_tagged_fields()
+        members.append(
+            MemberMetadata(
+                member_id,
+                group_instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout_ms,
+                session_timeout_ms,
+                subscription,
+                assignment,
+            )
+        )
+    r.skip_tagged_fields()
+    return GroupMetadataValue(
+        protocol_type, generation, protocol, leader, current_state_timestamp_ms, tuple(members)
+    )
+
+
+def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
+    """Decode the value of a record whose key is `key`; None (a tombstone) stays None."""
+    if data is None:
+        return None
+    r = _Reader(data)
+    version = r.i16()
+    r.flexible = version >= _FIRST_FLEXIBLE_VERSION
+    value: RecordValue
+    if isinstance(key, OffsetCommitKey):
+        if version not in OFFSET_COMMIT_VALUE_VERSIONS:
+            raise RecordDecodeError(f"unknown OffsetCommitValue version {version}")
+        value = _decode_offset_commit_value(r, version)
+    elif isinstance(key, GroupMetadataKey):
+        if version not in GROUP_METADATA_VALUE_VERSIONS:
+            raise RecordDecodeError(f"unknown GroupMetadataValue version {version}")
+        value = _decode_group_metadata_value(r, version)
+    else:
+        raise TypeError(f"not a record key: {key!r}")
+    r.end()
+    return value
+
+
+def decode_record(record: CoordinatorRecord) -> tuple[RecordKey, RecordValue | None]:
+    key = decode_key(record.key)
+    return key, decode_value(key, record.value)
+
+
+# -- helpers that build records (Kafka's GroupCoordinatorRecordHelpers) --------------------------------------
+
+
+def new_offset_commit_record(
+    group_id: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    leader_epoch: int = -1,
+    metadata: str = "",
+    commit_timestamp_ms: int,
+    expire_timestamp_ms: int = -1,
+) -> CoordinatorRecord:
+    value = OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp_ms, expire_timestamp_ms)
+    return CoordinatorRecord(encode_key(OffsetCommitKey(group_id, topic, partition)), encode_value(value))
+
+
+def new_offset_commit_tombstone(group_id: str, topic: str, partition: int) -> CoordinatorRecord:
+    return CoordinatorRecord(encode_key(OffsetCommitKey(group_id, topic, partition)), None)
+
+
+class MemberLike(Protocol):
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def group_instance_id(self) -> str | None: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def client_host(self) -> str: ...
+    @property
+    def rebalance_timeout_ms(self) -> int: ...
+    @property
+    def session_timeout_ms(self) -> int: ...
+    def metadata(self, protocol_name: str) -> bytes: ...
+
+
+class GroupLike(Protocol):
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def protocol_type(self) -> str | None: ...
+    @property
+    def generation_id(self) -> int: ...
+    @property
+    def protocol_name(self) -> str | None: ...
+    @property
+    def leader_id(self) -> str | None: ...
+    @property
+    def current_state_timestamp_ms(self) -> int: ...
+    def all_members(self) -> Iterable[MemberLike]: ...
+
+
+def group_metadata_value(group: GroupLike, assignments: Mapping[str, bytes]) -> GroupMetadataValue:
+    """The GroupMetadataValue of a classic group with the given assignment of every member."""
+    members = []
+    for member in group.all_members():
+        if group.protocol_name is None:
+            raise ValueError(f"group {group.group_id} has members but no selected protocol")
+        assignment = assignments.get(member.member_id)
+        if assignment is None:
+            raise ValueError(f"member {member.member_id} of group {group.group_id} has no assignment")
+        members.append(
+            MemberMetadata(
+                member_id=member.member_id,
+                group_instance_id=member.group_instance_id,
+                client_id=member.client_id,
+                client_host=member.client_host,
+                rebalance_timeout_ms=member.rebalance_timeout_ms,
+                session_timeout_ms=member.session_timeout_ms,
+                subscription=member.metadata(group.protocol_name),
+                assignment=assignment,
+            )
+        )
+    return GroupMetadataValue(
+        protocol_type=group.protocol_type or "",
+        generation=group.generation_id,
+        protocol=group.protocol_name,
+        leader=group.leader_id,
+        current_state_timestamp_ms=group.current_state_timestamp_ms,
+        members=tuple(members),
+    )
+
+
+def new_group_metadata_record(group: GroupLike, assignments: Mapping[str, bytes]) -> CoordinatorRecord:
+    """The GroupMetadata record of a classic group: its durable part, with `assignments` for its members."""
+    return CoordinatorRecord(
+        encode_key(GroupMetadataKey(group.group_id)), encode_value(group_metadata_value(group, assignments))
+    )
+
+
+def new_empty_group_metadata_record(group_id: str, current_state_timestamp_ms: int) -> CoordinatorRecord:
+    """The record that creates a classic group (generation 0, no protocol, no members)."""
+    value = GroupMetadataValue("", 0, None, None, current_state_timestamp_ms, ())
+    return CoordinatorRecord(encode_key(GroupMetadataKey(group_id)), encode_value(value))
+
+
+def new_group_metadata_tombstone(group_id: str) -> CoordinatorRecord:
+    return CoordinatorRecord(encode_key(GroupMetadataKey(group_id)), None)

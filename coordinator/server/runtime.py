@@ -1,0 +1,165 @@
+"""The shard runtime: runs the pure group state machine on the event loop.
+
+A request becomes a call into the state machine with an opaque token (an asyncio future stands behind it). The
+state machine answers with a CoordinatorResult: records to persist and (token, response) pairs to release. The runtime
+appends the records, replays them into the state machine once they are durable, and only then resolves the futures
+of that result, so an answer never claims a write that is not on disk. A parked JoinGroup/SyncGroup simply has no
+response yet: a later result (another member's request, a timer) carries it, and the runtime resolves it then.
+
+Timers are the state machine's own: `AsyncioTimer` implements coordinator.clock.Timer with `loop.call_later`, and an
+expired operation's result goes through the same path as a request's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+class LoopClock:
+    """coordinator.clock.Clock on the event loop's monotonic clock."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
+
+    def monotonic_ms(self) -> int:
+        loop = self._loop or asyncio.get_running_loop()
+        return int(loop.time() * 1000)
+
+    def wall_ms(self) -> int:
+        return int(time.time() * 1000)
+
+
+class Applier(Protocol):
+    def apply(self, result: Any) -> None: ...
+
+
+class AsyncioTimer:
+    """coordinator.clock.Timer: one pending operation per key; scheduling a key again replaces it."""
+
+    def __init__(self, runtime: Applier) -> None:
+        self._runtime = runtime
+        self._handles: dict[str, asyncio.TimerHandle] = {}
+
+    def schedule(self, key: str, delay_ms: int, op: Callable[[], Any]) -> None:
+        self.cancel(key)
+        loop = asyncio.get_running_loop()
+        self._handles[key] = loop.call_later(max(delay_ms, 0) / 1000, self._fire, key, op)
+
+    def cancel(self, key: str) -> None:
+        handle = self._handles.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def is_scheduled(self, key: str) -> bool:
+        return key in self._handles
+
+    def cancel_all(self) -> None:
+        for handle in self._handles.values():
+            handle.cancel()
+        self._handles.clear()
+
+    def _fire(self, key: str, op: Callable[[], Any]) -> None:
+        self._handles.pop(key, None)
+        try:
+            result = op()
+        except Exception:
+            log.exception("timer operation %s failed", key)
+            return
+        self._runtime.apply(result)
+
+
+class ShardRuntime:
+    """Delivers a state machine's results: records first (durably when a log is attached), then responses.
+
+    A result with records is appended to the log; once the append is fsynced the records are replayed into the
+    state machine and the result's responses released. If the append fails or is not durable within
+    `timeout_ms` (offsets.commit.timeout.ms), the state machine's `on_append_failure` undoes what it applied and
+    its answers (a retriable COORDINATOR_NOT_AVAILABLE) are released instead. A result without records that
+    follows writes still in flight waits for them to settle, so an answer never overtakes a write it may depend on
+    (a follower's SyncGroup after the leader's assignment is written).
+    """
+
+    def __init__(self, log: Any = None, timeout_ms: int = 5000, failure_error: int = 15) -> None:
+        self.machine: Any = None  # the state machine; set once it is built (it needs our timer)
+        self.log = log  # storage.Log or None (tests, in-memory)
+        self.timeout_ms = timeout_ms
+        self.failure_error = failure_error  # COORDINATOR_NOT_AVAILABLE
+        self._futures: dict[object, asyncio.Future[Any]] = {}
+        self._writes: set[asyncio.Task[None]] = set()
+        self.append_failures = 0
+
+    async def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run one request through the state machine and wait for its answer (perhaps parked for a while)."""
+        token = Token()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._futures[token] = future
+        try:
+            self.apply(method(token, *args, **kwargs))
+            return await future
+        finally:
+            self._futures.pop(token, None)
+
+    def apply(self, result: Any) -> None:
+        if result is None:
+            return
+        if result.records and self.log is not None:
+            task = asyncio.get_running_loop().create_task(self._persist(result, list(self._writes)))
+            self._writes.add(task)
+            task.add_done_callback(self._writes.discard)
+            return
+        if self._writes:
+            task = asyncio.get_running_loop().create_task(self._after(result, list(self._writes)))
+            self._writes.add(task)
+            task.add_done_callback(self._writes.discard)
+            return
+        self._deliver(result)
+
+    def _deliver(self, result: Any) -> None:
+        for record in result.records:
+            self.machine.replay(record)
+        self._release(result.responses)
+
+    def _release(self, responses: Any) -> None:
+        for token, response in responses:
+            future = self._futures.get(token)
+            if future is not None and not future.done():
+                future.set_result(response)
+
+    async def _after(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
+        await asyncio.wait(earlier)
+        self._deliver(result)
+
+    async def _persist(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
+        entries = [(r.key, r.value) for r in result.records]
+        try:
+            durable = asyncio.wrap_future(self.log.append(entries))
+            await asyncio.wait_for(durable, self.timeout_ms / 1000)
+        except Exception as exc:  # StorageError, timeout, closed log: all answer a retriable error
+            self.append_failures += 1
+            log.warning("append of %d records failed: %r", len(entries), exc)
+            if earlier:
+                await asyncio.wait(earlier)
+            failure = result.on_append_failure(self.failure_error) if result.on_append_failure else None
+            if failure is not None:
+                self.apply(failure)
+            return
+        if earlier:
+            await asyncio.wait(earlier)  # replay in append order
+        self._deliver(result)
+
+    async def drain(self) -> None:
+        """Wait for every write in flight to settle."""
+        while self._writes:
+            await asyncio.wait(list(self._writes))
+
+
+class Token:
+    """Identifies one request inside the state machine; opaque to it."""
+
+    __slots__ = ()

@@ -1,0 +1,301 @@
+"""The __consumer_offsets record codec: exact bytes, round trips of every version, and garbage."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator.records import (
+    CoordinatorRecord,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    RecordDecodeError,
+    UnknownRecordType,
+    decode_key,
+    decode_record,
+    decode_value,
+    encode_key,
+    encode_value,
+    new_empty_group_metadata_record,
+    new_group_metadata_tombstone,
+    new_offset_commit_record,
+    new_offset_commit_tombstone,
+)
+
+# -- exact layouts (field order and types of Kafka's JSON schemas) -------------------------------------------
+
+
+def _str(s: str) -> bytes:
+    data = s.encode()
+    return struct.pack(">h", len(data)) + data
+
+
+def test_offset_commit_key_layout():
+    key = OffsetCommitKey("g", "t", 7)
+    assert encode_key(key) == struct.pack(">h", 1) + _str("g") + _str("t") + struct.pack(">i", 7)
+    assert decode_key(encode_key(key)) == key
+
+
+def test_offset_commit_key_version_0_reads_as_offset_commit_key():
+    assert decode_key(struct.pack(">h", 0) + _str("g") + _str("t") + struct.pack(">i", 7)) == \
+        OffsetCommitKey("g", "t", 7)
+
+
+def test_group_metadata_key_layout():
+    assert encode_key(GroupMetadataKey("grp")) == struct.pack(">h", 2) + _str("grp")
+
+
+def test_offset_commit_value_v3_layout():
+    value = OffsetCommitValue(offset=42, leader_epoch=5, metadata="m", commit_timestamp_ms=1000)
+    assert encode_value(value) == (struct.pack(">hqi", 3, 42, 5) + _str("m") + struct.pack(">q", 1000))
+
+
+def test_offset_commit_value_with_expire_timestamp_is_written_as_v1():
+    value = OffsetCommitValue(offset=42, leader_epoch=5, metadata="", commit_timestamp_ms=1000,
+                              expire_timestamp_ms=2000)
+    assert encode_value(value) == struct.pack(">hq", 1, 42) + _str("") + struct.pack(">qq", 1000, 2000)
+    # v1 has no leader epoch
+    assert decode_value(OffsetCommitKey("g", "t", 0), encode_value(value)) == \
+        OffsetCommitValue(42, -1, "", 1000, 2000)
+
+
+def test_group_metadata_value_v3_layout():
+    member = MemberMetadata("m1", "i1", "c", "/h", 300, 200, b"\x01", b"\x02\x03")
+    value = GroupMetadataValue("consumer", 4, "range", "m1", 123, (member,))
+    expected = (
+        struct.pack(">h", 3) + _str("consumer") + struct.pack(">i", 4) + _str("range") + _str("m1")
+        + struct.pack(">q", 123) + struct.pack(">i", 1)
+        + _str("m1") + _str("i1") + _str("c") + _str("/h") + struct.pack(">ii", 300, 200)
+        + struct.pack(">i", 1) + b"\x01" + struct.pack(">i", 2) + b"\x02\x03"
+    )
+    assert encode_value(value) == expected
+
+
+def test_group_metadata_value_nulls():
+    value = GroupMetadataValue("", 0, None, None, -1, ())
+    assert encode_value(value) == (
+        struct.pack(">h", 3)
+        + _str("")
+        + struct.pack(">i", 0)
+        + struct.pack(">hh", -1, -1)
+        + struct.pack(">q", -1)
+        + struct.pack(">i", 0)
+    )
+
+
+def test_group_metadata_value_v4_is_flexible():
+    member = MemberMetadata("m", None, "c", "h", 1, 2, b"s", b"a")
+    value = GroupMetadataValue("consumer", 1, "range", "m", 9, (member,))
+    expected = (
+        struct.pack(">h", 4)
+        + b"\x09consumer"
+        + struct.pack(">i", 1)
+        + b"\x06range"
+        + b"\x02m"
+        + struct.pack(">q", 9)
+        + b"\x02"  # one member
+        + b"\x02m"
+        + b"\x00"
+        + b"\x02c"
+        + b"\x02h"
+        + struct.pack(">ii", 1, 2)
+        + b"\x02s"
+        + b"\x02a"
+        + b"\x00"
+        + b"\x00"
+    )
+    assert encode_value(value, 4) == expected
+    assert decode_value(GroupMetadataKey("g"), expected) == value
+
+
+def test_v4_tagged_fields_are_skipped():
+    # OffsetCommitValue v4 with one unknown tagged field (tag 7, 3 bytes)
+    data = struct.pack(">hqi", 4, 1, 2) + b"\x02m" + struct.pack(">q", 3) + b"\x01\x07\x03abc"
+    assert decode_value(OffsetCommitKey("g", "t", 0), data) == OffsetCommitValue(1, 2, "m", 3)
+
+
+def test_tombstones():
+    assert new_offset_commit_tombstone("g", "t", 1) == CoordinatorRecord(
+        encode_key(OffsetCommitKey("g", "t", 1)), None
+    )
+    assert decode_record(new_group_metadata_tombstone("g")) == (GroupMetadataKey("g"), None)
+
+
+def test_helpers():
+    record = new_offset_commit_record("g", "t", 1, 10, leader_epoch=3, metadata="x", commit_timestamp_ms=5)
+    assert decode_record(record) == (OffsetCommitKey("g", "t", 1), OffsetCommitValue(10, 3, "x", 5, -1))
+    assert decode_record(new_empty_group_metadata_record("g", 77)) == (
+        GroupMetadataKey("g"),
+        GroupMetadataValue("", 0, None, None, 77, ()),
+    )
+
+
+def test_unknown_record_types_are_a_decode_error_of_their_own():
+    with pytest.raises(UnknownRecordType) as info:
+        decode_key(struct.pack(">h", 3) + _str("g"))
+    assert info.value.version == 3
+    assert isinstance(info.value, RecordDecodeError)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\x00",
+        struct.pack(">h", -1),
+        struct.pack(">h", 2) + struct.pack(">h", 5) + b"ab",  # short string
+        struct.pack(">h", 2) + struct.pack(">h", -1),  # null group
+        struct.pack(">h", 2) + _str("g") + b"x",  # trailing byte
+        struct.pack(">h", 2) + struct.pack(">h", 1) + b"\xff",  # bad UTF-8
+    ],
+)
+def test_bad_keys(data):
+    with pytest.raises(RecordDecodeError):
+        decode_key(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        struct.pack(">h", 5) + b"\x00" * 30,  # unknown version
+        struct.pack(">h", 3)
+        + _str("consumer")
+        + struct.pack(">i", 1)
+        + struct.pack(">hh", -1, -1)
+        + struct.pack(">q", 0)
+        + struct.pack(">i", 1_000_000),  # absurd member count
+        struct.pack(">h", 3)
+        + _str("consumer")
+        + struct.pack(">i", 1)
+        + struct.pack(">hh", -1, -1)
+        + struct.pack(">q", 0)
+        + struct.pack(">i", -2),  # negative array length
+    ],
+)
+def test_bad_group_metadata_values(data):
+    with pytest.raises(RecordDecodeError):
+        decode_value(GroupMetadataKey("g"), data)
+
+
+# -- round trips (Hypothesis) --------------------------------------------------------------------------------
+
+_text = st.text(max_size=20)
+_i32 = st.integers(-(2**31), 2**31 - 1)
+_i64 = st.integers(-(2**63), 2**63 - 1)
+
+offset_commit_keys = st.builds(OffsetCommitKey, _text, _text, _i32)
+group_metadata_keys = st.builds(GroupMetadataKey, _text)
+offset_commit_values = st.builds(OffsetCommitValue, _i64, _i32, _text, _i64, _i64)
+members = st.builds(
+    MemberMetadata,
+    _text,
+    st.none() | _text,
+    _text,
+    _text,
+    _i32,
+    _i32,
+    st.binary(max_size=20),
+    st.binary(max_size=20),
+)
+group_metadata_values = st.builds(
+    GroupMetadataValue,
+    _text,
+    _i32,
+    st.none() | _text,
+    st.none() | _text,
+    _i64,
+    st.lists(members, max_size=4).map(tuple),
+)
+
+
+def _as_read_back(value, version):
+    """What a value looks like after a trip through `version`: the fields it lacks take their defaults."""
+    if isinstance(value, OffsetCommitValue):
+        return OffsetCommitValue(
+            value.offset,
+            value.leader_epoch if version >= 3 else -1,
+            value.metadata,
+            value.commit_timestamp_ms,
+            value.expire_timestamp_ms if version == 1 else -1,
+        )
+    return GroupMetadataValue(
+        value.protocol_type,
+        value.generation,
+        value.protocol,
+        value.leader,
+        value.current_state_timestamp_ms if version >= 2 else -1,
+        tuple(
+            MemberMetadata(
+                m.member_id,
+                m.group_instance_id if version >= 3 else None,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms if version >= 1 else -1,
+                m.session_timeout_ms,
+                m.subscription,
+                m.assignment,
+            )
+            for m in value.members
+        ),
+    )
+
+
+@given(st.one_of(offset_commit_keys, group_metadata_keys))
+def test_key_round_trip(key):
+    assert decode_key(encode_key(key)) == key
+
+
+@given(offset_commit_values, st.integers(0, 4))
+def test_offset_commit_value_round_trip(value, version):
+    data = encode_value(value, version)
+    assert decode_value(OffsetCommitKey("g", "t", 0), data) == _as_read_back(value, version)
+
+
+@given(group_metadata_values, st.integers(0, 4))
+def test_group_metadata_value_round_trip(value, version):
+    data = encode_value(value, version)
+    assert decode_value(GroupMetadataKey("g"), data) == _as_read_back(value, version)
+
+
+@given(offset_commit_values)
+def test_offset_commit_value_default_version_round_trips_exactly(value):
+    assert decode_value(OffsetCommitKey("g", "t", 0), encode_value(value)) == _as_read_back(
+        value, 1 if value.expire_timestamp_ms != -1 else 3
+    )
+
+
+@given(group_metadata_values)
+def test_group_metadata_value_default_version_keeps_everything(value):
+    assert decode_value(GroupMetadataKey("g"), encode_value(value)) == value
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=64))
+def test_garbage_keys_only_raise_record_decode_error(data):
+    try:
+        decode_key(data)
+    except RecordDecodeError:
+        pass
+
+
+@settings(max_examples=300)
+@given(st.one_of(offset_commit_keys, group_metadata_keys), st.binary(max_size=96))
+def test_garbage_values_only_raise_record_decode_error(key, data):
+    try:
+        decode_value(key, data)
+    except RecordDecodeError:
+        pass
+
+
+@given(group_metadata_values, st.integers(0, 4), st.data())
+def test_truncated_values_raise_record_decode_error(value, version, data):
+    encoded = encode_value(value, version)
+    cut = data.draw(st.integers(0, len(encoded) - 1))
+    with pytest.raises(RecordDecodeError):
+        decode_value(GroupMetadataKey("g"), encoded[:cut])
