@@ -130,6 +130,10 @@ class Server:
         conns = list(self.connections.values())
         for conn in conns:
             conn.stop_reading()
+        for part in self.parts:
+            stop_waiting = getattr(part, "stop_waiting", None)
+            if stop_waiting is not None:
+                stop_waiting()  # long polls answer now with what they have, instead of holding up shutdown
         timeout_s = self.config["shutdown.timeout.ms"] / 1000
         if conns:
             waits = [asyncio.create_task(c.done.wait()) for c in conns]

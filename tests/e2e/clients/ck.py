@@ -114,7 +114,8 @@ def cmd_consume(args) -> None:
     }
     consumer = Consumer(conf)
     try:
-        consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in range(args.partitions)])
+        start = OFFSET_BEGINNING if args.start_offset is None else args.start_offset
+        consumer.assign([TopicPartition(args.topic, p, start) for p in range(args.partitions)])
         records, errors = [], []
         deadline = time.monotonic() + args.timeout
         drain_until = None
@@ -162,6 +163,7 @@ def main() -> None:
     sp.add_argument("--expect", type=int, required=True)
     sp.add_argument("--drain", type=float, default=0.5)
     sp.add_argument("--group", default="e2e-assign-only")
+    sp.add_argument("--start-offset", type=int, default=None, help="default: the beginning")
     sp.set_defaults(fn=cmd_consume)
     args = p.parse_args()
     args.fn(args)

@@ -1,0 +1,171 @@
+"""A minimal raw-socket Kafka client: kio encodes and decodes the bodies, this module does headers, framing.
+
+Used by the raw-protocol e2e tests (in the test process: they check the wire, not a client library) and by
+bench/dataplane.py for round-trip latency.
+
+Request header: >h api_key, >h api_version, >i correlation_id, >h client_id length + bytes, then for
+flexible versions (request header v2) one 0x00 byte of empty tagged fields. Response header: >i
+correlation_id, plus one tagged-fields byte for flexible versions except ApiVersions (always header v0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import socket
+import struct
+import types
+import typing
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from kio.serial.readers import read_unsigned_varint
+from kio.static.primitive import i32Timedelta, i64Timedelta
+
+API_VERSIONS = 18
+
+_writers: dict[type, Any] = {}
+_readers: dict[type, Any] = {}
+
+
+def _writer(cls: type) -> Any:
+    w = _writers.get(cls)
+    if w is None:
+        w = _writers[cls] = entity_writer(cls)
+    return w
+
+
+def _reader(cls: type) -> Any:
+    r = _readers.get(cls)
+    if r is None:
+        r = _readers[cls] = entity_reader(cls)
+    return r
+
+
+def request_class(api_key: int, version: int) -> type:
+    return load_request_schema(api_key, version)
+
+
+def response_class(api_key: int, version: int) -> type:
+    return load_response_schema(api_key, version)
+
+
+def encode_request(body: Any, correlation_id: int, client_id: str = "e2e-raw") -> bytes:
+    """A complete frame (length prefix included) for a kio request entity."""
+    cid = client_id.encode()
+    buf = io.BytesIO()
+    buf.write(struct.pack(">hhih", body.__api_key__, body.__version__, correlation_id, len(cid)))
+    buf.write(cid)
+    if body.__flexible__:
+        buf.write(b"\x00")
+    _writer(type(body))(buf, body)
+    payload = buf.getvalue()
+    return struct.pack(">i", len(payload)) + payload
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = sock.recv(n - got)
+        if not chunk:
+            raise ConnectionError(f"connection closed after {got} of {n} bytes")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv_frame(sock: socket.socket) -> bytes:
+    (size,) = struct.unpack(">i", recv_exact(sock, 4))
+    return recv_exact(sock, size)
+
+
+def decode_response(frame: bytes, api_key: int, version: int) -> tuple[int, Any]:
+    """-> (correlation_id, kio response entity)."""
+    cls = response_class(api_key, version)
+    (correlation_id,) = struct.unpack_from(">i", frame, 0)
+    offset = 4
+    if cls.__flexible__ and api_key != API_VERSIONS:
+        # response header v1: tagged fields (expected empty). Skip them generically.
+        n, offset = _read_uvarint(frame, offset)
+        for _ in range(n):
+            _tag, offset = _read_uvarint(frame, offset)
+            size, offset = _read_uvarint(frame, offset)
+            offset += size
+    body, consumed = _reader(cls)(frame, offset)  # kio readers return (value, bytes consumed)
+    if offset + consumed != len(frame):
+        raise ValueError(f"{cls.__name__}: {len(frame) - offset - consumed} trailing bytes after the body")
+    return correlation_id, body
+
+
+def _read_uvarint(buf: bytes, offset: int) -> tuple[int, int]:
+    """-> (value, offset after it)."""
+    value, size = read_unsigned_varint(buf, offset)
+    return value, offset + size
+
+
+class RawClient:
+    """One blocking connection; request() sends one request and waits for its response."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0, client_id: str = "e2e-raw") -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.client_id = client_id
+        self._next_id = 1
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, body: Any) -> Any:
+        cid = self._next_id
+        self._next_id += 1
+        self.sock.sendall(encode_request(body, cid, self.client_id))
+        got_cid, response = decode_response(recv_frame(self.sock), body.__api_key__, body.__version__)
+        if got_cid != cid:
+            raise ValueError(f"correlation id {got_cid} in answer to request {cid}")
+        return response
+
+    def request_raw(self, frame: bytes) -> bytes:
+        """Send pre-encoded bytes and return the raw response frame (used by the bench for tight loops)."""
+        self.sock.sendall(frame)
+        return recv_frame(self.sock)
+
+
+def make(cls: type, values: dict[str, Any]) -> Any:
+    """Build a kio entity from a superset of values: fields the class lacks are ignored, nested entities are
+    built from dicts, ints become the timedeltas kio uses for durations."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in values:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise KeyError(f"{cls.__module__}.{cls.__qualname__} needs a value for {f.name}")
+            continue
+        value = values[f.name]
+        tp = hints[f.name]
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if typing.get_origin(tp) in (typing.Union, types.UnionType) and args:
+            tp = args[0]
+        inner = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
+        kind = f.metadata.get("kafka_type")
+        if value is None:
+            pass
+        elif inner is not None and dataclasses.is_dataclass(inner):
+            value = tuple(make(inner, v) for v in value)
+        elif inner is not None:
+            value = tuple(value)
+        elif dataclasses.is_dataclass(tp):
+            value = make(tp, value)
+        elif kind == "timedelta_i32":
+            value = i32Timedelta.parse(datetime.timedelta(milliseconds=value))
+        elif kind == "timedelta_i64":
+            value = i64Timedelta.parse(datetime.timedelta(milliseconds=value))
+        kwargs[f.name] = value
+    return cls(**kwargs)
