@@ -10,27 +10,43 @@ Design points:
 * Batches are stored exactly as the producer sent them (see `batches` for the validation that makes that
   safe); only the baseOffset is rewritten. A Fetch therefore returns bytes a client can verify with the
   producer's own CRC, and there is no re-encoding on either path.
-* Partition storage sits behind `PartitionLog` (append / read / offset lookups). It is in memory today; a
-  durable segment-file log can replace it without touching the handlers.
-* Everything runs on the event loop without awaiting between validation and append, so a produce request's
-  batches for one partition are appended atomically and offsets are assigned without locks. The only awaiting
-  is a Fetch long poll, which parks on a future registered with the partitions it reads; appends, topic
-  deletion and `close()` wake it.
+* Partitions are durable when the plane has a data directory (`data_dir`): segment files under
+  DATA_DIR/topics, written by one writer thread per data plane (`disk`: layout, group commit, failure
+  handling; `segments`: index, recovery, reads). `start()` reopens every topic and recovers every partition (a
+  torn or corrupt tail is cut at the first bad batch). Without a data directory, partitions are
+  `PartitionLog`s in memory and nothing survives a restart.
+* Produce on disk: validation and queueing run on the event loop in request order (so a producer's pipelined
+  requests keep their order); the writer assigns offsets, writes, and for acks=-1 fsyncs (one fsync per flush
+  for all waiting appends of a partition) before the answer; acks=0/1 are answered once written (page cache).
+  A failed write or fsync answers KAFKA_STORAGE_ERROR with nothing of it left in the log; an answer that does
+  not come within the request's timeout is REQUEST_TIMED_OUT. In memory, a produce request's batches are
+  appended without awaiting, so they are atomic and offsets need no locks.
+* Fetch on disk reads the segment files through the sparse index: reads near the end of the log (just written,
+  in the page cache) run on the event loop, older ones in a worker thread. A Fetch long poll parks on a future
+  registered with the partitions it reads; appends, topic deletion and `close()` wake it.
+* Retention (durable partitions only): topic configs segment.bytes, retention.ms and retention.bytes,
+  defaulting to the broker settings log.segment.bytes, log.retention.ms and log.retention.bytes, are applied
+  every log.retention.check.interval.ms by deleting whole closed segments; the log start offset moves up and
+  Fetch / ListOffsets below it answer OFFSET_OUT_OF_RANGE / the new start.
 * One replica means the high watermark is the log end offset and, with no transactions, the last stable offset
   is the high watermark too. Fetch sessions (KIP-227) are not kept: every fetch is answered as a full,
   sessionless fetch with session id 0, which clients accept by staying in full-fetch mode.
 * Transactions are not supported: InitProducerId with a transactional id answers COORDINATOR_NOT_AVAILABLE and
   transactional batches are refused. Idempotent producers get producer ids and their batches are stored with
-  producer id, epoch and sequence as sent (no sequence-number deduplication yet).
+  producer id, epoch and sequence as sent (no sequence-number deduplication yet). Producer ids are handed out
+  in blocks whose end is persisted (DATA_DIR/topics/producer-ids.state), so ids never repeat after a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import concurrent.futures
 import dataclasses
 import itertools
+import logging
 import re
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -40,8 +56,10 @@ from coordinator.config import Config
 from protocol.api import ApiTable, RequestContext
 from protocol.build import ms
 from protocol.errors import ErrorCode
+from storage.fs import FS, OsFS
 
 from . import Broker
+from . import segments as _segments
 from .batches import (
     NO_TIMESTAMP,
     InvalidBatch,
@@ -50,6 +68,9 @@ from .batches import (
     validate_batches,
     with_base_offset,
 )
+from .disk import DiskLog, LogClosed, LogConfig, StorageFailure, TopicMeta, TopicStore, Writer
+
+logger = logging.getLogger(__name__)
 
 PRODUCE = 0
 FETCH = 1
@@ -105,6 +126,18 @@ MAX_PARTITIONS_PER_TOPIC = 10000
 # Produce acks values: 0 = no response, 1 = leader, -1 = all in-sync replicas (here the leader alone).
 _VALID_ACKS = frozenset({0, 1, -1})
 
+# Produce's timeout when a request gives none (0 or less): Kafka clients' request.timeout.ms default.
+DEFAULT_PRODUCE_TIMEOUT_MS = 30000
+# InitProducerId hands out ids in blocks; only the end of the current block is written to disk.
+PRODUCER_ID_BLOCK = 1000
+
+# Topic configs that change how partitions are stored: (lowest, highest, Kafka type), checked at creation.
+_LOG_CONFIGS: dict[str, tuple[int, int, str]] = {
+    "segment.bytes": (14, 2**31 - 1, "INT"),
+    "retention.ms": (-1, 2**63 - 1, "LONG"),
+    "retention.bytes": (-(2**63), 2**63 - 1, "LONG"),
+}
+
 # Fetch session epochs that mean "full fetch" (KIP-227): 0 opens a session, -1 asks for none.
 _FULL_FETCH_EPOCHS = frozenset({0, -1})
 READ_COMMITTED = 1
@@ -146,6 +179,7 @@ class PartitionLog:
         self._running_max: list[int] = []  # max of _max_timestamps[:i + 1], non-decreasing
         self.log_start_offset = 0
         self.high_watermark = 0  # == log end offset: a single replica commits on append
+        self.version = 0  # bumped on every append
 
     @property
     def log_end_offset(self) -> int:
@@ -171,6 +205,7 @@ class PartitionLog:
         previous = self._running_max[-1] if self._running_max else NO_TIMESTAMP
         self._running_max.append(max(previous, max_timestamp))
         self.high_watermark = base_offset + header.last_offset_delta + 1
+        self.version += 1
         return base_offset
 
     def read(self, offset: int, max_bytes: int, min_one: bool = False) -> bytes:
@@ -220,7 +255,7 @@ class PartitionLog:
 class _Topic:
     name: str
     topic_id: uuid.UUID
-    partitions: list[PartitionLog]
+    partitions: list[Any]  # PartitionLog (in memory) or DiskLog
     configs: dict[str, str]
 
     @property
@@ -248,15 +283,31 @@ class _TopicPlan:
 class EmbeddedDataPlane:
     """Single-node topics and partitions; see the module docstring."""
 
-    def __init__(self, config: Config, advertised: Callable[[], Broker]) -> None:
+    def __init__(self, config: Config, advertised: Callable[[], Broker], *, data_dir: str | None = None,
+                 fs: FS | None = None) -> None:
+        """`data_dir` None keeps partitions in memory; otherwise they live in DATA_DIR/topics, reopened by
+        `start()`. `fs` (default: the real filesystem) is for tests that inject faults."""
         self._config = config
         self._advertised = advertised
+        self._data_dir = data_dir
+        self._fs: FS = fs if fs is not None else OsFS()
         self._topics: dict[str, _Topic] = {}
         self._topics_by_id: dict[uuid.UUID, _Topic] = {}
         self._collision_keys: dict[str, str] = {}  # collision key -> topic name
+        # Topics being created or deleted on disk: the name is taken until the disk work ends.
+        self._pending: dict[str, asyncio.Future[None]] = {}
         self._producer_ids = itertools.count()
-        self._waiters: dict[PartitionLog, set[asyncio.Future[None]]] = {}
+        self._waiters: dict[Any, set[asyncio.Future[None]]] = {}
         self._closed = False
+        # Durable mode, set by start().
+        self._store: TopicStore | None = None
+        self._writer: Writer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._retention_task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._next_producer_id = 0
+        self._producer_id_limit = 0  # ids below this are covered by the persisted block end
+        self._producer_id_lock = asyncio.Lock()
 
     # -- DataPlane --------------------------------------------------------------------------------
 
@@ -274,14 +325,129 @@ class EmbeddedDataPlane:
             low, high = VERSIONS[api_key]
             table.register(api_key, low, high, handler)
 
-    async def start(self) -> None:
-        self._closed = False
+    @property
+    def durable(self) -> bool:
+        return self._data_dir is not None
 
-    async def close(self) -> None:
-        """Stop serving long polls: parked fetches answer at once with what they have."""
+    async def start(self) -> None:
+        """In durable mode: open DATA_DIR/topics, recover every partition (in a worker thread), start the
+        writer thread and the retention task."""
+        if self._stopped:
+            raise RuntimeError("a closed durable data plane cannot be started again; make a new one")
+        self._closed = False
+        if self._data_dir is None or self._store is not None:
+            return
+        loop = asyncio.get_running_loop()
+        store = TopicStore(self._fs, self._data_dir)
+        started = time.monotonic()
+        await asyncio.to_thread(store.open)
+        try:
+            loaded = await asyncio.to_thread(store.load, self._log_config)
+            next_producer_id = await asyncio.to_thread(store.read_next_producer_id)
+        except BaseException:
+            store.close()
+            raise
+        for topic in loaded:
+            meta = topic.meta
+            self._install(_Topic(meta.name, meta.topic_id, topic.logs, dict(meta.configs)))
+        self._next_producer_id = self._producer_id_limit = next_producer_id
+        self._store = store
+        self._loop = loop
+        self._writer = Writer(self._fs, self._post, self._on_applied)
+        self._writer.start()
+        self._retention_task = loop.create_task(self._retention_loop())
+        partitions = sum(len(t.partitions) for t in self._topics.values())
+        logger.info("data plane opened %s: %d topics, %d partitions in %.2fs", store.directory,
+                    len(self._topics), partitions, time.monotonic() - started)
+
+    def stop_waiting(self) -> None:
+        """Shutdown has begun: parked fetches answer at once with what they have, and no new one parks."""
         self._closed = True
         for futures in self._waiters.values():
             _wake(futures)
+
+    async def close(self) -> None:
+        """Stop serving long polls (see stop_waiting). In durable mode, also finish queued writes, fsync what
+        acks=0/1 left unsynced, and close every file."""
+        self.stop_waiting()
+        if self._retention_task is not None:
+            self._retention_task.cancel()
+            try:
+                await self._retention_task
+            except asyncio.CancelledError:
+                pass
+            self._retention_task = None
+        if self._writer is None or self._store is None:
+            return
+        self._stopped = True
+        logs = [p for t in self._topics.values() for p in t.partitions]
+        self._writer.stop(logs)
+        timeout = self._config["shutdown.timeout.ms"] / 1000
+        if not await asyncio.to_thread(self._writer.join, timeout):
+            logger.error("the data plane writer did not stop within %.1fs (is a fsync hanging?)", timeout)
+        for partition in logs:
+            partition.retire()
+        self._store.close()
+
+    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run `fn(*args)` on the event loop (from the writer thread)."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            pass  # the loop is closed: nobody is waiting any more
+
+    def _on_applied(self, partition: DiskLog, events: list[tuple[str, Any]]) -> None:
+        partition.apply(events)
+        _wake(self._waiters.get(partition, ()))
+
+    def _log_config(self, configs: dict[str, str]) -> LogConfig:
+        def value(topic_key: str, broker_key: str) -> int:
+            text = configs.get(topic_key)
+            return self._config[broker_key] if text is None else int(text.strip())
+
+        return LogConfig(segment_bytes=value("segment.bytes", "log.segment.bytes"),
+                         retention_ms=value("retention.ms", "log.retention.ms"),
+                         retention_bytes=value("retention.bytes", "log.retention.bytes"))
+
+    # -- retention --------------------------------------------------------------------------------
+
+    async def _retention_loop(self) -> None:
+        interval = self._config["log.retention.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.enforce_retention()
+            except Exception:
+                logger.exception("retention check failed")
+
+    async def enforce_retention(self, now_ms: int | None = None) -> int:
+        """Delete the closed segments retention no longer keeps (durable partitions only); returns how many.
+        The log start offset moves at once; the files are removed by the writer thread."""
+        if self._writer is None or self._store is None:
+            return 0
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        removed = 0
+        for topic in list(self._topics.values()):
+            for index, partition in enumerate(topic.partitions):
+                if partition.retired:  # its topic was deleted while an earlier removal was awaited
+                    continue
+                count = partition.retention_victims(now)
+                if not count:
+                    continue
+                victims = partition.drop_oldest(count)
+                removed += count
+                logger.info("retention: %s-%d deletes %d segment(s), log start offset now %d", topic.name,
+                            index, count, partition.log_start_offset)
+                try:
+                    await asyncio.wrap_future(
+                        self._writer.call(self._store.remove_segments, partition, [v.path for v in victims]))
+                except Exception as exc:
+                    logger.warning("retention: removing segments of %s-%d failed (done after a restart): %s",
+                                   topic.name, index, exc)
+        return removed
 
     def log_end_offset(self, topic: str, partition: int) -> int | None:
         log = self._log(topic, partition)
@@ -299,11 +465,22 @@ class EmbeddedDataPlane:
 
     def create_topic(self, name: str, num_partitions: int = -1,
                      configs: dict[str, str] | None = None) -> uuid.UUID:
-        """Create a topic as CreateTopics would (-1 partitions = `num.partitions`); raises TopicError."""
-        plan = self._plan_topic(name, num_partitions, -1, (), dict(configs or {}))
-        return self._create(plan).topic_id
+        """Create a topic as CreateTopics would (-1 partitions = `num.partitions`); raises TopicError.
 
-    def _log(self, topic: str, partition: int) -> PartitionLog | None:
+        In durable mode this blocks until the topic's files are written (for tests and tools; the handlers
+        never block)."""
+        plan = self._plan_topic(name, num_partitions, -1, (), dict(configs or {}))
+        if self._data_dir is None:
+            return self._create(plan).topic_id
+        writer, store = self._durable_parts()
+        meta, config = self._new_meta(plan)
+        try:
+            logs = writer.call(store.create_topic, meta, config).result()
+        except Exception as exc:
+            raise TopicError(ErrorCode.kafka_storage_error, f"cannot create topic {name}: {exc}") from exc
+        return self._install(_Topic(meta.name, meta.topic_id, logs, meta.configs)).topic_id
+
+    def _log(self, topic: str, partition: int) -> Any:
         found = self._topics.get(topic)
         if found is None or not 0 <= partition < len(found.partitions):
             return None
@@ -323,7 +500,7 @@ class EmbeddedDataPlane:
             raise TopicError(ErrorCode.invalid_topic_exception, problem)
         if name == CLUSTER_METADATA_TOPIC:
             raise TopicError(ErrorCode.invalid_request, f"Creation of internal topic {name} is prohibited.")
-        if name in self._topics:
+        if name in self._topics or name in self._pending:
             raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         colliding = self._collision_keys.get(_collision_key(name))
         if colliding is not None:
@@ -333,6 +510,21 @@ class EmbeddedDataPlane:
         if null_configs:
             raise TopicError(ErrorCode.invalid_config,
                              f"Null value not supported for topic configs: {','.join(null_configs)}")
+        for key, (lowest, highest, kind) in _LOG_CONFIGS.items():
+            text = configs.get(key)
+            if text is None:
+                continue
+            try:
+                number = int(text.strip())
+            except ValueError:
+                raise TopicError(ErrorCode.invalid_config, f"Invalid value {text} for configuration {key}: "
+                                 f"Not a number of type {kind}") from None
+            if number < lowest:
+                raise TopicError(ErrorCode.invalid_config, f"Invalid value {text} for configuration {key}: "
+                                 f"Value must be at least {lowest}")
+            if number > highest:
+                raise TopicError(ErrorCode.invalid_config, f"Invalid value {text} for configuration {key}: "
+                                 f"Value must be no more than {highest}")
         node_id = self._advertised().node_id
         assignments = list(assignments)
         if assignments:
@@ -389,23 +581,98 @@ class EmbeddedDataPlane:
         return _TopicPlan(name, num_partitions, replication_factor,
                           {k: v for k, v in configs.items() if v is not None})
 
-    def _create(self, plan: _TopicPlan) -> _Topic:
+    def _new_topic_id(self) -> uuid.UUID:
         topic_id = uuid.uuid4()
         while topic_id in self._topics_by_id or topic_id.int == 0:  # pragma: no cover - astronomically rare
             topic_id = uuid.uuid4()
+        return topic_id
+
+    def _create(self, plan: _TopicPlan) -> _Topic:
+        """An in-memory topic."""
         logs = [PartitionLog() for _ in range(plan.num_partitions)]
-        topic = _Topic(plan.name, topic_id, logs, plan.configs)
-        self._topics[plan.name] = topic
-        self._topics_by_id[topic_id] = topic
-        self._collision_keys[_collision_key(plan.name)] = plan.name
+        return self._install(_Topic(plan.name, self._new_topic_id(), logs, plan.configs))
+
+    def _install(self, topic: _Topic) -> _Topic:
+        self._topics[topic.name] = topic
+        self._topics_by_id[topic.topic_id] = topic
+        self._collision_keys[_collision_key(topic.name)] = topic.name
         return topic
 
     def _delete(self, topic: _Topic) -> None:
         del self._topics[topic.name]
         del self._topics_by_id[topic.topic_id]
-        self._collision_keys.pop(_collision_key(topic.name), None)
-        for log in topic.partitions:
-            _wake(self._waiters.pop(log, set()))
+        if self._collision_keys.get(_collision_key(topic.name)) == topic.name:
+            del self._collision_keys[_collision_key(topic.name)]
+        for partition in topic.partitions:
+            _wake(self._waiters.pop(partition, set()))
+
+    def _durable_parts(self) -> tuple[Writer, TopicStore]:
+        if self._writer is None or self._store is None:
+            raise RuntimeError("the durable data plane is not started")
+        return self._writer, self._store
+
+    def _new_meta(self, plan: _TopicPlan) -> tuple[TopicMeta, LogConfig]:
+        meta = TopicMeta(plan.name, self._new_topic_id(), plan.num_partitions, dict(plan.configs))
+        return meta, self._log_config(meta.configs)
+
+    def _reserve(self, name: str) -> asyncio.Future[None]:
+        """Take `name` while its topic is created or deleted on disk (other creations see it as existing)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending[name] = future
+        self._collision_keys.setdefault(_collision_key(name), name)
+        return future
+
+    def _unreserve(self, name: str, future: asyncio.Future[None]) -> None:
+        if self._pending.get(name) is future:
+            del self._pending[name]
+        key = _collision_key(name)
+        if name not in self._topics and self._collision_keys.get(key) == name:
+            del self._collision_keys[key]
+        _resolve(future)
+
+    async def _settled(self, name: str) -> None:
+        """Wait until no creation or deletion of `name` is under way."""
+        while (future := self._pending.get(name)) is not None:
+            await asyncio.shield(future)
+
+    async def _create_topic(self, plan: _TopicPlan) -> _Topic:
+        """Create a planned topic: in memory at once, on disk through the writer thread."""
+        if self._data_dir is None:
+            return self._create(plan)
+        writer, store = self._durable_parts()
+        meta, config = self._new_meta(plan)
+        reservation = self._reserve(plan.name)
+        try:
+            logs = await asyncio.wrap_future(writer.call(store.create_topic, meta, config))
+        except (OSError, StorageFailure, LogClosed) as exc:
+            logger.error("cannot create topic %s: %s", plan.name, exc)
+            raise TopicError(ErrorCode.kafka_storage_error,
+                             f"cannot create topic {plan.name}: {exc}") from exc
+        else:
+            return self._install(_Topic(meta.name, meta.topic_id, logs, meta.configs))
+        finally:
+            self._unreserve(plan.name, reservation)
+
+    async def _delete_topic(self, topic: _Topic) -> tuple[ErrorCode, str | None]:
+        """Delete a topic: in memory at once; on disk the metadata file goes first (the commit point), and if
+        that fails the topic stays."""
+        self._delete(topic)
+        if self._data_dir is None:
+            return ErrorCode.none, None
+        writer, store = self._durable_parts()
+        meta = TopicMeta(topic.name, topic.topic_id, len(topic.partitions), topic.configs)
+        reservation = self._reserve(topic.name)
+        try:
+            await asyncio.wrap_future(writer.call(store.delete_topic, meta, list(topic.partitions)))
+        except (OSError, StorageFailure, LogClosed) as exc:
+            logger.error("cannot delete topic %s: %s", topic.name, exc)
+            self._install(topic)
+            return ErrorCode.kafka_storage_error, f"cannot delete topic {topic.name}: {exc}"
+        finally:
+            self._unreserve(topic.name, reservation)
+        for partition in topic.partitions:
+            partition.retire()
+        return ErrorCode.none, None
 
     # -- Metadata ---------------------------------------------------------------------------------
 
@@ -447,6 +714,9 @@ class EmbeddedDataPlane:
                     topics.append(_metadata_error(ErrorCode.invalid_request, None, None))
                     continue
                 found = self._topics.get(name)
+                if found is None and name in self._pending:
+                    await self._settled(name)
+                    found = self._topics.get(name)
                 if found is None:
                     if topic_name_error(name) is not None:
                         topics.append(_metadata_error(ErrorCode.invalid_topic_exception, name, None))
@@ -455,7 +725,7 @@ class EmbeddedDataPlane:
                         topics.append(_metadata_error(ErrorCode.unknown_topic_or_partition, name, None))
                         continue
                     try:
-                        found = self._create(self._plan_topic(name, -1, -1, (), {}))
+                        found = await self._create_topic(self._plan_topic(name, -1, -1, (), {}))
                     except TopicError as exc:
                         topics.append(_metadata_error(exc.error_code, name, None))
                         continue
@@ -512,7 +782,16 @@ class EmbeddedDataPlane:
                                 "error_message": exc.message, "num_partitions": -1, "replication_factor": -1,
                                 "configs": ()})
                 continue
-            topic_id = None if request.validate_only else self._create(plan).topic_id
+            if request.validate_only:
+                topic_id = None
+            else:
+                try:
+                    topic_id = (await self._create_topic(plan)).topic_id
+                except TopicError as exc:
+                    results.append({"name": topic.name, "topic_id": None, "error_code": exc.error_code,
+                                    "error_message": exc.message, "num_partitions": -1,
+                                    "replication_factor": -1, "configs": ()})
+                    continue
             results.append({
                 "name": plan.name,
                 "topic_id": topic_id,
@@ -574,8 +853,13 @@ class EmbeddedDataPlane:
             elif found not in targets:
                 targets.append(found)
         for found in targets:
-            self._delete(found)
-            results.append(_delete_result(found.name, found.topic_id, ErrorCode.none, None))
+            if self._topics.get(found.name) is not found:  # deleted by another request meanwhile
+                results.append(_delete_result(found.name, found.topic_id,
+                                              ErrorCode.unknown_topic_or_partition,
+                                              "This server does not host this topic-partition."))
+                continue
+            code, message = await self._delete_topic(found)
+            results.append(_delete_result(found.name, found.topic_id, code, message))
         return {"throttle_time": 0, "responses": results}
 
     # -- InitProducerId ---------------------------------------------------------------------------
@@ -592,8 +876,28 @@ class EmbeddedDataPlane:
             if request.transactional_id == "":
                 return _init_producer_id_error(ErrorCode.invalid_request)
             return _init_producer_id_error(ErrorCode.coordinator_not_available)
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": next(self._producer_ids),
+        if self._data_dir is None:
+            producer_id = next(self._producer_ids)
+        else:
+            try:
+                producer_id = await self._allocate_producer_id()
+            except (OSError, StorageFailure, LogClosed, RuntimeError) as exc:
+                logger.error("cannot persist the next producer id block: %s", exc)
+                return _init_producer_id_error(ErrorCode.coordinator_not_available)
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": producer_id,
                 "producer_epoch": 0}
+
+    async def _allocate_producer_id(self) -> int:
+        """The next producer id; a new block's end is made durable before any id of it is handed out."""
+        async with self._producer_id_lock:
+            if self._next_producer_id >= self._producer_id_limit:
+                writer, store = self._durable_parts()
+                limit = self._next_producer_id + PRODUCER_ID_BLOCK
+                await asyncio.wrap_future(writer.call(store.write_next_producer_id, limit))
+                self._producer_id_limit = limit
+            producer_id = self._next_producer_id
+            self._next_producer_id += 1
+            return producer_id
 
     # -- Produce ----------------------------------------------------------------------------------
 
@@ -605,6 +909,7 @@ class EmbeddedDataPlane:
         acks = request.acks
         max_batch_bytes = self._config["message.max.bytes"]
         appended: list[PartitionLog] = []
+        writes: list[tuple[dict[str, Any], DiskLog, concurrent.futures.Future[int]]] = []
         responses: list[dict[str, Any]] = []
         for topic_data in request.topic_data:
             if version >= 13:
@@ -636,19 +941,30 @@ class EmbeddedDataPlane:
                     partitions.append(_produce_error(index, ErrorCode.invalid_txn_state,
                                                      "transactions are not supported by this server"))
                     continue
-                log = topic.partitions[index]
+                partition = topic.partitions[index]
+                if isinstance(partition, DiskLog):
+                    if self._writer is None:
+                        partitions.append(_produce_error(index, ErrorCode.kafka_storage_error,
+                                                         "the data plane is not started"))
+                        continue
+                    # Answered below, once the writer thread has written (and for acks=-1 fsynced) it.
+                    answer = _produce_error(index, ErrorCode.none, None)
+                    future = self._writer.append(partition, [b.data for b in batches], sync=acks == -1)
+                    writes.append((answer, partition, future))
+                    partitions.append(answer)
+                    continue
                 base_offset = -1
                 for batch in batches:
-                    offset = log.append(batch.data, batch.max_timestamp)
+                    offset = partition.append(batch.data, batch.max_timestamp)
                     if base_offset < 0:
                         base_offset = offset
-                appended.append(log)
+                appended.append(partition)
                 partitions.append({
                     "index": index,
                     "error_code": ErrorCode.none,
                     "base_offset": base_offset,
                     "log_append_time": None,  # -1: CreateTime
-                    "log_start_offset": log.log_start_offset,
+                    "log_start_offset": partition.log_start_offset,
                     "record_errors": (),
                     "error_message": None,
                 })
@@ -657,11 +973,47 @@ class EmbeddedDataPlane:
                 "topic_id": getattr(topic_data, "topic_id", None),
                 "partition_responses": partitions,
             })
-        for log in appended:
-            _wake(self._waiters.get(log, ()))
+        for partition in appended:
+            _wake(self._waiters.get(partition, ()))
+        if writes:
+            # acks=0 waits too, without answering: it keeps a connection's produce requests from piling up.
+            await self._await_writes(writes, ms(request.timeout))
         if acks == 0:
             return None
         return {"responses": responses, "throttle_time": 0}
+
+    @staticmethod
+    async def _await_writes(writes: list[tuple[dict[str, Any], DiskLog, concurrent.futures.Future[int]]],
+                            timeout_ms: int) -> None:
+        """Fill in each partition's answer once its append is settled, or REQUEST_TIMED_OUT after the
+        request's timeout (appends still queued then are withdrawn)."""
+        if timeout_ms <= 0:
+            timeout_ms = DEFAULT_PRODUCE_TIMEOUT_MS
+        waiting = [asyncio.wrap_future(future) for _, _, future in writes]
+        try:
+            _, late = await asyncio.wait(waiting, timeout=timeout_ms / 1000)
+        finally:
+            for future in waiting:
+                if not future.done():
+                    future.cancel()
+        for (answer, partition, _), future in zip(writes, waiting, strict=True):
+            if future in late or future.cancelled():
+                answer["error_code"] = ErrorCode.request_timed_out
+                answer["error_message"] = f"the write was not acknowledged within {timeout_ms} ms"
+                continue
+            exc = future.exception()
+            if exc is None:
+                answer["error_code"] = ErrorCode.none
+                answer["base_offset"] = future.result()
+                answer["log_start_offset"] = partition.log_start_offset
+            elif isinstance(exc, LogClosed):
+                answer["error_code"] = ErrorCode.unknown_topic_or_partition
+                answer["error_message"] = str(exc)
+            else:
+                if not isinstance(exc, StorageFailure):
+                    logger.error("append failed", exc_info=exc)
+                answer["error_code"] = ErrorCode.kafka_storage_error
+                answer["error_message"] = str(exc)
 
     # -- ListOffsets ------------------------------------------------------------------------------
 
@@ -687,24 +1039,36 @@ class EmbeddedDataPlane:
                 elif (error := _leader_epoch_error(getattr(p, "current_leader_epoch", -1))) is not None:
                     partitions.append(_list_offsets_error(index, error))
                 else:
-                    partitions.append(self._offset_for(index, topic.partitions[index], timestamp))
+                    partitions.append(await self._offset_for(index, topic.partitions[index], timestamp))
             topics.append({"name": topic_request.name, "partitions": partitions})
         return {"throttle_time": 0, "topics": topics}
 
     @staticmethod
-    def _offset_for(index: int, log: PartitionLog, timestamp: int) -> dict[str, Any]:
+    async def _offset_for(index: int, partition: Any, timestamp: int) -> dict[str, Any]:
         found: tuple[int, int] | None
         epoch = LEADER_EPOCH
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            found = (NO_TIMESTAMP, log.log_start_offset)
+            found = (NO_TIMESTAMP, partition.log_start_offset)
         elif timestamp == LATEST_TIMESTAMP:
-            found = (NO_TIMESTAMP, log.high_watermark)
+            found = (NO_TIMESTAMP, partition.high_watermark)
         elif timestamp == LATEST_TIERED_TIMESTAMP:
             found, epoch = (NO_TIMESTAMP, -1), -1  # nothing is tiered
+        elif isinstance(partition, DiskLog):
+            views = partition.views()
+            try:
+                if timestamp == MAX_TIMESTAMP:
+                    found = await asyncio.to_thread(_segments.max_timestamp_offset, views)
+                else:
+                    found = await asyncio.to_thread(_segments.offset_for_timestamp, views, timestamp)
+            except (OSError, ValueError) as exc:
+                logger.error("ListOffsets read failed: %s", exc)
+                return _list_offsets_error(index, ErrorCode.kafka_storage_error)
+            finally:
+                DiskLog.release(views)
         elif timestamp == MAX_TIMESTAMP:
-            found = log.max_timestamp_offset()
+            found = partition.max_timestamp_offset()
         else:
-            found = log.offset_for_timestamp(timestamp)
+            found = partition.offset_for_timestamp(timestamp)
         if found is None:
             return {"partition_index": index, "error_code": ErrorCode.none, "timestamp": -1, "offset": -1,
                     "leader_epoch": -1}
@@ -728,24 +1092,27 @@ class EmbeddedDataPlane:
         max_wait = ms(request.max_wait) / 1000
         deadline = loop.time() + max_wait
         while True:
-            responses, total, failed, logs = self._fetch_once(request, version)
+            responses, total, failed, logs = await self._fetch_once(request, version)
             if self._closed or failed or total >= request.min_bytes or max_wait <= 0 or not logs:
                 break
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            await self._wait_for_data(logs, remaining)
+            if any(partition.version != seen for partition, seen in logs):
+                continue  # appended to while a read was in a worker thread: read again before parking
+            await self._wait_for_data([partition for partition, _ in logs], remaining)
         return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses}
 
-    def _fetch_once(
+    async def _fetch_once(
         self, request: Any, version: int
-    ) -> tuple[list[dict[str, Any]], int, bool, list[PartitionLog]]:
-        """One pass over the requested partitions: (topic responses, record bytes, any error, logs read)."""
+    ) -> tuple[list[dict[str, Any]], int, bool, list[tuple[Any, int]]]:
+        """One pass over the requested partitions: (topic responses, record bytes, any error, and for each log
+        read: (log, its version before the read))."""
         remaining = request.max_bytes
         min_one = True
         total = 0
         failed = False
-        logs: list[PartitionLog] = []
+        logs: list[tuple[Any, int]] = []
         read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
         responses: list[dict[str, Any]] = []
         for fetch_topic in request.topics:
@@ -758,34 +1125,42 @@ class EmbeddedDataPlane:
             partitions: list[dict[str, Any]] = []
             for p in fetch_topic.partitions:
                 index = p.partition
-                log: PartitionLog | None = None
+                partition: Any = None
                 if topic is None:
                     error: ErrorCode | None = missing
                 elif not 0 <= index < len(topic.partitions):
                     error = ErrorCode.unknown_topic_or_partition
                 else:
                     error = _leader_epoch_error(getattr(p, "current_leader_epoch", -1))
-                    log = topic.partitions[index]
-                if error is not None or log is None:
+                    partition = topic.partitions[index]
+                if error is not None or partition is None:
                     failed = True
                     partitions.append(_fetch_error(index, error or ErrorCode.unknown_topic_or_partition))
                     continue
-                logs.append(log)
+                logs.append((partition, partition.version))
                 answer = {
                     "partition_index": index,
                     "error_code": ErrorCode.none,
-                    "high_watermark": log.high_watermark,
-                    "last_stable_offset": log.high_watermark,
-                    "log_start_offset": log.log_start_offset,
+                    "high_watermark": partition.high_watermark,
+                    "last_stable_offset": partition.high_watermark,
+                    "log_start_offset": partition.log_start_offset,
                     "aborted_transactions": () if read_committed else None,
                     "preferred_read_replica": -1,
                     "records": b"",
                 }
-                if not log.log_start_offset <= p.fetch_offset <= log.high_watermark:
+                if not partition.log_start_offset <= p.fetch_offset <= partition.high_watermark:
                     failed = True
                     answer["error_code"] = ErrorCode.offset_out_of_range
                 else:
-                    data = log.read(p.fetch_offset, min(p.partition_max_bytes, remaining), min_one)
+                    try:
+                        data = await self._read(partition, p.fetch_offset,
+                                                min(p.partition_max_bytes, remaining), min_one)
+                    except (OSError, ValueError) as exc:
+                        logger.error("Fetch read of %s-%d failed: %s", getattr(fetch_topic, "topic", None),
+                                     index, exc)
+                        failed = True
+                        partitions.append(_fetch_error(index, ErrorCode.kafka_storage_error))
+                        continue
                     if data:
                         min_one = False
                         total += len(data)
@@ -799,7 +1174,21 @@ class EmbeddedDataPlane:
             })
         return responses, total, failed, logs
 
-    async def _wait_for_data(self, logs: list[PartitionLog], timeout: float) -> None:
+    @staticmethod
+    async def _read(partition: Any, offset: int, max_bytes: int, min_one: bool) -> bytes:
+        """Read a partition: in memory directly; on disk on the event loop when the bytes were just written
+        (page cache), else in a worker thread, holding the segments open meanwhile."""
+        if not isinstance(partition, DiskLog) or partition.is_hot(offset):
+            return partition.read(offset, max_bytes, min_one)
+        if not partition.log_start_offset <= offset < partition.high_watermark:
+            return b""
+        views = partition.views(offset)
+        try:
+            return await asyncio.to_thread(_segments.read_views, views, offset, max_bytes, min_one)
+        finally:
+            DiskLog.release(views)
+
+    async def _wait_for_data(self, logs: list[Any], timeout: float) -> None:
         """Park until one of `logs` is appended to, its topic is deleted, the plane closes, or `timeout`."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()

@@ -26,7 +26,7 @@ def build_server(
     from coordinator.dataplane.embedded import EmbeddedDataPlane
 
     server = Server(config, listen=listen, admin_listen=admin_listen, advertised=advertised, data_dir=data_dir)
-    dataplane = EmbeddedDataPlane(config, server.broker)
+    dataplane = EmbeddedDataPlane(config, server.broker, data_dir=data_dir)
     server.dataplane = dataplane
     server.add_part(dataplane)
     server.add_part(CoordinatorLookup(server.broker))

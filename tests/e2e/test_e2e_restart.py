@@ -1,9 +1,4 @@
-"""Topics and records survive a graceful restart on the same --data-dir.
-
-The embedded data plane keeps partition logs in memory today (coordinator/dataplane/embedded.py: "a durable
-segment-file log can replace it"), so this is a strict xfail: once the log is durable it passes, the xfail
-turns into a failure, and the marker must go.
-"""
+"""Topics and records survive a graceful restart on the same --data-dir (partitions are segment files)."""
 
 from __future__ import annotations
 
@@ -21,7 +16,6 @@ from e2e_support import (
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.xfail(strict=True, reason="the embedded data plane keeps partition logs in memory (not durable)")
 def test_records_survive_graceful_restart(server_factory, tmp_path):
     first = server_factory()
     topic, partitions, n = "restart-topic", 2, 300
