@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -22,6 +23,14 @@ def _bool(text: str) -> bool:
     if lowered in ("false", "0", "no", "off"):
         return False
     raise ValueError(f"not a boolean: {text!r}")
+
+
+def _regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression: {text!r} ({exc})") from None
+    return text
 
 
 def _list(text: str) -> tuple[str, ...]:
@@ -49,6 +58,27 @@ SETTINGS: tuple[Setting, ...] = (
             kafka=False, minimum=1),
     Setting("shutdown.timeout.ms", 10000, int, "How long a graceful shutdown waits for in-flight requests.", "ms",
             kafka=False, minimum=0),
+    # -- observability (admin listener) ------------------------------------------------------------
+    Setting("metrics.groups.include", "", _regex,
+            "Export per-group series only for groups whose whole id matches this regex (empty: all).", kafka=False),
+    Setting("metrics.groups.exclude", "", _regex,
+            "Export no series for groups whose whole id matches this regex (empty: none excluded).", kafka=False),
+    Setting("metrics.topics.include", "", _regex,
+            "Export per-topic and per-partition series only for topics matching this regex (empty: all).",
+            kafka=False),
+    Setting("metrics.topics.exclude", "", _regex,
+            "Export no series for topics whose whole name matches this regex (empty: none excluded).", kafka=False),
+    Setting("metrics.partition.series.enable", True, _bool,
+            "Export per-partition series (offsets, lag, lag seconds); off keeps per-topic and per-group sums.",
+            kafka=False),
+    Setting("metrics.lag.sample.interval.ms", 5000, int,
+            "How often the log-end offsets of consumed partitions are sampled for the lag-in-seconds estimate.",
+            "ms", kafka=False, minimum=100),
+    Setting("metrics.lag.history.samples", 120, int,
+            "Samples of (log-end offset, time) kept per partition (flat stretches take two).", kafka=False,
+            minimum=2),
+    Setting("admin.rebalance.timeline.size", 25, int, "Rebalances kept per group for the /v1 timeline.",
+            kafka=False, minimum=1),
     # -- data plane (standalone) -------------------------------------------------------------------
     Setting("auto.create.topics.enable", True, _bool, "Create a topic on first Metadata request for it."),
     Setting("num.partitions", 1, int, "Partitions of an auto-created topic.", minimum=1),
@@ -77,6 +107,17 @@ SETTINGS: tuple[Setting, ...] = (
             "How long compaction keeps tombstones before dropping them.", "ms", minimum=0),
     Setting("offsets.topic.compaction.interval.ms", 300000, int,
             "How often the group log's closed segments are compacted.", "ms", kafka=False, minimum=1000),
+    Setting("log.segment.bytes", 1073741824, int,
+            "Size at which a partition's segment file is rolled (topic config segment.bytes).", "bytes",
+            minimum=14),
+    Setting("log.retention.ms", 604800000, int,
+            "How long a closed segment is kept after its newest record (topic config retention.ms); "
+            "-1: forever.", "ms", minimum=-1),
+    Setting("log.retention.bytes", -1, int,
+            "Partition size above which its oldest closed segments are deleted (topic config "
+            "retention.bytes); -1: no limit.", "bytes", minimum=-1),
+    Setting("log.retention.check.interval.ms", 300000, int, "How often retention deletes old segments.", "ms",
+            minimum=1),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
