@@ -10,6 +10,7 @@ an empty result, and /readyz is not ready.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 from coordinator.clock import OFFSETS_EXPIRATION_KEY
 from coordinator.config import Config
-from coordinator.group.manager import GroupMetadataManager
+from coordinator.group.manager import GROUP_METADATA_KEY_PREFIX, GroupMetadataManager
 from coordinator.records import CoordinatorRecord
 from protocol.api import ApiTable, RequestContext
 from protocol.errors import ErrorCode
@@ -45,6 +46,9 @@ GROUP_APIS = (
     (OFFSET_DELETE, 0, 0, "offset_delete"),
 )
 
+# Requests that read or change membership wait for in-flight group-metadata writes (see ShardRuntime).
+GATED_APIS = frozenset({JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, OFFSET_COMMIT, DELETE_GROUPS, OFFSET_DELETE})
+
 LOAD_PROGRESS_INTERVAL_S = 2.0
 
 
@@ -52,7 +56,7 @@ class GroupCoordinator:
     def __init__(self, config: Config, data_dir: str | None) -> None:
         self.config = config
         self.data_dir = os.path.join(data_dir, "groups", "shard-0") if data_dir else None
-        self.runtime = ShardRuntime(timeout_ms=config["offsets.commit.timeout.ms"])
+        self.runtime = ShardRuntime(timeout_ms=config["offsets.commit.timeout.ms"], barrier=_is_group_metadata)
         self.clock = LoopClock()
         self.timer = AsyncioTimer(self.runtime)
         self.manager = GroupMetadataManager(self.clock, self.timer, config)
@@ -109,6 +113,10 @@ class GroupCoordinator:
         self.load_stats["seconds"] = elapsed
         self.runtime.apply(self.manager.on_loaded())
         self._schedule_offset_expiration()
+        # What was loaded lives long: keep it out of the cyclic collector's full passes, which otherwise walk
+        # every loaded offset and set the commit p99 (measured: 60-250 ms pauses, gone after freezing).
+        gc.collect()
+        gc.freeze()
         self.loaded = True
         log.info("group coordinator loaded in %.2fs: %s", elapsed, self.load_stats)
         if self.runtime.log is not None:
@@ -161,10 +169,13 @@ class GroupCoordinator:
         method = getattr(self.manager, method_name)
         runtime = self.runtime
 
+        gated = api_key in GATED_APIS
+
         if api_key == JOIN_GROUP:
             async def join(ctx: RequestContext, request: Any) -> Any:
                 if not self.loaded:
                     return loading_response(api_key, ctx.api_version, request)
+                await runtime.quiesce()
                 return await runtime.call(method, ctx.api_version, request, client_id=ctx.client_id or "",
                                           client_host="/" + ctx.client_host)
             return join
@@ -172,9 +183,15 @@ class GroupCoordinator:
         async def handle(ctx: RequestContext, request: Any) -> Any:
             if not self.loaded:
                 return loading_response(api_key, ctx.api_version, request)
+            if gated:
+                await runtime.quiesce()
             return await runtime.call(method, ctx.api_version, request)
 
         return handle
+
+
+def _is_group_metadata(record: CoordinatorRecord) -> bool:
+    return record.key[:2] == GROUP_METADATA_KEY_PREFIX
 
 
 def loading_response(api_key: int, version: int, request: Any) -> dict[str, Any]:

@@ -36,7 +36,11 @@ class LoopClock:
 
 
 class Applier(Protocol):
+    barriers: set[asyncio.Task[None]]
+
     def apply(self, result: Any) -> None: ...
+
+    async def quiesce(self) -> None: ...
 
 
 class AsyncioTimer:
@@ -45,6 +49,7 @@ class AsyncioTimer:
     def __init__(self, runtime: Applier) -> None:
         self._runtime = runtime
         self._handles: dict[str, asyncio.TimerHandle] = {}
+        self._deferred: dict[str, asyncio.Task[None]] = {}
 
     def schedule(self, key: str, delay_ms: int, op: Callable[[], Any]) -> None:
         self.cancel(key)
@@ -55,17 +60,35 @@ class AsyncioTimer:
         handle = self._handles.pop(key, None)
         if handle is not None:
             handle.cancel()
+        deferred = self._deferred.pop(key, None)
+        if deferred is not None:
+            deferred.cancel()
 
     def is_scheduled(self, key: str) -> bool:
-        return key in self._handles
+        return key in self._handles or key in self._deferred
 
     def cancel_all(self) -> None:
         for handle in self._handles.values():
             handle.cancel()
         self._handles.clear()
+        for task in self._deferred.values():
+            task.cancel()
+        self._deferred.clear()
 
     def _fire(self, key: str, op: Callable[[], Any]) -> None:
         self._handles.pop(key, None)
+        if self._runtime.barriers:
+            self._deferred[key] = asyncio.get_running_loop().create_task(self._fire_later(key, op))
+            return
+        self._run(key, op)
+
+    async def _fire_later(self, key: str, op: Callable[[], Any]) -> None:
+        await self._runtime.quiesce()
+        if self._deferred.get(key) is asyncio.current_task():
+            del self._deferred[key]
+            self._run(key, op)
+
+    def _run(self, key: str, op: Callable[[], Any]) -> None:
         try:
             result = op()
         except Exception:
@@ -81,18 +104,31 @@ class ShardRuntime:
     state machine and the result's responses released. If the append fails or is not durable within
     `timeout_ms` (offsets.commit.timeout.ms), the state machine's `on_append_failure` undoes what it applied and
     its answers (a retriable COORDINATOR_NOT_AVAILABLE) are released instead. A result without records that
-    follows writes still in flight waits for them to settle, so an answer never overtakes a write it may depend on
-    (a follower's SyncGroup after the leader's assignment is written).
+    follows writes still in flight waits for them to settle, so an answer never overtakes a write it may depend on.
+
+    Barrier writes (group metadata: a new group, the leader's assignment, a static replacement) go further: the
+    state machine applies them in memory before they are durable and undoes them if the append fails, so nothing
+    may be computed on top of them meanwhile. Membership requests wait for `quiesce()` before they enter the
+    state machine, and timer operations that fire meanwhile are deferred until the barrier settles; a follower's
+    SyncGroup therefore sees the leader's assignment only once it is on disk (Kafka parks it instead).
     """
 
-    def __init__(self, log: Any = None, timeout_ms: int = 5000, failure_error: int = 15) -> None:
+    def __init__(self, log: Any = None, timeout_ms: int = 5000, failure_error: int = 15,
+                 barrier: Callable[[Any], bool] | None = None) -> None:
         self.machine: Any = None  # the state machine; set once it is built (it needs our timer)
         self.log = log  # storage.Log or None (tests, in-memory)
         self.timeout_ms = timeout_ms
         self.failure_error = failure_error  # COORDINATOR_NOT_AVAILABLE
         self._futures: dict[object, asyncio.Future[Any]] = {}
         self._writes: set[asyncio.Task[None]] = set()
+        self._barrier = barrier or (lambda record: False)
+        self.barriers: set[asyncio.Task[None]] = set()
         self.append_failures = 0
+
+    async def quiesce(self) -> None:
+        """Wait until no barrier write is in flight."""
+        while self.barriers:
+            await asyncio.wait(list(self.barriers))
 
     async def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run one request through the state machine and wait for its answer (perhaps parked for a while)."""
@@ -112,6 +148,9 @@ class ShardRuntime:
             task = asyncio.get_running_loop().create_task(self._persist(result, list(self._writes)))
             self._writes.add(task)
             task.add_done_callback(self._writes.discard)
+            if any(self._barrier(record) for record in result.records):
+                self.barriers.add(task)
+                task.add_done_callback(self.barriers.discard)
             return
         if self._writes:
             task = asyncio.get_running_loop().create_task(self._after(result, list(self._writes)))

@@ -1,0 +1,741 @@
+"""Fault injection through the real runtime: GroupCoordinator + ShardRuntime + storage.Log on a FaultFS.
+
+Every test runs the production group part (coordinator/server/groups.py) on the test's event loop; only its
+log is opened on a `FaultFS` around a `MemFS` (the module's `Log` is swapped for one that passes `fs=`), so
+faults can be switched on and off while requests are in flight, and `MemFS.crash()` tells what a power cut
+would leave. Requests are kio entities sent through the part's registered handlers exactly as the dispatcher
+calls them; the answers are rebuilt as the response entity of the request's version.
+
+What is checked:
+
+* a write that fails (ENOSPC) or whose fsync fails (EIO): the commit answers COORDINATOR_NOT_AVAILABLE per
+  partition, the committed offset in memory did not move, and once the fault is cleared the next commit
+  succeeds and survives a power cut;
+* a fsync that hangs: the commit answers a retriable error within offsets.commit.timeout.ms, reads and
+  heartbeats still answer, and once the fsync is released new commits succeed;
+* a JoinGroup whose group-creating record fails is answered with the error and leaves no group behind;
+* the leader's SyncGroup whose GroupMetadata append fails: every member waiting in SyncGroup gets the error,
+  the group rebalances, nobody holds an assignment that is not on disk, and the next generation works;
+* loading: while the log loads, group APIs answer COORDINATOR_LOAD_IN_PROGRESS, Heartbeat answers NONE and
+  /readyz is 503 (loading is held by a gate in the file system, so the window is deterministic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from coordinator.clock import ManualClock, ManualTimer
+from coordinator.config import Config
+from coordinator.group import ClassicGroupState, GroupMetadataManager
+from coordinator.records import (
+    CoordinatorRecord,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    decode_record,
+    encode_key,
+    encode_value,
+    new_offset_commit_record,
+)
+from coordinator.server import groups as groups_module
+from coordinator.server.groups import GroupCoordinator
+from coordinator.server.lookup import CoordinatorLookup
+from protocol.api import ApiTable, RequestContext, response_class
+from protocol.build import build
+from protocol.errors import ErrorCode
+from storage import FaultFS, Log, MemFS, OsFS
+from tests.wire import WireClient
+
+from .group.context import request, subscription
+from .server_thread import running
+
+OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, SYNC_GROUP, DESCRIBE_GROUPS = 8, 9, 11, 12, 14, 15
+NOT_AVAILABLE = ErrorCode.coordinator_not_available
+COMMIT_TIMEOUT_MS = 300
+S = ClassicGroupState
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The harness
+
+
+class _LogOn:
+    """Stands in for storage.Log in coordinator.server.groups: opens the log on the given FS."""
+
+    def __init__(self, fs: Any) -> None:
+        self.fs = fs
+
+    def open(self, directory: str, **kwargs: Any) -> Log:
+        return Log.open(directory, fs=self.fs, **kwargs)
+
+
+class Shard:
+    """The production group part on the test's loop, its log on `fs` (a FaultFS over a MemFS)."""
+
+    def __init__(self, data_dir: str, fs: FaultFS, **settings: Any) -> None:
+        values = {
+            "offsets.commit.timeout.ms": COMMIT_TIMEOUT_MS,
+            "group.initial.rebalance.delay.ms": 0,
+            "group.min.session.timeout.ms": 10,
+            "group.coordinator.append.linger.ms": 0,
+        }
+        values.update(settings)
+        self.config = Config(values)
+        self.fs = fs
+        self.data_dir = data_dir
+        self.directory = os.path.join(data_dir, "groups", "shard-0")
+        self.part = GroupCoordinator(self.config, data_dir)
+        self.table = ApiTable()
+        self.part.register(self.table)
+        self._correlation = itertools.count(1)
+
+    @property
+    def manager(self) -> GroupMetadataManager:
+        return self.part.manager
+
+    async def start(self) -> None:
+        await self.part.start()
+        deadline = time.monotonic() + 10
+        while not self.part.loaded:
+            assert time.monotonic() < deadline, "the group part did not load"
+            await asyncio.sleep(0.005)
+
+    async def close(self) -> None:
+        self.fs.clear()  # release anything hung so the log can close
+        await self.part.close()
+
+    async def call(self, api_key: int, version: int, client_id: str = "client", **fields: Any) -> Any:
+        ctx = RequestContext(api_key, version, next(self._correlation), client_id, "127.0.0.1", 1)
+        answer = await self.table.spec(api_key).handler(ctx, request(api_key, version, **fields))
+        return build(response_class(api_key, version), answer)
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    async def commit(
+        self,
+        group: str,
+        offsets: dict[tuple[str, int], int],
+        *,
+        generation: int = -1,
+        member_id: str = "",
+        instance_id: str | None = None,
+    ) -> dict[tuple[str, int], ErrorCode]:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), offset in offsets.items():
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition_index": partition,
+                    "committed_offset": offset,
+                    "committed_leader_epoch": -1,
+                    "committed_metadata": "",
+                }
+            )
+        response = await self.call(
+            OFFSET_COMMIT,
+            8,
+            group_id=group,
+            generation_id_or_member_epoch=generation,
+            member_id=member_id,
+            group_instance_id=instance_id,
+            topics=[{"name": t, "partitions": p} for t, p in by_topic.items()],
+        )
+        return {
+            (t.name, p.partition_index): ErrorCode(p.error_code)
+            for t in response.topics
+            for p in t.partitions
+        }
+
+    async def fetch(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        response = await self.call(
+            OFFSET_FETCH,
+            8,
+            require_stable=False,
+            groups=[
+                {
+                    "group_id": group,
+                    "topics": [{"name": t, "partition_indexes": p} for t, p in by_topic.items()],
+                }
+            ],
+        )
+        (answer,) = response.groups
+        assert answer.error_code == ErrorCode.none, answer
+        out = {}
+        for t in answer.topics:
+            for p in t.partitions:
+                assert p.error_code == ErrorCode.none, p
+                out[(t.name, p.partition_index)] = p.committed_offset
+        return out
+
+    async def join(self, group: str, instance_id: str, member_id: str = "", topic: str = "foo") -> Any:
+        return await self.call(
+            JOIN_GROUP,
+            5,
+            client_id=instance_id,
+            group_id=group,
+            session_timeout=10_000,
+            rebalance_timeout=5_000,
+            member_id=member_id,
+            group_instance_id=instance_id,
+            protocol_type="consumer",
+            protocols=[{"name": "range", "metadata": subscription(topic)}],
+        )
+
+    async def sync(
+        self,
+        group: str,
+        member_id: str,
+        generation: int,
+        instance_id: str,
+        assignments: dict[str, bytes] | None = None,
+    ) -> Any:
+        return await self.call(
+            SYNC_GROUP,
+            5,
+            group_id=group,
+            generation_id=generation,
+            member_id=member_id,
+            group_instance_id=instance_id,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=[{"member_id": m, "assignment": a} for m, a in (assignments or {}).items()],
+        )
+
+    async def heartbeat(
+        self, group: str, member_id: str, generation: int, instance_id: str | None
+    ) -> ErrorCode:
+        response = await self.call(
+            HEARTBEAT,
+            4,
+            group_id=group,
+            generation_id=generation,
+            member_id=member_id,
+            group_instance_id=instance_id,
+        )
+        return ErrorCode(response.error_code)
+
+    async def stable_group(self, group: str = "g") -> tuple[Any, Any]:
+        """Two static members, generation 1, Stable, assignments b"A" (leader) and b"B"."""
+        a, b = await asyncio.gather(self.join(group, "a"), self.join(group, "b"))
+        assert a.error_code == b.error_code == ErrorCode.none, (a, b)
+        leader, follower = (a, b) if a.leader == a.member_id else (b, a)
+        leader_iid, follower_iid = ("a", "b") if leader is a else ("b", "a")
+        ls, fs = await asyncio.gather(
+            self.sync(
+                group,
+                leader.member_id,
+                leader.generation_id,
+                leader_iid,
+                {leader.member_id: b"A", follower.member_id: b"B"},
+            ),
+            self.sync(group, follower.member_id, follower.generation_id, follower_iid),
+        )
+        assert ls.error_code == fs.error_code == ErrorCode.none
+        assert (bytes(ls.assignment), bytes(fs.assignment)) == (b"A", b"B")
+        return (leader, leader_iid), (follower, follower_iid)
+
+    # -- what is on disk ---------------------------------------------------------------------------
+
+    def after_power_cut(self) -> GroupMetadataManager:
+        """A fresh state machine loaded from what a power cut would leave of the log right now."""
+        crashed = self.fs.inner.crash()
+        return load_manager(crashed, self.directory)
+
+    def durable_records(self) -> list[tuple[Any, Any]]:
+        crashed = self.fs.inner.crash()
+        with Log.open(self.directory, fs=crashed) as the_log:
+            return [decode_record(CoordinatorRecord(e.key, e.value)) for e in the_log.replay()]
+
+
+def load_manager(fs: Any, directory: str) -> GroupMetadataManager:
+    clock = ManualClock()
+    manager = GroupMetadataManager(clock, ManualTimer(clock))
+    with Log.open(directory, fs=fs) as the_log:
+        for entry in the_log.replay():
+            manager.replay(CoordinatorRecord(entry.key, entry.value))
+    return manager
+
+
+def durable_offset(manager: GroupMetadataManager, group: str, topic: str, partition: int) -> int | None:
+    offset = manager.offsets.store.get(group, topic, partition)
+    return None if offset is None else offset.committed_offset
+
+
+@pytest.fixture
+async def make_shard(tmp_path, monkeypatch) -> Any:
+    """make_shard(**settings) -> a started Shard on a fresh FaultFS(MemFS()); closed at teardown."""
+    made: list[Shard] = []
+
+    async def make(**settings: Any) -> Shard:
+        fs = FaultFS(MemFS())
+        monkeypatch.setattr(groups_module, "Log", _LogOn(fs))
+        s = Shard(str(tmp_path / f"shard{len(made)}"), fs, **settings)
+        made.append(s)
+        await s.start()
+        return s
+
+    yield make
+    for s in made:
+        await s.close()
+
+
+@pytest.fixture
+async def shard(make_shard) -> Shard:
+    return await make_shard()
+
+
+P0, P1 = ("t", 0), ("t", 1)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# OffsetCommit: failed writes, failed fsyncs
+
+
+@pytest.mark.parametrize("fault", ["enospc-write", "eio-fsync", "torn-write"])
+async def test_failed_append_answers_not_available_and_changes_nothing(shard: Shard, fault: str):
+    assert await shard.commit("g", {P0: 10, P1: 20}) == {P0: ErrorCode.none, P1: ErrorCode.none}
+    if fault == "enospc-write":
+        shard.fs.fail_writes(errno.ENOSPC)
+    elif fault == "eio-fsync":
+        shard.fs.fail_fsyncs(errno.EIO)
+    else:
+        shard.fs.fail_writes(errno.EIO, keep_bytes=7)  # a prefix of the entry lands, then EIO
+
+    started = time.monotonic()
+    answer = await shard.commit("g", {P0: 11, P1: 21})
+    assert answer == {P0: NOT_AVAILABLE, P1: NOT_AVAILABLE}  # per partition, a retriable error
+    assert time.monotonic() - started < COMMIT_TIMEOUT_MS / 1000  # it failed; it did not time out
+    assert shard.part.runtime.append_failures == 1
+    assert await shard.fetch("g", [P0, P1]) == {P0: 10, P1: 20}  # memory did not move
+    assert not shard.manager.offsets.store.pending_partitions("g")
+    # Retrying while the fault is still on fails the same way and still changes nothing.
+    assert await shard.commit("g", {P0: 12}) == {P0: NOT_AVAILABLE}
+    assert await shard.fetch("g", [P0, P1]) == {P0: 10, P1: 20}
+    disk = shard.after_power_cut()
+    assert (durable_offset(disk, "g", *P0), durable_offset(disk, "g", *P1)) == (10, 20)
+
+    shard.fs.clear()
+    assert await shard.commit("g", {P0: 13, P1: 23}) == {P0: ErrorCode.none, P1: ErrorCode.none}
+    assert await shard.fetch("g", [P0, P1]) == {P0: 13, P1: 23}
+    disk = shard.after_power_cut()  # acknowledged means durable: it survives a power cut
+    assert (durable_offset(disk, "g", *P0), durable_offset(disk, "g", *P1)) == (13, 23)
+    # Nothing of the failed appends is on disk: exactly the two good commits, in order.
+    offsets = [(k.partition, v.offset) for k, v in shard.durable_records() if hasattr(v, "offset")]
+    assert offsets == [(0, 10), (1, 20), (0, 13), (1, 23)]
+
+
+async def test_fault_during_a_burst_fails_only_the_batches_it_hits(shard: Shard):
+    """Waves of concurrent commits of many groups (group commit puts each wave in one or a few batches); one
+    write fails with ENOSPC in the middle wave: every request is answered all-or-nothing, and memory and the
+    durable log agree on every group afterwards."""
+    answers: dict[str, dict[tuple[str, int], ErrorCode]] = {}
+    for wave in range(3):
+        if wave == 1:
+            shard.fs.fail_writes(errno.ENOSPC, times=1)
+        groups = [f"g{wave}-{i}" for i in range(30)]
+        results = await asyncio.gather(*(shard.commit(g, {P0: i, P1: i}) for i, g in enumerate(groups)))
+        answers.update(zip(groups, results, strict=True))
+    ok = {g for g, a in answers.items() if a == {P0: ErrorCode.none, P1: ErrorCode.none}}
+    failed = {g for g, a in answers.items() if a == {P0: NOT_AVAILABLE, P1: NOT_AVAILABLE}}
+    assert len(ok) + len(failed) == 90 and failed and ok
+    assert all(g.startswith("g1-") for g in failed)
+    disk = shard.after_power_cut()
+    for group in answers:
+        expected = int(group.split("-")[1]) if group in ok else None
+        assert durable_offset(disk, group, *P0) == durable_offset(disk, group, *P1) == expected
+        assert (
+            durable_offset(shard.manager, group, *P0) == durable_offset(shard.manager, group, *P1) == expected
+        )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A hanging fsync
+
+
+async def test_hanging_fsync_times_out_then_recovers(shard: Shard):
+    (leader, leader_iid), _ = await shard.stable_group("members")
+    assert await shard.commit("g", {P0: 10}) == {P0: ErrorCode.none}
+
+    shard.fs.hang_fsyncs()
+    started = time.monotonic()
+    pending = asyncio.create_task(shard.commit("g", {P0: 11}))
+    assert await asyncio.to_thread(shard.fs.wait_until_hung, 5)
+    # While the commit waits on the disk, reads and heartbeats do not wait behind the log for longer than
+    # the commit timeout (a read may wait for writes already in flight, never for the disk itself).
+    t0 = time.monotonic()
+    assert (
+        await shard.heartbeat("members", leader.member_id, leader.generation_id, leader_iid) == ErrorCode.none
+    )
+    assert await shard.fetch("g", [P0]) == {P0: 10}
+    assert time.monotonic() - t0 < COMMIT_TIMEOUT_MS / 1000 + 0.5
+
+    answer = await asyncio.wait_for(pending, COMMIT_TIMEOUT_MS / 1000 + 2)
+    elapsed = time.monotonic() - started
+    assert answer == {P0: NOT_AVAILABLE}
+    assert COMMIT_TIMEOUT_MS / 1000 * 0.9 <= elapsed < COMMIT_TIMEOUT_MS / 1000 + 1.0
+    # More commits while the disk still hangs: each times out on its own, none hangs.
+    answers = await asyncio.wait_for(
+        asyncio.gather(*(shard.commit("g", {P1: n}) for n in range(5))), COMMIT_TIMEOUT_MS / 1000 + 2
+    )
+    assert all(a == {P1: NOT_AVAILABLE} for a in answers)
+    assert await shard.fetch("g", [P0, P1]) == {P0: 10, P1: -1}
+    # With nothing in flight, a heartbeat answers at once even though the disk still hangs.
+    t0 = time.monotonic()
+    assert (
+        await shard.heartbeat("members", leader.member_id, leader.generation_id, leader_iid) == ErrorCode.none
+    )
+    assert time.monotonic() - t0 < 0.25  # well below the commit timeout: it waited for nothing
+    assert shard.fs.hung == 1
+
+    shard.fs.release_fsyncs()
+    assert await shard.commit("g", {P0: 12, P1: 12}) == {P0: ErrorCode.none, P1: ErrorCode.none}
+    assert await shard.fetch("g", [P0, P1]) == {P0: 12, P1: 12}
+    disk = shard.after_power_cut()
+    assert (durable_offset(disk, "g", *P0), durable_offset(disk, "g", *P1)) == (12, 12)
+    assert (
+        await shard.heartbeat("members", leader.member_id, leader.generation_id, leader_iid) == ErrorCode.none
+    )
+
+
+async def test_commit_timed_out_on_a_hung_fsync_lands_on_disk_after_release(shard: Shard):
+    """Documents what a timeout means: the commit answered with an error may still become durable once the
+    disk comes back (the append cannot be withdrawn once its fsync started). Memory does not learn of it,
+    so OffsetFetch and the log disagree until the next commit of that partition or a restart."""
+    assert await shard.commit("g", {P0: 10}) == {P0: ErrorCode.none}
+    shard.fs.hang_fsyncs()
+    assert await shard.commit("g", {P0: 11}) == {P0: NOT_AVAILABLE}
+    shard.fs.release_fsyncs()
+    await asyncio.sleep(0.1)  # let the released flush finish
+    assert await shard.fetch("g", [P0]) == {P0: 10}  # memory: the failed commit was not applied
+    assert durable_offset(shard.after_power_cut(), "g", *P0) == 11  # disk: it landed
+    # The next acknowledged commit makes them agree again.
+    assert await shard.commit("g", {P0: 12}) == {P0: ErrorCode.none}
+    assert await shard.fetch("g", [P0]) == {P0: 12}
+    assert durable_offset(shard.after_power_cut(), "g", *P0) == 12
+
+
+# ------------------------------------------------------------------------------------------------------------
+# JoinGroup / SyncGroup
+
+
+async def test_join_creating_a_group_fails_with_the_append(make_shard):
+    # The initial rebalance delay keeps the join phase open until the failed append is known.
+    shard = await make_shard(**{"group.initial.rebalance.delay.ms": 200})
+    shard.fs.fail_writes(errno.ENOSPC)
+    answer = await asyncio.wait_for(shard.join("new", "a"), 5)
+    assert answer.error_code == NOT_AVAILABLE
+    assert "new" not in shard.manager.groups
+    assert "new" not in shard.after_power_cut().groups
+    shard.fs.clear()
+    answer = await asyncio.wait_for(shard.join("new", "a"), 5)
+    assert answer.error_code == ErrorCode.none and answer.generation_id == 1
+    assert "new" in shard.after_power_cut().groups
+
+
+async def test_join_completed_while_the_group_creating_append_fails_is_not_answered_ok(shard: Shard):
+    # group.initial.rebalance.delay.ms=0: the join phase completes (a timer op without records, generation 1)
+    # while the record creating the group is still being written; then that write fails.
+    shard.fs.slow_fsyncs(0.1)
+    shard.fs.fail_fsyncs(errno.EIO, times=1)
+    answer = await asyncio.wait_for(shard.join("new", "a"), 5)
+    assert shard.after_power_cut().groups.get("new") is None  # nothing about the group is on disk
+    assert answer.error_code != ErrorCode.none  # so the member must not be told it joined generation 1
+
+
+@pytest.mark.parametrize("fault", ["enospc-write", "eio-fsync"])
+async def test_leader_sync_append_failure_rebalances(shard: Shard, fault: str):
+    group = "g"
+    a, b = await asyncio.gather(shard.join(group, "a"), shard.join(group, "b"))
+    leader, follower = (a, b) if a.leader == a.member_id else (b, a)
+    leader_iid, follower_iid = ("a", "b") if leader is a else ("b", "a")
+    assert leader.generation_id == follower.generation_id == 1
+    # The follower's SyncGroup arrives first and waits for the leader's assignment.
+    follower_sync = asyncio.create_task(shard.sync(group, follower.member_id, 1, follower_iid))
+    await asyncio.sleep(0.05)
+    assert not follower_sync.done()
+    if fault == "enospc-write":
+        shard.fs.fail_writes(errno.ENOSPC)
+    else:
+        shard.fs.fail_fsyncs(errno.EIO)
+    leader_sync = await shard.sync(
+        group, leader.member_id, 1, leader_iid, {leader.member_id: b"A", follower.member_id: b"B"}
+    )
+    follower_answer = await asyncio.wait_for(follower_sync, 5)
+    assert leader_sync.error_code == NOT_AVAILABLE and bytes(leader_sync.assignment) == b""
+    assert follower_answer.error_code == NOT_AVAILABLE and bytes(follower_answer.assignment) == b""
+    g = shard.manager.groups[group]
+    assert g.state == S.PREPARING_REBALANCE  # the group rebalances
+    assert all(m.assignment == b"" for m in g.all_members())  # nobody holds an assignment not on disk
+    disk = shard.after_power_cut()
+    assert disk.groups[group].state == S.EMPTY and disk.groups[group].generation_id == 0
+    for m, iid in ((leader, leader_iid), (follower, follower_iid)):
+        assert await shard.heartbeat(group, m.member_id, 1, iid) == ErrorCode.rebalance_in_progress
+
+    shard.fs.clear()
+    a2, b2 = await asyncio.wait_for(
+        asyncio.gather(
+            shard.join(group, leader_iid, leader.member_id),
+            shard.join(group, follower_iid, follower.member_id),
+        ),
+        10,
+    )
+    assert a2.error_code == b2.error_code == ErrorCode.none and a2.generation_id == b2.generation_id == 2
+    leader2 = a2 if a2.leader == a2.member_id else b2
+    follower2 = b2 if leader2 is a2 else a2
+    l_iid, f_iid = (leader_iid, follower_iid) if leader2 is a2 else (follower_iid, leader_iid)
+    s1, s2 = await asyncio.gather(
+        shard.sync(
+            group, leader2.member_id, 2, l_iid, {leader2.member_id: b"A2", follower2.member_id: b"B2"}
+        ),
+        shard.sync(group, follower2.member_id, 2, f_iid),
+    )
+    assert (s1.error_code, bytes(s1.assignment), s2.error_code, bytes(s2.assignment)) == (0, b"A2", 0, b"B2")
+    on_disk = shard.after_power_cut().groups[group]
+    assert on_disk.state == S.STABLE and on_disk.generation_id == 2
+    assert on_disk.member(leader2.member_id).assignment == b"A2"
+    assert on_disk.member(follower2.member_id).assignment == b"B2"
+
+
+async def test_follower_sync_during_failing_leader_write_gets_no_assignment(shard: Shard):
+    group = "g"
+    a, b = await asyncio.gather(shard.join(group, "a"), shard.join(group, "b"))
+    leader, follower = (a, b) if a.leader == a.member_id else (b, a)
+    leader_iid, follower_iid = ("a", "b") if leader is a else ("b", "a")
+    # The leader's SyncGroup comes first; its GroupMetadata append takes 200 ms and then fails (EIO).
+    shard.fs.slow_fsyncs(0.2)
+    shard.fs.fail_fsyncs(errno.EIO, times=1)
+    leader_sync = asyncio.create_task(
+        shard.sync(group, leader.member_id, 1, leader_iid, {leader.member_id: b"A", follower.member_id: b"B"})
+    )
+    await asyncio.sleep(0.05)
+    assert shard.manager.groups[group].state == S.STABLE  # applied in memory before the write is durable
+    follower_answer = await shard.sync(group, follower.member_id, 1, follower_iid)
+    leader_answer = await leader_sync
+    assert leader_answer.error_code == NOT_AVAILABLE
+    assert shard.manager.groups[group].state == S.PREPARING_REBALANCE
+    assert all(m.assignment == b"" for m in shard.manager.groups[group].all_members())
+    assert shard.after_power_cut().groups[group].generation_id == 0  # generation 1 was never written
+    # The follower must not be told it owns b"B" of generation 1: that assignment is on no disk.
+    assert (follower_answer.error_code, bytes(follower_answer.assignment)) != (ErrorCode.none, b"B")
+
+
+async def test_static_member_replacement_append_failure_keeps_old_id(shard: Shard):
+    (leader, leader_iid), (follower, follower_iid) = await shard.stable_group("g")
+    shard.fs.fail_writes(errno.ENOSPC)
+    # The follower restarts (unknown member id, same instance id): replaced in place, which is written.
+    answer = await asyncio.wait_for(shard.join("g", follower_iid), 5)
+    assert answer.error_code == NOT_AVAILABLE
+    g = shard.manager.groups["g"]
+    assert g.static_member_id(follower_iid) == follower.member_id  # the old id is back
+    assert g.state == S.STABLE and g.generation_id == 1
+    assert await shard.heartbeat("g", follower.member_id, 1, follower_iid) == ErrorCode.none
+    shard.fs.clear()
+    answer = await asyncio.wait_for(shard.join("g", follower_iid), 5)
+    assert answer.error_code == ErrorCode.none and answer.member_id != follower.member_id
+    on_disk = shard.after_power_cut().groups["g"]
+    assert on_disk.static_member_id(follower_iid) == answer.member_id and on_disk.generation_id == 1
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Loading
+
+
+class _GatedFile:
+    def __init__(self, inner: Any, gate: threading.Event) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        self._gate.wait()
+        return self._inner.read_at(offset, size)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class GatedFS(OsFS):
+    """Real files whose reads wait until the gate opens: holds loading in progress for as long as a test
+    needs."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+
+    def open_read(self, path: str) -> Any:
+        return _GatedFile(super().open_read(path), self.gate)
+
+
+def _write_big_log(directory: str, groups: int, partitions: int) -> None:
+    now = int(time.time() * 1000)
+    member = MemberMetadata(
+        "static-1", "instance-1", "client", "/127.0.0.1", 30000, 30000, subscription("t"), b"assigned"
+    )
+    value = GroupMetadataValue("consumer", 3, "range", "static-1", now, (member,))
+    with Log.open(directory, linger_ms=0) as the_log:
+        the_log.append([(encode_key(GroupMetadataKey("stable")), encode_value(value))]).result()
+        batch = []
+        for g in range(groups):
+            for p in range(partitions):
+                r = new_offset_commit_record(f"group-{g}", "t", p, 1000 + p, commit_timestamp_ms=now)
+                batch.append((r.key, r.value))
+            if len(batch) >= 5000:
+                the_log.append(batch).result()
+                batch = []
+        if batch:
+            the_log.append(batch).result()
+
+
+def _readyz(server: Any) -> int:
+    host, port = server.admin_bound
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/readyz", timeout=5) as resp:
+            json.load(resp)
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        exc.read()
+        exc.close()
+        return exc.code
+
+
+@pytest.fixture
+def loading_server(tmp_path, monkeypatch) -> Iterator[tuple[Any, GatedFS]]:
+    data_dir = tmp_path / "data"
+    _write_big_log(str(data_dir / "groups" / "shard-0"), groups=200, partitions=100)  # 20,000 offsets
+    fs = GatedFS()
+    monkeypatch.setattr(groups_module, "Log", _LogOn(fs))
+
+    def setup(server: Any) -> None:
+        server.add_part(CoordinatorLookup(server.broker))
+        server.groups = GroupCoordinator(server.config, str(data_dir))
+        server.add_part(server.groups)
+
+    try:
+        with running(setup) as server:
+            yield server, fs
+    finally:
+        fs.gate.set()
+
+
+def test_loading_answers_load_in_progress_and_not_ready(loading_server):
+    server, fs = loading_server
+    with WireClient(*server.bound) as c:
+        for _ in range(3):  # stays so for as long as loading takes
+            fetch = c.call(
+                request(
+                    OFFSET_FETCH,
+                    8,
+                    require_stable=False,
+                    groups=[{"group_id": "group-1", "topics": [{"name": "t", "partition_indexes": [0]}]}],
+                )
+            )
+            assert [g.error_code for g in fetch.groups] == [ErrorCode.coordinator_load_in_progress]
+            old_fetch = c.call(
+                request(OFFSET_FETCH, 5, group_id="group-1", topics=[{"name": "t", "partition_indexes": [0]}])
+            )
+            assert old_fetch.error_code == ErrorCode.coordinator_load_in_progress
+            join = c.call(
+                request(
+                    JOIN_GROUP,
+                    5,
+                    group_id="stable",
+                    session_timeout=30000,
+                    rebalance_timeout=30000,
+                    member_id="",
+                    group_instance_id="instance-2",
+                    protocol_type="consumer",
+                    protocols=[{"name": "range", "metadata": subscription("t")}],
+                )
+            )
+            assert join.error_code == ErrorCode.coordinator_load_in_progress
+            heartbeat = c.call(
+                request(
+                    HEARTBEAT,
+                    4,
+                    group_id="stable",
+                    generation_id=3,
+                    member_id="static-1",
+                    group_instance_id="instance-1",
+                )
+            )
+            assert heartbeat.error_code == ErrorCode.none
+            commit = c.call(
+                request(
+                    OFFSET_COMMIT,
+                    8,
+                    group_id="group-1",
+                    generation_id_or_member_epoch=-1,
+                    member_id="",
+                    group_instance_id=None,
+                    topics=[
+                        {
+                            "name": "t",
+                            "partitions": [
+                                {
+                                    "partition_index": 0,
+                                    "committed_offset": 5,
+                                    "committed_leader_epoch": -1,
+                                    "committed_metadata": "",
+                                }
+                            ],
+                        }
+                    ],
+                )
+            )
+            assert commit.topics[0].partitions[0].error_code == ErrorCode.coordinator_load_in_progress
+            describe = c.call(
+                request(DESCRIBE_GROUPS, 5, groups=["stable"], include_authorized_operations=False)
+            )
+            assert describe.groups[0].error_code == ErrorCode.coordinator_load_in_progress
+            assert _readyz(server) == 503
+            assert not server.groups.loaded
+            time.sleep(0.1)
+
+        fs.gate.set()
+        deadline = time.monotonic() + 30
+        while _readyz(server) != 200:
+            assert time.monotonic() < deadline, "did not finish loading"
+            time.sleep(0.02)
+        assert server.groups.load_stats["records"] == 20_001
+        fetch = c.call(
+            request(
+                OFFSET_FETCH,
+                8,
+                require_stable=False,
+                groups=[{"group_id": "group-199", "topics": [{"name": "t", "partition_indexes": [0, 99]}]}],
+            )
+        )
+        assert [
+            (p.partition_index, p.committed_offset, p.error_code)
+            for p in fetch.groups[0].topics[0].partitions
+        ] == [(0, 1000, 0), (99, 1099, 0)]
+        # The loaded static member is still in its group: its heartbeat is good, its assignment kept.
+        heartbeat = c.call(
+            request(
+                HEARTBEAT,
+                4,
+                group_id="stable",
+                generation_id=3,
+                member_id="static-1",
+                group_instance_id="instance-1",
+            )
+        )
+        assert heartbeat.error_code == ErrorCode.none
+        describe = c.call(request(DESCRIBE_GROUPS, 5, groups=["stable"], include_authorized_operations=False))
+        (group,) = describe.groups
+        assert group.group_state == "Stable"
+        assert [(m.member_id, m.group_instance_id, bytes(m.member_assignment)) for m in group.members] == [
+            ("static-1", "instance-1", b"assigned")
+        ]
