@@ -1,4 +1,6 @@
-"""Command line: `kafka-group-coordinator serve [...]` (the same as `python -m coordinator serve [...]`)."""
+"""Command line: `kafka-group-coordinator serve [...]` (the same as `python -m coordinator serve [...]`), and
+`kafka-group-coordinator groups list | describe G | timeline G | reset-offsets G ... | delete G` over a running
+server's admin API (coordinator.observability.cli)."""
 
 from __future__ import annotations
 
@@ -24,11 +26,18 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", default=os.environ.get("KGC_CONFIG"), help="a properties file")
     serve.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a setting")
     serve.add_argument("--log-level", default=os.environ.get("KGC_LOG_LEVEL", "INFO"))
+    from coordinator.observability import cli as groups_cli
+
+    groups_cli.add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "groups":
+        from coordinator.observability import cli as groups_cli
+
+        return groups_cli.run(args)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":

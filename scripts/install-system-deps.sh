@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Install the system packages the end-to-end tests need (Debian/Ubuntu).
+#   kcat                      the kcat e2e tests
+#   prometheus (+ promtool)   the observability e2e tests: a real Prometheus scrapes /metrics, promtool lints it
 # Idempotent: does nothing when every tool is already on PATH.
 set -euo pipefail
 
 need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
+# Debian's prometheus package ships both the server and promtool.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+    need+=(prometheus)
+fi
 
 if [ "${#need[@]}" -eq 0 ]; then
-    echo "install-system-deps: nothing to do (kcat: $(command -v kcat))"
+    echo "install-system-deps: nothing to do (kcat: $(command -v kcat), prometheus: $(command -v prometheus)," \
+         "promtool: $(command -v promtool))"
     exit 0
 fi
 
@@ -24,7 +31,14 @@ export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update
 "${SUDO[@]}" apt-get install -y --no-install-recommends "${need[@]}"
 
-for tool in "${need[@]}"; do
+tools=()
+for package in "${need[@]}"; do
+    case "$package" in
+        prometheus) tools+=(prometheus promtool) ;;
+        *) tools+=("$package") ;;
+    esac
+done
+for tool in "${tools[@]}"; do
     command -v "$tool" >/dev/null 2>&1 || { echo "install-system-deps: $tool still missing" >&2; exit 1; }
 done
 echo "install-system-deps: installed ${need[*]}"

@@ -24,6 +24,11 @@ Time comes from the injected `Clock`; delayed work goes through the injected `Ti
 expiry, join completion, sync expiry) that return results of their own, which the runtime treats like a
 request's.
 
+Observers register with `add_listener` and are told, synchronously and with this clock's timestamps, when a
+rebalance starts (with its reason category: each code path that calls `_prepare_rebalance` names one), when its
+join phase ends and when the group becomes Stable, when a member is removed and why, when a request is fenced,
+and when offsets are written (coordinator.observability.events). Listeners observe; they change nothing here.
+
 Durable state and replay
 ------------------------
 `replay(record)` is the only code that changes committed offsets: OffsetCommit records (and tombstones) are
@@ -58,6 +63,25 @@ from kio.schema.describe_groups.v6.response import DescribeGroupsResponse
 from kio.schema.list_groups.v5.response import ListGroupsResponse
 
 from coordinator.clock import Clock, Timer, join_key, session_timeout_key, sync_key
+from coordinator.observability.events import (
+    GroupEvent,
+    GroupEventListener,
+    GroupLoaded,
+    GroupRemoved,
+    JoinPhaseCompleted,
+    MemberFenced,
+    MemberInfo,
+    MemberRemoved,
+    OffsetsWritten,
+    RebalanceCompleted,
+    RebalanceReason,
+    RebalanceStarted,
+    RebalanceTrigger,
+    RemovalCause,
+    StaticMemberReplaced,
+    leave_cause,
+    leave_reason,
+)
 from coordinator.offsets.manager import OffsetMetadataManager
 from coordinator.records import (
     CoordinatorRecord,
@@ -90,6 +114,7 @@ DEAD = ClassicGroupState.DEAD
 
 CLASSIC_GROUP_TYPE = "classic"
 GROUP_METADATA_KEY_PREFIX = encode_key(GroupMetadataKey(""))[:2]
+OFFSET_COMMIT_KEY_PREFIX = encode_key(OffsetCommitKey("", "", 0))[:2]
 DESCRIBE_AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
@@ -212,6 +237,45 @@ class GroupMetadataManager:
         )
         self._effects: _Effects | None = None
         self._unreplayed: collections.Counter[CoordinatorRecord] = collections.Counter()
+        self.listeners: list[GroupEventListener] = []
+
+    # ========================================================================================================
+    # Events for observers (coordinator.observability.events): rebalances, removals, fencing
+    # ========================================================================================================
+
+    def add_listener(self, listener: GroupEventListener) -> None:
+        """`listener.on_group_event(event)` is called synchronously for every event, with this manager's clock
+        in the timestamps; what it raises is logged and ignored."""
+        self.listeners.append(listener)
+
+    def _emit(self, event: GroupEvent) -> None:
+        for listener in self.listeners:
+            try:
+                listener.on_group_event(event)
+            except Exception:
+                log.exception("group event listener %r failed on %r", listener, event)
+
+    @staticmethod
+    def _member_info(member: ClassicGroupMember) -> MemberInfo:
+        return MemberInfo(member.member_id, member.group_instance_id, member.client_id, member.client_host)
+
+    def _members_info(self, group: ClassicGroup) -> tuple[MemberInfo, ...]:
+        return tuple(self._member_info(m) for m in group.all_members())
+
+    def _emit_removed(self, group: ClassicGroup, member: MemberInfo, cause: RemovalCause) -> None:
+        if self.listeners:
+            self._emit(MemberRemoved(group.group_id, member, cause, group.generation_id, self.clock.wall_ms(),
+                                     self.clock.monotonic_ms()))
+
+    def _emit_fenced(
+        self, group: ClassicGroup, member_id: str, group_instance_id: str | None, api: str
+    ) -> None:
+        holder = group.static_member_id(group_instance_id) if group_instance_id is not None else None
+        log.info("member %s of group %s fenced on %s: instance id %s belongs to member %s", member_id,
+                 group.group_id, api, group_instance_id, holder)
+        if self.listeners:
+            self._emit(MemberFenced(group.group_id, group_instance_id, member_id, holder, api,
+                                    self.clock.wall_ms()))
 
     # ========================================================================================================
     # Plumbing: effects, answers, timers
@@ -310,6 +374,8 @@ class GroupMetadataManager:
         """Forget a group (deleted): it reads as Dead from now on."""
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
+            if self.listeners:
+                self._emit(GroupRemoved(group.group_id, self.clock.wall_ms()))
         self.timer.cancel(join_key(group.group_id))
         self.timer.cancel(sync_key(group.group_id))
         for member_id in group.all_member_ids() + group.pending_join_members():
@@ -369,6 +435,9 @@ class GroupMetadataManager:
             group = self._create_group(join.group_id)
 
         if not self._accept_joining_member(group, join.member_id, join.group_instance_id):
+            if group.has_member(join.member_id):
+                self._emit_removed(group, self._member_info(group.member(join.member_id)),
+                                   RemovalCause.GROUP_MAX_SIZE)
             self._drop_member(group, join.member_id, ErrorCode.group_max_size_reached)
             self._join_error(parked, ErrorCode.group_max_size_reached)
         elif is_unknown_member:
@@ -465,13 +534,16 @@ class GroupMetadataManager:
             return
         error = group.validate_member(member_id, join.group_instance_id)
         if error != ErrorCode.none:
+            if error == ErrorCode.fenced_instance_id:
+                self._emit_fenced(group, member_id, join.group_instance_id, "JoinGroup")
             self._join_error(parked, error, member_id)
             return
 
         member = group.member(member_id)
         if group.is_in_state(PREPARING_REBALANCE):
             self._update_member_then_rebalance_or_complete_join(
-                parked, join, group, member, f"member {member_id} joins during {group.state}"
+                parked, join, group, member, f"member {member_id} joins during {group.state}",
+                RebalanceReason.METADATA_CHANGE,
             )
         elif group.is_in_state(COMPLETING_REBALANCE):
             if member.matches(join.protocols):
@@ -489,13 +561,15 @@ class GroupMetadataManager:
                     group,
                     member,
                     f"member {member_id} changed its protocols during {group.state}",
+                    RebalanceReason.METADATA_CHANGE,
                 )
         elif group.is_in_state(STABLE):
             if group.is_leader(member_id):
                 # The leader may rejoin to have assignments recomputed for changes the coordinator cannot see
                 # (new partitions, regex subscriptions): it always rebalances.
                 self._update_member_then_rebalance_or_complete_join(
-                    parked, join, group, member, f"leader {member_id} rejoins during {group.state}"
+                    parked, join, group, member, f"leader {member_id} rejoins during {group.state}",
+                    RebalanceReason.LEADER_REJOIN,
                 )
             elif not member.matches(join.protocols):
                 self._update_member_then_rebalance_or_complete_join(
@@ -504,6 +578,7 @@ class GroupMetadataManager:
                     group,
                     member,
                     f"member {member_id} changed its protocols during {group.state}",
+                    RebalanceReason.METADATA_CHANGE,
                 )
             else:
                 # A follower with unchanged metadata never rebalances the group.
@@ -556,16 +631,26 @@ class GroupMetadataManager:
             group,
             f"adding new member {member_id} with group instance id {join.group_instance_id}; "
             f"client reason: {join.reason}",
+            RebalanceTrigger(RebalanceReason.NEW_MEMBER, self._member_info(member), join.reason),
         )
 
     def _update_member_then_rebalance_or_complete_join(
-        self, parked: Parked, join: _JoinRequest, group: ClassicGroup, member: ClassicGroupMember, reason: str
+        self,
+        parked: Parked,
+        join: _JoinRequest,
+        group: ClassicGroup,
+        member: ClassicGroupMember,
+        reason: str,
+        category: RebalanceReason = RebalanceReason.METADATA_CHANGE,
     ) -> None:
         self._supersede_join(member)
         group.update_member(
             member, join.protocols, join.rebalance_timeout_ms, join.session_timeout_ms, parked
         )
-        self._maybe_prepare_rebalance_or_complete_join(group, f"{reason}; client reason: {join.reason}")
+        self._maybe_prepare_rebalance_or_complete_join(
+            group, f"{reason}; client reason: {join.reason}",
+            RebalanceTrigger(category, self._member_info(member), join.reason),
+        )
 
     def _supersede_join(self, member: ClassicGroupMember) -> None:
         """A member sent JoinGroup again while its previous one waits: the previous one is answered now."""
@@ -585,6 +670,14 @@ class GroupMetadataManager:
         instance_id = join.group_instance_id
         current_leader = group.leader_id
         new_member = self._replace_static_member(group, instance_id, old_member_id, new_member_id)
+        if self.listeners:
+            self._emit(StaticMemberReplaced(group.group_id, instance_id, old_member_id, new_member_id,
+                                            self.clock.wall_ms()))
+        static_trigger = RebalanceTrigger(
+            RebalanceReason.STATIC_REPLACEMENT,
+            MemberInfo(new_member_id, instance_id, join.client_id, join.client_host),
+            join.reason,
+        )
         # The old id's session timer fires without effect (no such member); the new id gets its own.
         self._reschedule_heartbeat(group, new_member)
         old_rebalance_timeout_ms = new_member.rebalance_timeout_ms
@@ -665,6 +758,7 @@ class GroupMetadataManager:
                     group,
                     f"static member {new_member_id} with instance id {instance_id} changes the selected "
                     f"protocol; client reason: {join.reason}",
+                    static_trigger,
                 )
         elif group.is_in_state(COMPLETING_REBALANCE):
             # The leader may already be assigning for the old member id: rebalance so the new id gets its
@@ -673,6 +767,7 @@ class GroupMetadataManager:
                 group,
                 f"static member {new_member_id} with instance id {instance_id} "
                 f"replaced during {group.state}; client reason: {join.reason}",
+                static_trigger,
             )
         else:
             self._maybe_complete_join_phase(group)
@@ -682,19 +777,28 @@ class GroupMetadataManager:
     ) -> ClassicGroupMember:
         """Move a static member to a new id; whoever still waits under the old id is fenced."""
         old = group.member(old_member_id)
+        if old.awaiting_join is not None:
+            self._emit_fenced(group, old_member_id, instance_id, "JoinGroup")
+        if old.awaiting_sync is not None:
+            self._emit_fenced(group, old_member_id, instance_id, "SyncGroup")
         self._answer_join(group, old, error=ErrorCode.fenced_instance_id, member_id=old_member_id)
         self._answer_sync(group, old, error=ErrorCode.fenced_instance_id)
         return group.replace_static_member(instance_id, old_member_id, new_member_id)
 
     # -- rebalancing -----------------------------------------------------------------------------------------
 
-    def _maybe_prepare_rebalance_or_complete_join(self, group: ClassicGroup, reason: str) -> None:
+    def _maybe_prepare_rebalance_or_complete_join(
+        self, group: ClassicGroup, reason: str, trigger: RebalanceTrigger | None = None
+    ) -> None:
         if group.can_rebalance():
-            self._prepare_rebalance(group, reason)
+            self._prepare_rebalance(group, reason, trigger)
         else:
             self._maybe_complete_join_phase(group)
 
-    def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+    def _prepare_rebalance(
+        self, group: ClassicGroup, reason: str, trigger: RebalanceTrigger | None = None
+    ) -> None:
+        """`trigger` says which category of rebalance this is, for observers (COORDINATOR when not given)."""
         if group.is_in_state(COMPLETING_REBALANCE):
             # Members waiting in SyncGroup must rejoin.
             self._reset_and_propagate_assignment_with_error(group, ErrorCode.rebalance_in_progress)
@@ -711,6 +815,7 @@ class GroupMetadataManager:
                     self._try_complete_initial_rebalance_else_schedule, group.group_id, delay_ms, remaining_ms
                 ),
             )
+        previous_state = group.state
         group.transition_to(PREPARING_REBALANCE, self._now_ms())
         log.info(
             "preparing to rebalance group %s with old generation %d (reason: %s)",
@@ -718,6 +823,13 @@ class GroupMetadataManager:
             group.generation_id,
             reason,
         )
+        if self.listeners:
+            trigger = trigger or RebalanceTrigger(RebalanceReason.COORDINATOR)
+            self._emit(RebalanceStarted(
+                group.group_id, group.generation_id, str(previous_state), trigger.reason, trigger.member,
+                trigger.client_reason, reason, self._members_info(group), self.clock.wall_ms(),
+                self.clock.monotonic_ms(),
+            ))
         if not is_initial_rebalance:
             self._maybe_complete_join_else_schedule(group)
 
@@ -775,6 +887,7 @@ class GroupMetadataManager:
         self.timer.cancel(join_key(group.group_id))
         not_rejoined = [m for m in group.not_yet_rejoined_members() if not m.is_static]
         for member in not_rejoined:
+            self._emit_removed(group, self._member_info(member), RemovalCause.REBALANCE_TIMEOUT)
             self._drop_member(group, member.member_id, ErrorCode.unknown_member_id)
             self.timer.cancel(session_timeout_key(group.group_id, member.member_id))
         if not_rejoined:
@@ -799,6 +912,11 @@ class GroupMetadataManager:
             return
 
         group.init_next_generation(self._now_ms())
+        if self.listeners:
+            self._emit(JoinPhaseCompleted(
+                group.group_id, group.generation_id, str(group.state), group.leader_id, group.protocol_name,
+                self._members_info(group), self.clock.wall_ms(), self.clock.monotonic_ms(),
+            ))
         if group.is_in_state(EMPTY):
             log.info("group %s with generation %d is now empty", group.group_id, group.generation_id)
             self._fx.records.append(new_group_metadata_record(group, {}))
@@ -845,11 +963,16 @@ class GroupMetadataManager:
         if group.state not in (COMPLETING_REBALANCE, STABLE) or group.has_received_sync_from_all_members():
             return
         pending = group.pending_sync_members()
+        first: MemberInfo | None = None
         for member_id in pending:
+            info = self._member_info(group.member(member_id))
+            first = first or info
+            self._emit_removed(group, info, RemovalCause.SYNC_TIMEOUT)
             self._drop_member(group, member_id, ErrorCode.unknown_member_id)
             self.timer.cancel(session_timeout_key(group_id, member_id))
         log.info("group %s removed members that did not send SyncGroup in time: %s", group_id, pending)
-        self._prepare_rebalance(group, f"removing {pending} on pending sync request expiration")
+        self._prepare_rebalance(group, f"removing {pending} on pending sync request expiration",
+                                RebalanceTrigger(RebalanceReason.REBALANCE_TIMEOUT, first))
 
     # -- session expiry --------------------------------------------------------------------------------------
 
@@ -859,6 +982,7 @@ class GroupMetadataManager:
             return
         if group.is_pending_member(member_id):
             log.info("pending member %s of group %s expired", member_id, group_id)
+            self._emit_removed(group, MemberInfo(member_id), RemovalCause.PENDING_MEMBER_TIMEOUT)
             group.remove(member_id)
             if group.is_in_state(PREPARING_REBALANCE) and group.has_all_members_joined():
                 self._complete_join(group)
@@ -868,17 +992,25 @@ class GroupMetadataManager:
         member = group.member(member_id)
         if not member.has_satisfied_heartbeat():
             log.info("member %s of group %s failed its session timeout; removing it", member_id, group_id)
+            info = self._member_info(member)
+            cause = RemovalCause.NEW_MEMBER_TIMEOUT if member.is_new else RemovalCause.SESSION_TIMEOUT
+            self._emit_removed(group, info, cause)
             self._remove_member_and_update_group(
-                group, member, f"removing member {member_id} on heartbeat expiration"
+                group, member, f"removing member {member_id} on heartbeat expiration",
+                RebalanceTrigger(RebalanceReason.SESSION_EXPIRY, info),
             )
 
     def _remove_member_and_update_group(
-        self, group: ClassicGroup, member: ClassicGroupMember, reason: str
+        self,
+        group: ClassicGroup,
+        member: ClassicGroupMember,
+        reason: str,
+        trigger: RebalanceTrigger | None = None,
     ) -> None:
         # A new member may time out while its JoinGroup waits: UNKNOWN_MEMBER_ID makes it join again.
         self._drop_member(group, member.member_id, ErrorCode.unknown_member_id)
         if group.state in (STABLE, COMPLETING_REBALANCE):
-            self._maybe_prepare_rebalance_or_complete_join(group, reason)
+            self._maybe_prepare_rebalance_or_complete_join(group, reason, trigger)
         elif group.is_in_state(PREPARING_REBALANCE) and group.has_all_members_joined():
             self._complete_join(group)
 
@@ -958,6 +1090,8 @@ class GroupMetadataManager:
             error = ErrorCode.coordinator_not_available
         else:
             error = group.validate_member(member_id, instance_id)
+            if error == ErrorCode.fenced_instance_id:
+                self._emit_fenced(group, member_id, instance_id, "SyncGroup")
             if error == ErrorCode.none and generation_id != group.generation_id:
                 error = ErrorCode.illegal_generation
             if error == ErrorCode.none and (
@@ -1007,6 +1141,9 @@ class GroupMetadataManager:
         generation_id = group.generation_id
         answered = self._set_and_propagate_assignment(group, full_assignment)
         group.transition_to(STABLE, self._now_ms())
+        if self.listeners:
+            self._emit(RebalanceCompleted(group.group_id, generation_id, self.clock.wall_ms(),
+                                          self.clock.monotonic_ms()))
         log.info(
             "group %s generation %d is stable with %d members",
             group.group_id,
@@ -1052,6 +1189,9 @@ class GroupMetadataManager:
         if group.is_in_state(DEAD):
             return ErrorCode.coordinator_not_available
         error = group.validate_member(request.member_id, getattr(request, "group_instance_id", None))
+        if error == ErrorCode.fenced_instance_id:
+            instance_id = getattr(request, "group_instance_id", None)
+            self._emit_fenced(group, request.member_id, instance_id, "Heartbeat")
         if error != ErrorCode.none:
             return error
         if int(request.generation_id) != group.generation_id:
@@ -1101,11 +1241,15 @@ class GroupMetadataManager:
             return
 
         responses = []
+        triggers: list[RebalanceTrigger] = []
         for member_id, instance_id, reason in identities:
+            client_reason = reason
             reason = reason if reason is not None else "not provided"
+            category = leave_reason(member_id, instance_id, client_reason)
             if member_id == UNKNOWN_MEMBER_ID:
                 static_member_id = group.static_member_id(instance_id) if instance_id is not None else None
                 if static_member_id is not None:
+                    triggers.append(self._leave_trigger(group, static_member_id, category, client_reason))
                     self._remove_current_member(group, static_member_id, reason)
                     responses.append(_member_response(member_id, instance_id, ErrorCode.none))
                 else:
@@ -1120,17 +1264,30 @@ class GroupMetadataManager:
             else:
                 error = group.validate_member(member_id, instance_id)
                 if error == ErrorCode.none:
+                    triggers.append(self._leave_trigger(group, member_id, category, client_reason))
                     self._remove_current_member(group, member_id, reason)
+                elif error == ErrorCode.fenced_instance_id:
+                    self._emit_fenced(group, member_id, instance_id, "LeaveGroup")
                 responses.append(_member_response(member_id, instance_id, error))
 
         left = [r["member_id"] for r in responses if r["error_code"] == ErrorCode.none]
         if left:
             reason = f"explicit LeaveGroup request for members {left}"
             if group.state in (STABLE, COMPLETING_REBALANCE):
-                self._maybe_prepare_rebalance_or_complete_join(group, reason)
+                trigger = triggers[0] if triggers else None
+                self._maybe_prepare_rebalance_or_complete_join(group, reason, trigger)
             elif group.is_in_state(PREPARING_REBALANCE):
                 self._maybe_complete_join_phase(group)
         self._respond(token, leave_response(api_version, members=responses))
+
+    def _leave_trigger(
+        self, group: ClassicGroup, member_id: str, category: RebalanceReason, client_reason: str | None
+    ) -> RebalanceTrigger:
+        """Report the departure of a member that is about to be removed by LeaveGroup; the trigger to use if
+        the departure starts a rebalance."""
+        info = self._member_info(group.member(member_id))
+        self._emit_removed(group, info, leave_cause(category))
+        return RebalanceTrigger(category, info, client_reason)
 
     def _remove_current_member(self, group: ClassicGroup, member_id: str, reason: str) -> None:
         self.timer.cancel(session_timeout_key(group.group_id, member_id))
@@ -1143,7 +1300,10 @@ class GroupMetadataManager:
 
     def offset_commit(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
         """OffsetCommit v2-v9."""
-        return self.offsets.commit_offsets(token, api_version, request)
+        result = self.offsets.commit_offsets(token, api_version, request)
+        if self.listeners and result.records:
+            self._emit(OffsetsWritten(request.group_id, committed=_count_offset_records(result.records)))
+        return result
 
     def offset_fetch(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
         """OffsetFetch v1-v9 (one group before v8, a batch of groups from v8)."""
@@ -1151,7 +1311,10 @@ class GroupMetadataManager:
 
     def offset_delete(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
         """OffsetDelete v0."""
-        return self.offsets.delete_offsets(token, api_version, request)
+        result = self.offsets.delete_offsets(token, api_version, request)
+        if self.listeners and result.records:
+            self._emit(OffsetsWritten(request.group_id, deleted=_count_offset_records(result.records)))
+        return result
 
     # GroupView, for the offsets manager
     # ------------------------------------------------------------------------
@@ -1174,6 +1337,8 @@ class GroupMetadataManager:
             log.info("creating simple group %s for a manual offset commit", group_id)
             group = self._create_group(group_id)
         error = group.validate_offset_commit(member_id, group_instance_id, generation_id)
+        if error == ErrorCode.fenced_instance_id:
+            self._emit_fenced(group, member_id, group_instance_id, "OffsetCommit")
         if error != ErrorCode.none:
             return error
         if group.state in (STABLE, PREPARING_REBALANCE):
@@ -1322,6 +1487,8 @@ class GroupMetadataManager:
         for group_id, group in list(self.groups.items()):
             records, all_expired = self.offsets.cleanup_expired_offsets(group_id, now_ms)
             self._fx.records.extend(records)
+            if self.listeners and records:
+                self._emit(OffsetsWritten(group_id, expired=_count_offset_records(records)))
             if all_expired and group.is_empty():
                 self._fx.records.append(new_group_metadata_tombstone(group_id))
                 self._remove_group(group)
@@ -1392,6 +1559,10 @@ class GroupMetadataManager:
         for group in list(self.groups.values()):
             for member in group.all_members():
                 self._reschedule_heartbeat(group, member)
+            if self.listeners:
+                self._emit(GroupLoaded(group.group_id, group.generation_id, str(group.state),
+                                       self._members_info(group), self.clock.wall_ms(),
+                                       self.clock.monotonic_ms()))
             if group.num_members() > self.settings.group_max_size:
                 self._prepare_rebalance(
                     group,
@@ -1414,6 +1585,10 @@ class GroupMetadataManager:
 
 def _is_group_metadata(record: CoordinatorRecord) -> bool:
     return record.key[:2] == GROUP_METADATA_KEY_PREFIX
+
+
+def _count_offset_records(records: Iterable[CoordinatorRecord]) -> int:
+    return sum(1 for r in records if r.key[:2] == OFFSET_COMMIT_KEY_PREFIX)
 
 
 def _inconsistent(request_value: str | None, group_value: str | None) -> bool:

@@ -1,38 +1,427 @@
-"""The admin HTTP listener (aiohttp, on the server's event loop): /healthz, /readyz and /metrics."""
+"""The admin HTTP listener (aiohttp, on the server's event loop): health, Prometheus metrics and the /v1 JSON API.
+
+    GET    /healthz                           the process is alive
+    GET    /readyz                            every shard is loaded (503 while loading)
+    GET    /metrics                           Prometheus text format (coordinator.observability.collector)
+    GET    /v1/groups                         every group: state, protocol, members, lag
+    GET    /v1/groups/{group}                 members (client id, host, instance id, timeouts, decoded
+                                              assignment), generation, offsets and lag, paused topics, last
+                                              rebalance
+    GET    /v1/groups/{group}/timeline        the last rebalances (?limit=N)
+    POST   /v1/groups/{group}/reset-offsets   reset the committed offsets of an Empty group (body below)
+    DELETE /v1/groups/{group}                 delete an Empty group and its offsets
+
+reset-offsets takes a JSON object: `to` is "earliest", "latest", "timestamp" (with `timestamp_ms`: the first
+offset whose record timestamp is at least that, or the log end when there is none, as Kafka's --to-datetime),
+"offset" (with `offset`, for every selected partition) or "explicit" (with `offsets`: [{topic, partition,
+offset}]); `topics` selects partitions (["t", "t:0,2"]; default: the topics the group has commits for); with
+`dry_run` true nothing is written. Offsets outside [earliest, latest] are clamped into it, as Kafka's tool does.
+A group id with "/" in it is sent percent-encoded.
+
+Admin writes go through the same durable path as Kafka requests: an OffsetCommit (generation -1, no member) or a
+DeleteGroups request entity is run through the shard runtime, so the answer is sent only once the records are
+fsynced, and the state machine's own checks apply (a member that joins meanwhile makes the commit fail with
+UNKNOWN_MEMBER_ID rather than be overwritten). Earliest, latest and by-timestamp offsets come from the data
+plane's own ListOffsets handler, so they are what a client would be told.
+
+Starting the listener also starts observing: the rebalance history listens to the state machine, the collector is
+registered in the server's registry, a task samples log-end offsets for the lag-in-seconds estimate, and, once
+loaded, the group log is wrapped in a timing decorator (coordinator.observability.storage).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
+import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from kio.index import load_request_schema
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from coordinator.group.state import ClassicGroupState
+from coordinator.observability.collector import CoordinatorCollector
+from coordinator.observability.history import GroupHistory
+from coordinator.observability.lag import MetricsFilter, OffsetHistory
+from coordinator.observability.storage import TimedLog
+from coordinator.observability.view import CoordinatorView
+from protocol.api import RequestContext
+from protocol.build import build
+from protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from .listener import Server
 
+log = logging.getLogger(__name__)
 
-async def start(server: Server, host: str, port: int) -> tuple[Any, tuple[str, int]]:
-    app = web.Application()
+OFFSET_COMMIT, LIST_OFFSETS, DELETE_GROUPS = 8, 2, 42
+OFFSET_COMMIT_VERSION, DELETE_GROUPS_VERSION = 9, 2
+EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
+TIMELINE_LIMIT_MAX = 1000
 
-    async def healthz(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
 
-    async def readyz(request: web.Request) -> web.Response:
-        if server.ready:
-            return web.json_response({"status": "ready"})
-        return web.json_response({"status": "not ready"}, status=503)
+class ApiError(Exception):
+    def __init__(self, status: int, error: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.message = message
 
-    async def metrics(request: web.Request) -> web.Response:
-        body = generate_latest(server.metrics.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
+class Observability:
+    """The observers of one server's group coordinator (see the module doc)."""
+
+    def __init__(self, server: Server) -> None:
+        config = server.config
+        self.server = server
+        self.groups = server.groups
+        self.history = GroupHistory(config["admin.rebalance.timeline.size"])
+        self.view: CoordinatorView | None = None
+        self._task: asyncio.Task[None] | None = None
+        if self.groups is not None:
+            self.groups.manager.add_listener(self.history)
+            self.view = CoordinatorView(self.groups.manager, server.dataplane, self.history,
+                                        OffsetHistory(config["metrics.lag.history.samples"]))
+            server.metrics.add_collector(CoordinatorCollector(
+                self.view, MetricsFilter.from_config(config), cluster_name=str(config["cluster.id"]),
+                log=self._log, load_time_ms=self._load_time_ms,
+            ))
+
+    def _log(self) -> Any:
+        return self.groups.runtime.log if self.groups is not None and self.groups.loaded else None
+
+    def _load_time_ms(self) -> float | None:
+        if self.groups is None or not self.groups.loaded:
+            return None
+        seconds = self.groups.load_stats.get("seconds")
+        return None if seconds is None else seconds * 1000
+
+    @property
+    def loaded(self) -> bool:
+        return self.groups is not None and self.groups.loaded
+
+    def start(self) -> None:
+        if self.view is not None:
+            self._task = asyncio.create_task(self._sample_periodically())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.server.metrics.remove_collectors()
+
+    async def _sample_periodically(self) -> None:
+        assert self.view is not None and self.groups is not None
+        interval_s = self.server.config["metrics.lag.sample.interval.ms"] / 1000
+        while not self.groups.loaded:
+            await asyncio.sleep(0.05)
+        runtime = self.groups.runtime
+        if runtime.log is not None and not isinstance(runtime.log, TimedLog):
+            metrics = self.server.metrics
+            runtime.log = TimedLog(runtime.log, metrics.log_append_duration.observe,
+                                   metrics.log_compaction_duration.observe)
+        while True:
+            try:
+                self.view.sample()
+            except Exception:
+                log.exception("sampling log-end offsets failed")
+            await asyncio.sleep(interval_s)
+
+
+class Handle:
+    """What Server keeps of the admin listener: `cleanup()` stops it."""
+
+    def __init__(self, runner: web.AppRunner, observability: Observability) -> None:
+        self.runner = runner
+        self.observability = observability
+
+    async def cleanup(self) -> None:
+        await self.observability.close()
+        await self.runner.cleanup()
+
+
+async def start(server: Server, host: str, port: int) -> tuple[Handle, tuple[str, int]]:
+    obs = Observability(server)
+    api = AdminApi(server, obs)
+    app = web.Application(middlewares=[_errors])
+    app.router.add_get("/healthz", api.healthz)
+    app.router.add_get("/readyz", api.readyz)
+    app.router.add_get("/metrics", api.metrics)
+    app.router.add_get("/v1/groups", api.list_groups)
+    app.router.add_get("/v1/groups/{group}", api.describe_group)
+    app.router.add_delete("/v1/groups/{group}", api.delete_group)
+    app.router.add_get("/v1/groups/{group}/timeline", api.timeline)
+    app.router.add_post("/v1/groups/{group}/reset-offsets", api.reset_offsets)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host or None, port, reuse_address=True)
     await site.start()
     sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
     bound_port = sockets[0].getsockname()[1] if sockets else port
-    return runner, (host, bound_port)
+    obs.start()
+    return Handle(runner, obs), (host, bound_port)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return web.json_response({"error": exc.error, "message": exc.message}, status=exc.status)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _group_id(request: web.Request) -> str:
+    return urllib.parse.unquote(request.match_info["group"])
+
+
+class AdminApi:
+    def __init__(self, server: Server, obs: Observability) -> None:
+        self.server = server
+        self.obs = obs
+
+    # -- health and metrics ----------------------------------------------------------------------------------
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        if self.server.ready:
+            return web.json_response({"status": "ready"})
+        return web.json_response({"status": "not ready"}, status=503)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.server.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def _view(self) -> CoordinatorView:
+        if self.obs.view is None:
+            raise ApiError(404, "NO_GROUP_COORDINATOR", "this server has no group coordinator")
+        if not self.obs.loaded:
+            raise ApiError(503, "COORDINATOR_LOAD_IN_PROGRESS", "the group log is still loading")
+        return self.obs.view
+
+    async def list_groups(self, request: web.Request) -> web.Response:
+        view = self._view()
+        groups = view.list_json()
+        state = request.query.get("state")
+        if state:
+            wanted = {s.strip().lower() for s in state.split(",")}
+            groups = [g for g in groups if g["state"].lower() in wanted]
+        return web.json_response({"groups": groups})
+
+    async def describe_group(self, request: web.Request) -> web.Response:
+        view = self._view()
+        group_id = _group_id(request)
+        group = view.group(group_id)
+        if group is None:
+            raise ApiError(404, "GROUP_ID_NOT_FOUND", f"group {group_id} does not exist")
+        return web.json_response(view.describe_json(group, _wall_ms()))
+
+    async def timeline(self, request: web.Request) -> web.Response:
+        view = self._view()
+        group_id = _group_id(request)
+        try:
+            limit = int(request.query.get("limit", "0")) or None
+        except ValueError:
+            raise ApiError(400, "INVALID_REQUEST", "limit must be an integer") from None
+        if limit is not None and not 0 < limit <= TIMELINE_LIMIT_MAX:
+            raise ApiError(400, "INVALID_REQUEST", f"limit must be between 1 and {TIMELINE_LIMIT_MAX}")
+        group = view.group(group_id)
+        if group is None:
+            raise ApiError(404, "GROUP_ID_NOT_FOUND", f"group {group_id} does not exist")
+        return web.json_response({
+            "group_id": group_id,
+            "state": str(group.state),
+            "generation": group.generation_id,
+            "rebalances": view.timeline_json(group_id, limit, _wall_ms()),
+        })
+
+    # -- writing ---------------------------------------------------------------------------------------------
+
+    async def delete_group(self, request: web.Request) -> web.Response:
+        self._view()
+        group_id = _group_id(request)
+        groups = self.server.groups
+        request_class = load_request_schema(DELETE_GROUPS, DELETE_GROUPS_VERSION)
+        entity = build(request_class, {"groups_names": [group_id]})
+        response = await groups.runtime.call(groups.manager.delete_groups, DELETE_GROUPS_VERSION, entity)
+        code = ErrorCode(_get(response.results[0], "error_code"))
+        if code == ErrorCode.none:
+            log.info("admin: deleted group %s", group_id)
+            return web.json_response({"group_id": group_id, "deleted": True})
+        status = {ErrorCode.group_id_not_found: 404, ErrorCode.non_empty_group: 409}.get(code, 503)
+        message = {
+            ErrorCode.group_id_not_found: f"group {group_id} does not exist",
+            ErrorCode.non_empty_group: f"group {group_id} has members; only an Empty group can be deleted",
+        }.get(code, f"deleting group {group_id} failed")
+        raise ApiError(status, code.name.upper(), message)
+
+    async def reset_offsets(self, request: web.Request) -> web.Response:
+        view = self._view()
+        group_id = _group_id(request)
+        try:
+            body = await request.json()
+        except ValueError:
+            raise ApiError(400, "INVALID_REQUEST", "the body must be a JSON object") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "INVALID_REQUEST", "the body must be a JSON object")
+        to = body.get("to")
+        if to not in ("earliest", "latest", "timestamp", "offset", "explicit"):
+            raise ApiError(400, "INVALID_REQUEST",
+                           "`to` must be one of earliest, latest, timestamp, offset, explicit")
+        dry_run = bool(body.get("dry_run", False))
+
+        group = view.group(group_id)
+        if group is not None and not group.is_in_state(ClassicGroupState.EMPTY):
+            raise ApiError(409, "NON_EMPTY_GROUP",
+                           f"group {group_id} is {group.state}; offsets can be reset only while it is Empty")
+        store = view.manager.offsets.store
+        committed = store.group_offsets(group_id)
+
+        explicit: dict[tuple[str, int], int] = {}
+        if to == "explicit":
+            entries = body.get("offsets")
+            if not isinstance(entries, list) or not entries:
+                raise ApiError(400, "INVALID_REQUEST",
+                               "`offsets` must be a list of {topic, partition, offset}")
+            for entry in entries:
+                try:
+                    explicit[(str(entry["topic"]), int(entry["partition"]))] = int(entry["offset"])
+                except (KeyError, TypeError, ValueError):
+                    raise ApiError(400, "INVALID_REQUEST", f"bad offsets entry {entry!r}") from None
+            partitions = sorted(explicit)
+        else:
+            partitions = self._select(body.get("topics"), committed)
+        for topic, partition in partitions:
+            count = view.partition_count(topic)
+            if count is None or not 0 <= partition < count:
+                raise ApiError(404, "UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{partition} does not exist")
+
+        earliest = await self._list_offsets(partitions, EARLIEST_TIMESTAMP)
+        latest = await self._list_offsets(partitions, LATEST_TIMESTAMP)
+        if to == "earliest":
+            targets = dict(earliest)
+        elif to == "latest":
+            targets = dict(latest)
+        elif to == "timestamp":
+            try:
+                timestamp_ms = int(body["timestamp_ms"])
+            except (KeyError, TypeError, ValueError):
+                raise ApiError(400, "INVALID_REQUEST",
+                               "`timestamp_ms` is required with to=timestamp") from None
+            found = await self._list_offsets(partitions, timestamp_ms)
+            targets = {tp: (o if o >= 0 else latest[tp]) for tp, o in found.items()}
+        elif to == "offset":
+            try:
+                offset = int(body["offset"])
+            except (KeyError, TypeError, ValueError):
+                raise ApiError(400, "INVALID_REQUEST", "`offset` is required with to=offset") from None
+            targets = {tp: offset for tp in partitions}
+        else:
+            targets = explicit
+        result = []
+        for tp in partitions:
+            target = min(max(targets[tp], earliest[tp]), latest[tp])
+            previous = committed.get(tp[0], {}).get(tp[1])
+            result.append({"topic": tp[0], "partition": tp[1],
+                           "previous": previous.committed_offset if previous is not None else None,
+                           "offset": target, "requested": targets[tp],
+                           "log_start_offset": earliest[tp], "log_end_offset": latest[tp]})
+        if not dry_run:
+            await self._commit(group_id, result)
+            log.info("admin: reset offsets of group %s to %s: %s", group_id, to,
+                     ", ".join(f"{r['topic']}-{r['partition']}={r['offset']}" for r in result))
+        return web.json_response({"group_id": group_id, "dry_run": dry_run, "to": to, "offsets": result})
+
+    def _select(self, topics: Any, committed: dict[str, dict[int, Any]]) -> list[tuple[str, int]]:
+        view = self.obs.view
+        assert view is not None
+        if topics is None:
+            if not committed:
+                raise ApiError(400, "INVALID_REQUEST",
+                               "the group has no committed offsets: name the topics to reset")
+            return sorted((t, p) for t, parts in committed.items() for p in parts)
+        if not isinstance(topics, list) or not topics:
+            raise ApiError(400, "INVALID_REQUEST", '`topics` must be a list like ["t", "t:0,2"]')
+        selected: set[tuple[str, int]] = set()
+        for spec in topics:
+            topic, sep, parts = str(spec).partition(":")
+            if sep:
+                try:
+                    selected.update((topic, int(p)) for p in parts.split(",") if p.strip())
+                except ValueError:
+                    raise ApiError(400, "INVALID_REQUEST", f"bad topic selector {spec!r}") from None
+            else:
+                count = view.partition_count(topic)
+                if count is None:
+                    raise ApiError(404, "UNKNOWN_TOPIC_OR_PARTITION", f"topic {topic} does not exist")
+                selected.update((topic, p) for p in range(count))
+        return sorted(selected)
+
+    async def _list_offsets(
+        self, partitions: list[tuple[str, int]], timestamp: int
+    ) -> dict[tuple[str, int], int]:
+        """Ask the data plane's ListOffsets handler, as a client would."""
+        spec = self.server.table.spec(LIST_OFFSETS)
+        if spec is None:
+            raise ApiError(503, "NO_DATA_PLANE", "this server has no ListOffsets handler")
+        version = max(spec.min_version, min(spec.max_version, 7))
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for topic, partition in partitions:
+            topics.setdefault(topic, []).append(
+                {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp})
+        entity = build(load_request_schema(LIST_OFFSETS, version), {
+            "replica_id": -1, "isolation_level": 0,
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+        })
+        ctx = RequestContext(LIST_OFFSETS, version, 0, "kgc-admin", "admin")
+        response = await spec.handler(ctx, entity)
+        out: dict[tuple[str, int], int] = {}
+        for topic in _get(response, "topics") or ():
+            for p in _get(topic, "partitions") or ():
+                code = _get(p, "error_code")
+                if code:
+                    where = f"{_get(topic, 'name')}-{_get(p, 'partition_index')}"
+                    raise ApiError(503, ErrorCode(code).name.upper(), f"ListOffsets failed for {where}")
+                out[(_get(topic, "name"), _get(p, "partition_index"))] = int(_get(p, "offset"))
+        return out
+
+    async def _commit(self, group_id: str, offsets: list[dict[str, Any]]) -> None:
+        groups = self.server.groups
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for entry in offsets:
+            topics.setdefault(entry["topic"], []).append({
+                "partition_index": entry["partition"], "committed_offset": entry["offset"],
+                "committed_leader_epoch": -1, "committed_metadata": "",
+            })
+        entity = build(load_request_schema(OFFSET_COMMIT, OFFSET_COMMIT_VERSION), {
+            "group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_instance_id": None,
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+        })
+        response = await groups.runtime.call(groups.manager.offset_commit, OFFSET_COMMIT_VERSION, entity)
+        errors = sorted({ErrorCode(_get(p, "error_code")) for t in _get(response, "topics")
+                         for p in _get(t, "partitions")} - {ErrorCode.none})
+        if errors:
+            names = ", ".join(e.name.upper() for e in errors)
+            status = 409 if errors[0] in (ErrorCode.unknown_member_id, ErrorCode.illegal_generation,
+                                          ErrorCode.rebalance_in_progress) else 503
+            raise ApiError(status, errors[0].name.upper(),
+                           f"committing the new offsets of group {group_id} failed: {names} (nothing or only "
+                           "part of it may have been written; the group may have gained members)")
+
+
+def _get(obj: Any, name: str) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)

@@ -19,6 +19,7 @@ import asyncio
 import contextvars
 import logging
 import struct
+import time
 from typing import TYPE_CHECKING, Any
 
 from protocol.api import DecodedRequest
@@ -88,9 +89,10 @@ class Connection:
                 prefix = await self.reader.readexactly(4)
                 size = frame_length(prefix, max_bytes)
                 frame = await self.reader.readexactly(size)
+                started = time.perf_counter()
                 decoded = table.decode(frame, self.peer_host, self.connection_id)
                 task = asyncio.create_task(self._handle(decoded))
-                await self._queue.put((decoded, task))
+                await self._queue.put((decoded, task, started))
         except (asyncio.IncompleteReadError, ConnectionError):
             return  # peer went away
         except ProtocolError as exc:
@@ -117,15 +119,16 @@ class Connection:
             item = await self._queue.get()
             if item is _CLOSE:
                 break
-            decoded, task = item
+            decoded, task, started = item
             try:
                 response = await task
             except asyncio.CancelledError:
                 break
             if response is _CLOSE:
                 break
-            metrics.requests.labels(api=str(decoded.context.api_key)).inc()
+            ctx = decoded.context
             if response is None:
+                metrics.observe_request(ctx.api_key, ctx.api_version, None, time.perf_counter() - started)
                 continue  # Produce with acks=0
             try:
                 payload = table.encode_response(decoded.context, response)
@@ -136,8 +139,9 @@ class Connection:
             try:
                 self.writer.write(_LEN.pack(len(payload)) + payload)
                 await self.writer.drain()
-            except (ConnectionError, OSError):
+            except (ConnectionError, OSError, RuntimeError):  # uvloop: RuntimeError on a closed transport
                 break
+            metrics.observe_request(ctx.api_key, ctx.api_version, response, time.perf_counter() - started)
         # Whatever is still queued will never be written: cancel it so nothing waits on a dead connection.
         self.stop_reading()
         while not self._queue.empty():

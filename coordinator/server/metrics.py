@@ -1,8 +1,35 @@
-"""Server-level Prometheus metrics, in a registry of the server's own (several servers can share a process)."""
+"""Server-level Prometheus metrics, in a registry of the server's own (several servers can share a process).
+
+The request metrics are labelled with the API's name (as Kafka's `RequestMetrics` name them: JoinGroup,
+OffsetCommit...), the request version and the error code of the answer (its top-level error code, or else the
+first error found in its per-group / per-topic / per-partition entries; NONE when there is none). Latency is
+measured from the moment the request was read off the socket to the moment its answer was written, so it
+includes the time a JoinGroup waits at the join barrier and the time a commit waits for the fsync.
+
+The group, coordinator and storage families are built at scrape time by coordinator.observability's collector,
+registered here by the admin listener (`add_collector`).
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+import functools
+from typing import Any
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.registry import Collector
+
+from protocol.errors import ErrorCode
+
+# `_created` series double every counter and histogram for little use; they are off for the whole process.
+disable_created_metrics()
+
+REQUEST_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                     30.0, 60.0, 300.0)
+STORAGE_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+COMPACTION_BUCKETS_S = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+_SCAN_LIMIT = 256  # entries looked at when searching an answer for its first error
 
 
 class ServerMetrics:
@@ -12,10 +39,94 @@ class ServerMetrics:
             "kafka_group_coordinator_connections", "Open client connections.", registry=self.registry
         )
         self.requests = Counter(
-            "kafka_group_coordinator_requests", "Requests answered, by API key.", ["api"], registry=self.registry
+            "kafka_group_coordinator_requests", "Requests answered, by API, version and error code.",
+            ["api", "version", "error"], registry=self.registry,
+        )
+        self.request_duration = Histogram(
+            "kafka_group_coordinator_request_duration_seconds",
+            "Time from reading a request to writing its answer, by API, version and error code.",
+            ["api", "version", "error"], buckets=REQUEST_BUCKETS_S, registry=self.registry,
         )
         self.protocol_errors = Counter(
             "kafka_group_coordinator_protocol_errors",
             "Connections closed for malformed frames, headers or unknown API keys.",
             registry=self.registry,
         )
+        self.log_append_duration = Histogram(
+            "kafka_group_coordinator_log_append_duration_seconds",
+            "Time from appending records to the group log to their being durable (linger, write and fsync).",
+            buckets=STORAGE_BUCKETS_S, registry=self.registry,
+        )
+        self.log_compaction_duration = Histogram(
+            "kafka_group_coordinator_log_compaction_duration_seconds", "Duration of group log compactions.",
+            buckets=COMPACTION_BUCKETS_S, registry=self.registry,
+        )
+        self._collectors: list[Collector] = []
+
+    def add_collector(self, collector: Collector) -> None:
+        self.registry.register(collector)
+        self._collectors.append(collector)
+
+    def remove_collectors(self) -> None:
+        for collector in self._collectors:
+            self.registry.unregister(collector)
+        self._collectors.clear()
+
+    def observe_request(self, api_key: int, api_version: int, response: Any, seconds: float) -> None:
+        labels = (api_name(api_key), str(api_version), error_name(response_error(response)))
+        self.requests.labels(*labels).inc()
+        self.request_duration.labels(*labels).observe(seconds)
+
+
+@functools.cache
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API ("JoinGroup"), from kio's generated classes; the number if kio has none."""
+    for version in range(32):  # kio omits versions Kafka removed, so try until one exists
+        try:
+            return str(load_request_schema(api_key, version).__name__).removesuffix("Request")
+        except UnknownAPIKey:
+            break
+        except (UnknownEntity, KeyError, ValueError):
+            continue
+    return str(api_key)
+
+
+@functools.cache
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return str(code)
+
+
+def response_error(response: Any) -> int:
+    """The answer's error code: the top-level one if set, else the first non-zero one in its entries."""
+    found = _error_in(response, 3, [_SCAN_LIMIT])
+    return 0 if found is None else found
+
+
+def _get(obj: Any, name: str) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _error_in(obj: Any, depth: int, budget: list[int]) -> int | None:
+    code = _get(obj, "error_code")
+    if code:
+        return int(code)
+    if depth == 0:
+        return None
+    fields = obj.values() if isinstance(obj, dict) else (
+        getattr(obj, name, None) for name in getattr(obj, "__dataclass_fields__", ()))
+    for value in fields:
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                budget[0] -= 1
+                if budget[0] < 0:
+                    return None
+                if isinstance(item, (dict,)) or hasattr(item, "__dataclass_fields__"):
+                    found = _error_in(item, depth - 1, budget)
+                    if found:
+                        return found
+    return None

@@ -1,0 +1,185 @@
+"""A read-only view of one shard's groups for the admin API and the metrics: states, members, decoded
+assignments, committed offsets against log-end offsets, lag in offsets and in seconds, and rebalance history.
+
+It reads the state machine between calls (on the event loop, so it sees a consistent state) and never changes it.
+Committed offsets are the durable ones: they change only when their records are replayed after the fsync.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from coordinator.group.group import ClassicGroup, ClassicGroupMember
+from coordinator.group.manager import GroupMetadataManager
+
+from .consumer import parse_assignment, parse_subscription_topics
+from .history import GroupHistory, member_json
+from .lag import GroupLag, OffsetHistory, group_lag
+
+
+class CoordinatorView:
+    def __init__(
+        self,
+        manager: GroupMetadataManager,
+        dataplane: Any,
+        history: GroupHistory,
+        offset_history: OffsetHistory | None = None,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.manager = manager
+        self.dataplane = dataplane
+        self.history = history
+        self.offset_history = offset_history or OffsetHistory()
+        self.monotonic = monotonic
+
+    # -- facts -----------------------------------------------------------------------------------------------
+
+    def groups(self) -> Iterator[ClassicGroup]:
+        return iter(list(self.manager.groups.values()))
+
+    def group(self, group_id: str) -> ClassicGroup | None:
+        return self.manager.groups.get(group_id)
+
+    def log_end_offset(self, topic: str, partition: int) -> int | None:
+        if self.dataplane is None:
+            return None
+        return self.dataplane.log_end_offset(topic, partition)
+
+    def partition_count(self, topic: str) -> int | None:
+        if self.dataplane is None:
+            return None
+        return self.dataplane.partition_count(topic)
+
+    def lag(self, group: ClassicGroup) -> GroupLag:
+        offsets = self.manager.offsets.store.group_offsets(group.group_id)
+        subscribed = group.subscribed_topics or () if group.uses_consumer_protocol() else ()
+        return group_lag(offsets, self.log_end_offset, self.partition_count, subscribed)
+
+    def owners(self, group: ClassicGroup) -> dict[tuple[str, int], ClassicGroupMember]:
+        """(topic, partition) -> the member the current assignment gives it to (consumer-protocol groups)."""
+        out: dict[tuple[str, int], ClassicGroupMember] = {}
+        if not group.uses_consumer_protocol():
+            return out
+        for member in group.all_members():
+            for topic, partitions in (parse_assignment(member.assignment) or {}).items():
+                for partition in partitions:
+                    out[(topic, partition)] = member
+        return out
+
+    def lag_seconds(self, topic: str, partition: int, committed: int, log_end_offset: int | None,
+                    now_s: float | None = None) -> float | None:
+        if log_end_offset is None:
+            return None
+        now = self.monotonic() if now_s is None else now_s
+        return self.offset_history.lag_seconds(topic, partition, committed, log_end_offset, now)
+
+    def sample(self, now_s: float | None = None) -> int:
+        """Record the log-end offset of every partition some group consumes; returns how many."""
+        now = self.monotonic() if now_s is None else now_s
+        keys: set[tuple[str, int]] = set()
+        for group in self.groups():
+            offsets = self.manager.offsets.store.group_offsets(group.group_id)
+            topics = set(offsets)
+            if group.uses_consumer_protocol() and group.subscribed_topics:
+                topics |= group.subscribed_topics
+            for topic in topics:
+                count = self.partition_count(topic)
+                for partition in range(count or 0):
+                    keys.add((topic, partition))
+        for topic, partition in keys:
+            leo = self.log_end_offset(topic, partition)
+            if leo is not None:
+                self.offset_history.record(topic, partition, leo, now)
+        self.offset_history.retain(keys)
+        return len(keys)
+
+    # -- JSON for the admin API ------------------------------------------------------------------------------
+
+    def list_json(self) -> list[dict[str, Any]]:
+        out = []
+        for group in sorted(self.groups(), key=lambda g: g.group_id):
+            lag = self.lag(group)
+            out.append({
+                "group_id": group.group_id,
+                "state": str(group.state),
+                "protocol_type": group.protocol_type or "",
+                "protocol": group.protocol_name or "",
+                "generation": group.generation_id,
+                "members": group.num_members(),
+                "lag": lag.lag_sum() if lag.has_lag() else None,
+                "uncommitted_partitions": sum(lag.uncommitted.values()),
+                "topics": lag.topics(),
+            })
+        return out
+
+    def describe_json(self, group: ClassicGroup, wall_now_ms: int | None = None) -> dict[str, Any]:
+        lag = self.lag(group)
+        owners = self.owners(group)
+        now = self.monotonic()
+        members = []
+        for member in group.all_members():
+            subscription = None
+            if group.uses_consumer_protocol() and group.protocol_name is not None:
+                try:
+                    subscription = parse_subscription_topics(member.metadata(group.protocol_name))
+                except KeyError:
+                    subscription = None
+            assignment = parse_assignment(member.assignment) if group.uses_consumer_protocol() else None
+            members.append({
+                "member_id": member.member_id,
+                "group_instance_id": member.group_instance_id,
+                "client_id": member.client_id,
+                "client_host": member.client_host,
+                "session_timeout_ms": member.session_timeout_ms,
+                "rebalance_timeout_ms": member.rebalance_timeout_ms,
+                "leader": group.is_leader(member.member_id),
+                "subscription": sorted(subscription) if subscription is not None else None,
+                "assignment": [{"topic": t, "partitions": ps} for t, ps in sorted(assignment.items())]
+                if assignment is not None else None,
+                "assignment_bytes": len(member.assignment),
+            })
+        offsets = []
+        for p in lag.partitions:
+            owner = owners.get((p.topic, p.partition))
+            seconds = self.lag_seconds(p.topic, p.partition, p.committed_offset, p.log_end_offset, now)
+            offsets.append({
+                "topic": p.topic,
+                "partition": p.partition,
+                "committed_offset": p.committed_offset,
+                "log_end_offset": p.log_end_offset,
+                "lag": p.lag,
+                "lag_seconds": round(seconds, 3) if seconds is not None else None,
+                "metadata": p.metadata,
+                "commit_timestamp_ms": p.commit_timestamp_ms,
+                "member_id": owner.member_id if owner else None,
+                "client_id": owner.client_id if owner else None,
+                "client_host": owner.client_host if owner else None,
+            })
+        last = self.history.last(group.group_id)
+        return {
+            "group_id": group.group_id,
+            "state": str(group.state),
+            "state_since_ms": group.current_state_timestamp_ms,
+            "protocol_type": group.protocol_type or "",
+            "protocol": group.protocol_name or "",
+            "generation": group.generation_id,
+            "leader": group.leader_id,
+            "members": members,
+            "pending_members": group.num_pending_join_members(),
+            "paused": [],
+            "offsets": offsets,
+            "lag": lag.lag_sum() if lag.has_lag() else None,
+            "uncommitted_partitions": dict(lag.uncommitted),
+            "last_rebalance": last.to_json(wall_now_ms) if last is not None else None,
+            "rebalances": self.history.rebalances(group.group_id),
+        }
+
+    def timeline_json(self, group_id: str, limit: int | None = None,
+                      wall_now_ms: int | None = None) -> list[dict[str, Any]]:
+        return [r.to_json(wall_now_ms) for r in self.history.timeline(group_id, limit)]
+
+
+__all__ = ["CoordinatorView", "member_json"]

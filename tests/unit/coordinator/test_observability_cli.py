@@ -1,0 +1,96 @@
+"""The `groups` command line (parsing, request bodies, tables) and the group log's timing decorator."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import pytest
+
+from coordinator.cli import _parser
+from coordinator.observability import cli
+from coordinator.observability.storage import TimedLog
+
+
+def parse(*argv: str):
+    return _parser().parse_args(["groups", *argv])
+
+
+def test_admin_and_json_go_before_or_after_the_subcommand(monkeypatch):
+    monkeypatch.delenv("KGC_ADMIN_URL", raising=False)
+    args = parse("list")
+    assert (args.admin, args.json) == (cli.DEFAULT_ADMIN_URL, False)
+    args = parse("--admin", "http://h:1", "--json", "describe", "g")
+    assert (args.admin, args.json, args.group) == ("http://h:1", True, "g")
+    args = parse("timeline", "g", "--admin", "http://h:2", "--limit", "5")
+    assert (args.admin, args.limit) == ("http://h:2", 5)
+
+
+def test_the_serve_command_is_unchanged():
+    args = _parser().parse_args(["serve", "--listen", "127.0.0.1:0", "--set", "a=b"])
+    assert args.command == "serve" and args.listen == "127.0.0.1:0" and args.set == ["a=b"]
+
+
+def test_reset_bodies():
+    assert cli.reset_body(parse("reset-offsets", "g", "--to-earliest")) == {"dry_run": True, "to": "earliest"}
+    assert cli.reset_body(parse("reset-offsets", "g", "--to-offset", "7", "--topic", "t:0,1", "--execute")) == {
+        "dry_run": False, "to": "offset", "offset": 7, "topics": ["t:0,1"]}
+    body = cli.reset_body(parse("reset-offsets", "g", "--to-datetime", "2024-05-01T12:00:00Z"))
+    assert body["timestamp_ms"] == 1714564800000
+    with pytest.raises(cli.CliError):
+        cli.reset_body(parse("reset-offsets", "g", "--to-datetime", "yesterday"))
+    with pytest.raises(SystemExit):
+        parse("reset-offsets", "g")  # one --to-... is required
+
+
+def test_tables_are_aligned(capsys):
+    import argparse
+
+    data = {"groups": [
+        {"group_id": "billing", "state": "Stable", "protocol_type": "consumer", "protocol": "range",
+         "generation": 12, "members": 3, "lag": 1234, "uncommitted_partitions": 0},
+        {"group_id": "etl", "state": "Empty", "protocol_type": "", "protocol": "", "generation": 0,
+         "members": 0, "lag": None, "uncommitted_partitions": 2},
+    ]}
+    cli.emit(argparse.Namespace(json=False), data, lambda: cli.render_list(data))
+    lines = [line.rstrip() for line in capsys.readouterr().out.splitlines() if line.strip()]
+    header, _, first, second = lines
+    assert header.split() == ["GROUP", "STATE", "TYPE", "PROTOCOL", "GENERATION", "MEMBERS", "LAG", "UNCOMMITTED"]
+    assert first.index("Stable") == second.index("Empty") == header.index("STATE")
+    assert len(first) == len(second) == len(header)  # right-aligned numbers end under their headers
+    assert second.split()[2:4] == ["-", "-"]
+
+
+def test_short_member_ids_and_durations():
+    assert cli.short_member("ck-a-0d1e2f3a-1111-2222-3333-444455556666") == "ck-a-0d1e2f3a…"
+    assert cli.short_member("custom") == "custom" and cli.short_member(None) == "-"
+    assert [cli.duration(v) for v in (None, 12, 4500, 125000)] == ["-", "12ms", "4.5s", "2m05s"]
+
+
+def test_timed_log_reports_durable_appends_and_delegates_everything_else():
+    seen: list[tuple[str, float]] = []
+    futures: list[concurrent.futures.Future] = []
+
+    class Log:
+        directory = "/data"
+
+        def append(self, entries):
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            futures.append(future)
+            return future
+
+        def compact(self, now_ms, retention_ms):
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            future.set_result("done")
+            return future
+
+    ticks = iter([1.0, 1.25, 2.0, 9.0, 10.0, 10.5])
+    timed = TimedLog(Log(), lambda s: seen.append(("append", s)), lambda s: seen.append(("compact", s)),
+                     clock=lambda: next(ticks))
+    first = timed.append([(b"k", b"v")])
+    futures[0].set_result(7)
+    assert first.result() == 7 and seen == [("append", 0.25)]
+    timed.append([(b"k", b"v")])
+    futures[1].set_exception(OSError("disk"))  # failures are not durations of durable appends
+    assert seen == [("append", 0.25)]
+    assert timed.compact(0, 0).result() == "done" and seen[-1] == ("compact", 1.0)
+    assert timed.directory == "/data"
