@@ -1,0 +1,77 @@
+"""Fixtures for the Java compatibility tests: real Apache Kafka Java clients and tools against the server.
+
+    server, server_factory   the e2e server fixtures (tests/e2e/conftest.py, reused as is)
+    members                  a groups_support.Members pool (members still running at teardown are killed
+                             first)
+    java_clients             session-scoped, parametrized over kafka-clients 3.9.x and 4.x: a JavaClients
+                             (jar dir, classes compiled from java/*.java once per jar set, classpath, version)
+
+Jar sets are fetched on first use by scripts/fetch-jars.sh (compat_support.fetch_jar_set; a no-op when cached)
+into .deps/jars/ (git-ignored), or KGC_JARS_DIR. The tests skip when java or javac is not on PATH
+(or mvn, when a jar set is not cached yet).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+COMPAT = Path(__file__).resolve().parent
+TESTS = COMPAT.parent
+for _p in (COMPAT, TESTS / "e2e", TESTS / "e2e" / "groups"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from compat_support import CLIENT_SETS, JAVA_SOURCES, JavaClients, fetch_jar_set, need_tools  # noqa: E402
+from groups_support import Members  # noqa: E402
+
+
+def _load_e2e_conftest():
+    name = "_kgc_e2e_conftest"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, TESTS / "e2e" / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_e2e = _load_e2e_conftest()
+server_factory = _e2e.server_factory
+server = _e2e.server
+
+
+@pytest.fixture(scope="session", params=CLIENT_SETS)
+def java_clients(request, tmp_path_factory: pytest.TempPathFactory) -> JavaClients:
+    set_name = request.param
+    need_tools("java", "javac")
+    jars = fetch_jar_set(set_name)
+    version = (jars / ".complete").read_text().strip().rsplit(":", 1)[1]
+    classes = tmp_path_factory.mktemp(f"classes-{set_name}")
+    sources = sorted(str(p) for p in JAVA_SOURCES.glob("*.java"))
+    proc = subprocess.run(
+        ["javac", "-nowarn", "-Xlint:none", "-d", str(classes), "-cp", str(jars / "*"), *sources],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"javac against {set_name} failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
+    return JavaClients(set_name, jars, classes, version)
+
+
+@pytest.fixture
+def members(server_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Members]:
+    # Depending on server_factory makes this fixture's teardown run first: members die before the server
+    # stops.
+    pool = Members(tmp_path_factory.mktemp("members"))
+    yield pool
+    pool.cleanup()
