@@ -1,0 +1,40 @@
+#!/bin/sh
+# Install kafka-group-coordinator (runtime dependencies only, no test extras) into a fresh virtualenv.
+#
+#   docker/install.sh PREFIX SRC_DIR
+#
+# PREFIX   the virtualenv to create (the image uses /opt/kgc); it must not exist yet
+# SRC_DIR  a directory holding the project's source (pyproject.toml, README.md, protocol/, coordinator/, storage/)
+#
+# The Dockerfile's build stage runs this, and tests/deploy/test_image_filesystem.py runs the same script into a
+# temporary prefix, so the image and its test cannot install differently. $PYTHON picks the interpreter
+# (default python3); pip honours its usual PIP_* variables (PIP_INDEX_URL, PIP_FIND_LINKS, ...).
+set -eu
+
+if [ "$#" -ne 2 ]; then
+    echo "usage: $0 PREFIX SRC_DIR" >&2
+    exit 2
+fi
+prefix=$1
+src=$2
+python=${PYTHON:-python3}
+
+if [ -e "$prefix/bin/python" ]; then
+    echo "install.sh: $prefix already holds a virtualenv" >&2
+    exit 1
+fi
+if [ ! -f "$src/pyproject.toml" ]; then
+    echo "install.sh: no pyproject.toml in $src" >&2
+    exit 1
+fi
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+export PIP_NO_CACHE_DIR="${PIP_NO_CACHE_DIR:-1}"
+
+"$python" -m venv "$prefix"
+# A regular (not editable) install: the venv must work once the source is gone.
+"$prefix/bin/python" -m pip install --quiet --no-input "$src"
+# Fail the build now, not at the first start, if the entry point or an import is broken.
+"$prefix/bin/kafka-group-coordinator" serve --help >/dev/null
+"$prefix/bin/python" -c "import coordinator.server.app, storage, protocol"
+echo "install.sh: installed kafka-group-coordinator into $prefix"
