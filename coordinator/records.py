@@ -18,7 +18,8 @@ loader may skip.
 kio generates Kafka's request and response schemas but not these coordinator record schemas, so the codec is
 hand-written with `struct`. Decoding never trusts its input: anything that is not a well-formed record of a
 known version (short, overlong, a negative length, bad UTF-8, trailing bytes) raises `RecordDecodeError`,
-nothing else.
+nothing else. Loading a log decodes a record per committed offset, so OffsetCommit keys and values take a fast
+path that falls back to the general decoder for anything it does not take (see "fast decoding" below).
 
 Names are Kafka's in snake case, with the unit in the name where Kafka leaves it out (`rebalanceTimeout` ->
 `rebalance_timeout_ms`, `commitTimestamp` -> `commit_timestamp_ms`).
@@ -134,6 +135,46 @@ class CoordinatorRecord:
 
     key: bytes
     value: bytes | None
+
+
+def _setter_init(cls: type) -> None:
+    """Replace the `__init__` of a frozen slots dataclass by one with the same parameters that stores each
+    field through its slot descriptor.
+
+    The generated `__init__` of a frozen dataclass calls `object.__setattr__` once per field, which makes
+    building a record cost more than decoding it; loading a log builds millions (a CoordinatorRecord, a key
+    and a value per entry). Fields with a default_factory are not supported (none of ours has one).
+    """
+    params = []
+    body = []
+    namespace: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        assert field.default_factory is dataclasses.MISSING and field.init, field
+        name = field.name
+        namespace[f"_set_{name}"] = cls.__dict__[name].__set__
+        if field.default is dataclasses.MISSING:
+            params.append(name)
+        else:
+            namespace[f"_default_{name}"] = field.default
+            params.append(f"{name}=_default_{name}")
+        body.append(f"    _set_{name}(self, {name})\n")
+    exec(f"def __init__(self, {', '.join(params)}) -> None:\n{''.join(body)}", namespace)
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    cls.__init__ = init  # type: ignore[misc]
+
+
+for _cls in (
+    CoordinatorRecord,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    GroupMetadataKey,
+    MemberMetadata,
+    GroupMetadataValue,
+):
+    _setter_init(_cls)
+del _cls
 
 
 @dataclasses.dataclass(slots=True)
@@ -308,7 +349,120 @@ def encode_key(key: RecordKey) -> bytes:
     return bytes(w.buf)
 
 
+# -- fast decoding of the common records ---------------------------------------------------------------------
+#
+# Loading a log decodes one OffsetCommit record per committed offset, so these two take the common shapes
+# (OffsetCommitKey v0/v1, OffsetCommitValue v0-v3, as `bytes`) with a few struct calls and no _Reader. They
+# return None for anything they do not take, well-formed or not, and the general decoder below then decides:
+# what they return is exactly what it would return, and every error still comes from it.
+
+_KEY_HEAD = struct.Struct(">hh")  # key version, group length
+_VALUE_V3 = struct.Struct(">hqih")  # version, offset, leader epoch, metadata length
+_VALUE_V3_NO_METADATA = struct.Struct(">hqihq")  # ... and the commit timestamp right after an empty metadata
+_VALUE_V0_V2 = struct.Struct(">hqh")  # version, offset, metadata length
+_new_object = object.__new__
+
+
+def _setters(cls: type, *names: str) -> tuple[Callable[[Any, Any], None], ...]:
+    return tuple(cls.__dict__[name].__set__ for name in names)
+
+
+_set_key_group, _set_key_topic, _set_key_partition = _setters(OffsetCommitKey, "group", "topic", "partition")
+_set_offset, _set_leader_epoch, _set_metadata, _set_commit_timestamp, _set_expire_timestamp = _setters(
+    OffsetCommitValue, "offset", "leader_epoch", "metadata", "commit_timestamp_ms", "expire_timestamp_ms"
+)
+
+
+# The last key decoded by _fast_offset_commit_key: its bytes up to the partition, their length, group and
+# topic. A log holds runs of records of one group and topic (a commit writes one per partition), so most keys
+# start with the same bytes as the one before: then only the partition is left to read. One tuple, replaced
+# whole, so threads decoding at once never see a torn one.
+_last_key_prefix: tuple[bytes, int, str, str] = (b"", -5, "", "")  # matches no key
+
+
+def _fast_offset_commit_key(data: bytes) -> OffsetCommitKey | None:
+    global _last_key_prefix
+    n = len(data)
+    prefix, end, group, topic = _last_key_prefix
+    if n != end + 4 or not data.startswith(prefix):
+        if n < 10:
+            return None
+        version, group_length = _KEY_HEAD.unpack_from(data)
+        if not 0 <= version <= 1 or group_length < 0:
+            return None
+        group_end = 4 + group_length
+        if group_end + 6 > n:
+            return None
+        end = group_end + 2 + _I16.unpack_from(data, group_end)[0]
+        if end < group_end + 2 or end + 4 != n:
+            return None
+        try:
+            group = data[4:group_end].decode()
+            topic = data[group_end + 2 : end].decode()
+        except UnicodeDecodeError:
+            return None
+        _last_key_prefix = (data[:end], end, group, topic)
+    key = _new_object(OffsetCommitKey)  # = OffsetCommitKey(group, topic, partition), without the call
+    _set_key_group(key, group)
+    _set_key_topic(key, topic)
+    _set_key_partition(key, _I32.unpack_from(data, end)[0])
+    return key
+
+
+def _fast_offset_commit_value(data: bytes) -> OffsetCommitValue | None:
+    n = len(data)
+    if n == 24:  # v3 without metadata: what we write for every commit of a client that sends none
+        version, offset, leader_epoch, metadata_length, commit_timestamp_ms = (
+            _VALUE_V3_NO_METADATA.unpack_from(data)
+        )
+        if version != 3 or metadata_length != 0:
+            return None
+        metadata = ""
+        expire_timestamp_ms = -1
+    else:
+        if n < 20:
+            return None
+        version = _I16.unpack_from(data)[0]
+        if version == 3:
+            _, offset, leader_epoch, metadata_length = _VALUE_V3.unpack_from(data)
+            start = 16
+            end = n - 8
+        elif 0 <= version <= 2:
+            _, offset, metadata_length = _VALUE_V0_V2.unpack_from(data)
+            leader_epoch = -1
+            start = 12
+            end = n - 16 if version == 1 else n - 8
+        else:
+            return None
+        if metadata_length < 0 or start + metadata_length != end:
+            return None
+        try:
+            metadata = data[start:end].decode()
+        except UnicodeDecodeError:
+            return None
+        commit_timestamp_ms = _I64.unpack_from(data, end)[0]
+        expire_timestamp_ms = _I64.unpack_from(data, end + 8)[0] if version == 1 else -1
+    value = _new_object(OffsetCommitValue)  # = OffsetCommitValue(...), without the call
+    _set_offset(value, offset)
+    _set_leader_epoch(value, leader_epoch)
+    _set_metadata(value, metadata)
+    _set_commit_timestamp(value, commit_timestamp_ms)
+    _set_expire_timestamp(value, expire_timestamp_ms)
+    return value
+
+
+# -- general decoding ----------------------------------------------------------------------------------------
+
+
 def decode_key(data: bytes) -> RecordKey:
+    if type(data) is bytes:
+        key = _fast_offset_commit_key(data)
+        if key is not None:
+            return key
+    return _decode_key(data)
+
+
+def _decode_key(data: bytes) -> RecordKey:
     r = _Reader(data)
     version = r.i16()
     key: RecordKey
@@ -428,6 +582,14 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
     """Decode the value of a record whose key is `key`; None (a tombstone) stays None."""
     if data is None:
         return None
+    if type(data) is bytes and type(key) is OffsetCommitKey:
+        value = _fast_offset_commit_value(data)
+        if value is not None:
+            return value
+    return _decode_value(key, data)
+
+
+def _decode_value(key: RecordKey, data: bytes) -> RecordValue:
     r = _Reader(data)
     version = r.i16()
     r.flexible = version >= _FIRST_FLEXIBLE_VERSION
@@ -447,8 +609,30 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
 
 
 def decode_record(record: CoordinatorRecord) -> tuple[RecordKey, RecordValue | None]:
-    key = decode_key(record.key)
-    return key, decode_value(key, record.value)
+    """decode_key and decode_value of a record. Loading a log calls this once per entry, so the fast paths
+    are taken here directly, the most common case of _fast_offset_commit_key (a key that continues the run of
+    the last one) inline."""
+    data = record.key
+    key: RecordKey | None = None
+    if type(data) is bytes:
+        prefix, end, group, topic = _last_key_prefix
+        if len(data) == end + 4 and data.startswith(prefix):
+            key = _new_object(OffsetCommitKey)
+            _set_key_group(key, group)
+            _set_key_topic(key, topic)
+            _set_key_partition(key, _I32.unpack_from(data, end)[0])
+        else:
+            key = _fast_offset_commit_key(data)
+    if key is None:
+        key = _decode_key(data)
+    value_data = record.value
+    if value_data is None:
+        return key, None
+    if type(value_data) is bytes and type(key) is OffsetCommitKey:
+        value = _fast_offset_commit_value(value_data)
+        if value is not None:
+            return key, value
+    return key, _decode_value(key, value_data)
 
 
 # -- helpers that build records (Kafka's GroupCoordinatorRecordHelpers) --------------------------------------

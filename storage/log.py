@@ -73,7 +73,9 @@ value map (an entry is dropped only once every older entry for its key already i
 Replay. `Log.replay` yields every durable entry in order from a snapshot taken when iteration starts: it opens
 all segment files at once, so a concurrent compaction that renames or removes them does not disturb it.
 Segments are read in large chunks and parsed with struct; the progress callback gets (bytes_done, bytes_total,
-entries).
+entries). Replay trusts the CRCs: the bytes it reads were all checked by recovery, written by this Log or
+copied by compaction from checked entries, so checking them again would only double the cost of loading (it
+still checks the framing and the headers, and raises StorageCorruptError if a file no longer parses).
 """
 
 from __future__ import annotations
@@ -304,12 +306,15 @@ def _parse(
     progress: Callable[[int, int], None] | None = None,
     chunk: int = _READ_CHUNK,
     emit: bool = True,
+    verify: bool = True,
 ) -> Iterator[Entry]:
     """Yield the valid entries in the first `limit` bytes of `f`; sequence numbers must exceed `prev_seq`.
 
     Stops at the end of `limit` or at the first short or corrupt entry; `stop` then tells where and why.
     `progress(bytes_parsed, entries_parsed)` is called after each chunk is read. With `emit` False it only
-    checks (recovery), yielding nothing. Raises StorageFormatError for an intact entry of a newer version.
+    checks (recovery), yielding nothing. With `verify` False it skips the CRCs, for bytes already checked
+    (replay: see `Log.replay`); the framing and header checks stay. Raises StorageFormatError for an intact
+    entry of a newer version.
 
     This loop is the replay hot path: the sizes are literals (FRAME_SIZE 30, 8 bytes of length and CRC, 22
     bytes of header) and the checks are few, because every bytecode counts a million times over.
@@ -335,7 +340,7 @@ def _parse(
             end = pos + 8 + length
             if end > n:
                 break
-            if crc(buf[pos + 8 : end]) != c:  # for small entries, copying beats a memoryview
+            if verify and crc(buf[pos + 8 : end]) != c:  # for small entries, copying beats a memoryview
                 reason = CHECKSUM
                 break
             if (
@@ -345,7 +350,7 @@ def _parse(
                 or seq <= last
                 or (flags and klen != length - 22)
             ):
-                if ver > FORMAT_VERSION:
+                if ver > FORMAT_VERSION and verify:  # unchecked, it may as well be damage
                     raise StorageFormatError(
                         f"entry at offset {base + pos} has format version {ver}; this code reads up to "
                         f"{FORMAT_VERSION} (written by a newer release?)",
@@ -552,6 +557,11 @@ class Log:
 
         `progress(bytes_done, bytes_total, entries)` is called as segments are read (about every 8 MiB) and at
         the end. Safe to run while appends and compaction go on.
+
+        Replay does not check CRCs again: every durable byte of a segment was checked by `open` (recovery),
+        written by this Log, or copied by compaction from checked entries. It still checks the framing and
+        headers (lengths, version, flags, increasing sequence numbers) and raises StorageCorruptError if a
+        segment no longer parses as it did.
         """
         with self._lock:
             self._check_open()
@@ -579,7 +589,7 @@ class Log:
                 if progress is not None:
                     report = _reporter(progress, done, total, entries)
                 try:
-                    yield from _parse(f, limit, prev_seq, stop, report)
+                    yield from _parse(f, limit, prev_seq, stop, report, verify=False)
                 except OSError as exc:
                     raise _os_error("replay", exc) from exc
                 if stop.reason is not None:

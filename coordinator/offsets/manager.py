@@ -245,7 +245,7 @@ class OffsetMetadataManager:
         """Tombstones for every offset of the group, commits not yet durable included (written after them)."""
         seen = set()
         records = []
-        for topic, partition, _ in self.store.partitions(group_id):
+        for topic, partition in self.store.partition_keys(group_id):
             seen.add((topic, partition))
             records.append(new_offset_commit_tombstone(group_id, topic, partition))
         for topic, partition in self.store.pending_partitions(group_id):
@@ -279,10 +279,11 @@ class OffsetMetadataManager:
     # -- replay ----------------------------------------------------------------------------------------------
 
     def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
-        if value is not None:
+        if value is None:
+            self.store.replay(key, None)
+        else:
             self._groups.ensure_group(key.group)
-            self.store.remove_pending(key.group, key.topic, key.partition)
-        self.store.replay(key, value)
+            self.store.replay_commit(key, value)  # = remove_pending, then replay
 
 
 def _requested_topics(topics: Iterable[Any] | None) -> list[tuple[str, list[int]]] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -299,3 +300,110 @@ def test_truncated_values_raise_record_decode_error(value, version, data):
     cut = data.draw(st.integers(0, len(encoded) - 1))
     with pytest.raises(RecordDecodeError):
         decode_value(GroupMetadataKey("g"), encoded[:cut])
+
+
+# -- the fast decoders agree with the general one ------------------------------------------------------------
+# decode_key/decode_value/decode_record take common OffsetCommit records given as `bytes` through struct-based
+# fast paths; anything else (here: the same bytes as a bytearray) goes through the general _Reader decoder.
+# Both must give the same records, and the same errors (type and message) on anything else.
+
+
+def _outcome(decode, *args):
+    try:
+        return "ok", decode(*args)
+    except RecordDecodeError as exc:
+        return type(exc), str(exc)
+
+
+@st.composite
+def _damaged(draw, encoded):
+    """A valid encoding, often damaged (up to twice): a flipped byte, a cut, extra bytes, or a length or
+    version overwritten (the fields the fast paths check)."""
+    data = bytearray(draw(encoded))
+    for damage in draw(st.lists(st.sampled_from(["flip", "cut", "extend", "int16"]), max_size=2)):
+        if damage == "flip" and data:
+            at = draw(st.integers(0, len(data) - 1))
+            data[at] ^= 1 << draw(st.integers(0, 7))
+        elif damage == "cut" and data:
+            del data[draw(st.integers(0, len(data) - 1)) :]
+        elif damage == "extend":
+            data += draw(st.binary(min_size=1, max_size=4))
+        elif damage == "int16" and len(data) >= 2:
+            at = draw(st.integers(0, len(data) - 2))
+            value = draw(st.sampled_from([-8, -2, -1, 0, 1, 2, 3, 4, 5, 0x7FFF]))
+            data[at : at + 2] = struct.pack(">h", value)
+    return bytes(data)
+
+
+_any_key_bytes = st.one_of(
+    st.binary(max_size=40),
+    _damaged(st.one_of(offset_commit_keys, group_metadata_keys).map(encode_key)),
+    _damaged(offset_commit_keys.map(lambda k: struct.pack(">h", 0) + encode_key(k)[2:])),  # key version 0
+)
+_any_offset_value_bytes = st.one_of(
+    st.binary(max_size=40),
+    _damaged(st.builds(encode_value, offset_commit_values, st.integers(0, 4))),
+)
+
+
+@settings(max_examples=500)
+@given(_any_key_bytes)
+def test_fast_key_decoding_agrees_with_the_general_decoder(data):
+    assert _outcome(decode_key, data) == _outcome(decode_key, bytearray(data))
+
+
+@settings(max_examples=500)
+@given(_any_offset_value_bytes)
+def test_fast_value_decoding_agrees_with_the_general_decoder(data):
+    key = OffsetCommitKey("g", "t", 0)
+    assert _outcome(decode_value, key, data) == _outcome(decode_value, key, bytearray(data))
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(_any_key_bytes, st.none() | _any_offset_value_bytes), min_size=1, max_size=6))
+def test_fast_record_decoding_agrees_with_the_general_decoder(records):
+    # In sequence, so that keys continue (or break) the run of the key before, as in a log.
+    for key, value in records:
+        general = CoordinatorRecord(bytearray(key), None if value is None else bytearray(value))  # type: ignore[arg-type]
+        assert _outcome(decode_record, CoordinatorRecord(key, value)) == _outcome(decode_record, general)
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+@pytest.mark.parametrize("metadata_length", [-8, -4, -1])
+def test_negative_metadata_lengths_that_fit_the_size_are_still_errors(version, metadata_length):
+    # Sized so that the metadata would end where the fixed fields after it begin, were its length believed.
+    head = struct.pack(">hqi", version, 1, 2) if version >= 3 else struct.pack(">hq", version, 1)
+    tail = 16 if version == 1 else 8
+    data = head + struct.pack(">h", metadata_length) + bytes(tail + metadata_length)
+    with pytest.raises(RecordDecodeError):
+        decode_value(OffsetCommitKey("g", "t", 0), data)
+
+
+def test_keys_that_continue_a_run_decode_like_any_other():
+    first = encode_key(OffsetCommitKey("group", "topic", 1))
+    same_run = encode_key(OffsetCommitKey("group", "topic", 2))
+    other_group = encode_key(OffsetCommitKey("grouq", "topic", 2))  # same length, other bytes
+    assert decode_key(first) == OffsetCommitKey("group", "topic", 1)
+    assert decode_key(same_run) == OffsetCommitKey("group", "topic", 2)
+    assert decode_key(other_group) == OffsetCommitKey("grouq", "topic", 2)
+    assert decode_key(same_run) == OffsetCommitKey("group", "topic", 2)
+    with pytest.raises(RecordDecodeError, match="trailing"):
+        decode_key(same_run + b"x")  # the run's prefix, but one byte too many
+    with pytest.raises(RecordDecodeError):
+        decode_key(same_run[:-1])
+    assert decode_key(encode_key(GroupMetadataKey("group"))) == GroupMetadataKey("group")
+    assert decode_record(CoordinatorRecord(same_run, None)) == (OffsetCommitKey("group", "topic", 2), None)
+
+
+def test_record_classes_keep_their_dataclass_constructors():
+    value = OffsetCommitValue(offset=1, metadata="m")
+    assert value == OffsetCommitValue(1, -1, "m", -1, -1)
+    assert dataclasses.replace(value, offset=2) == OffsetCommitValue(2, -1, "m", -1, -1)
+    assert CoordinatorRecord(key=b"k", value=None) == CoordinatorRecord(b"k", None)
+    assert GroupMetadataValue("c", 1, None, None) == GroupMetadataValue("c", 1, None, None, -1, ())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        value.offset = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        OffsetCommitKey("g", "t")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        OffsetCommitValue(1, bogus=2)  # type: ignore[call-arg]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 
@@ -14,6 +15,7 @@ from storage import (
     MemFS,
     OsFS,
     StorageClosedError,
+    StorageCorruptError,
     StorageError,
     StorageFormatError,
 )
@@ -321,6 +323,35 @@ def test_progress_is_reported_for_open_and_replay(logs: Logs, memfs: MemFS) -> N
     assert seen[-1] == (20 * size, 20 * size, 20)
     assert [s[0] for s in seen] == sorted(s[0] for s in seen)
     assert [s[2] for s in seen] == sorted(s[2] for s in seen)
+
+
+def test_entries_are_crc_checked_once_by_open_not_again_by_replay(
+    logs: Logs, memfs: MemFS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import storage.log
+
+    size = len(encode_entry(0, *kv(0), 0))
+    written, _ = _fixture_log(memfs, 6, segment_bytes=3 * size)
+    checked: list[int] = []
+    real_crc = storage.log._crc
+    monkeypatch.setattr(storage.log, "_crc", lambda data: checked.append(1) or real_crc(data))
+    lg = logs.open(fs=memfs, segment_bytes=3 * size)
+    assert len(checked) == 6
+    lg.append([kv(6)]).result(5)
+    assert pairs(lg) == written + [kv(6)]  # recovered entries and appended ones alike
+    assert len(checked) == 6 + 1  # the append's own CRC; replay computed none
+
+
+def test_replay_still_refuses_a_segment_whose_headers_changed_after_open(logs: Logs, memfs: MemFS) -> None:
+    written, ends = _fixture_log(memfs, 4)
+    lg = logs.open(fs=memfs)
+    data = bytearray(memfs.read_bytes(seg_path(ZERO)))
+    data[ends[1] + 8] = 9  # the format version of the third entry
+    memfs.write_bytes(seg_path(ZERO), bytes(data))
+    replay = lg.replay()
+    assert [(e.key, e.value) for e in itertools.islice(replay, 2)] == written[:2]
+    with pytest.raises(StorageCorruptError, match="changed after open"):
+        next(replay)
 
 
 def test_replay_is_a_snapshot_when_iteration_starts(logs: Logs, memfs: MemFS) -> None:

@@ -6,8 +6,11 @@ Scenarios are ported from Kafka's OffsetMetadataManagerTest; each test names its
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.group import ClassicGroupState
+from coordinator.offsets import OffsetAndMetadata, OffsetStore
 from coordinator.records import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -485,3 +488,88 @@ def test_uncommitted_group_protocol_type_consumer(ctx):
     """to_protocols metadata is a real Subscription: the group knows what it subscribes to."""
     ctx.join_as_dynamic_member_and_complete_rebalance(protocols=to_protocols("range", "roundrobin"))
     assert ctx.group().subscribed_topics == frozenset({"foo"})
+
+
+# -- the store's compact representation ----------------------------------------------------------------------
+# OffsetStore keeps most offsets packed into one int and builds OffsetAndMetadata on the way out: whatever it
+# keeps, what it returns must be what a plain dict of OffsetAndMetadata.from_record(value) would return.
+
+_i32 = st.integers(-(2**31), 2**31 - 1)
+_i64 = st.integers(-(2**63), 2**63 - 1)
+_store_values = st.builds(
+    OffsetCommitValue,
+    st.one_of(st.integers(0, 10**7), _i64),
+    st.one_of(st.sampled_from([-1, 0, 7]), _i32),
+    st.sampled_from(["", "", "m", "é"]),
+    st.one_of(st.integers(1_700_000_000_000, 1_800_000_000_000), _i64),
+    st.one_of(st.just(-1), _i64),
+)
+_store_keys = st.builds(OffsetCommitKey, st.sampled_from(["g1", "g2"]), st.sampled_from(["t1", "t2"]),
+                        st.integers(0, 3))
+
+
+def _model_view(model: dict[str, dict[str, dict[int, OffsetAndMetadata]]], group: str):
+    return {topic: dict(partitions) for topic, partitions in model.get(group, {}).items()}
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(_store_keys, st.none() | _store_values, st.booleans()), max_size=40))
+def test_store_returns_what_it_was_given(ops):
+    store = OffsetStore()
+    model: dict[str, dict[str, dict[int, OffsetAndMetadata]]] = {}
+    for key, value, as_commit in ops:
+        if value is None:
+            store.replay(key, None)
+            topics = model.get(key.group, {})
+            topics.get(key.topic, {}).pop(key.partition, None)
+            if key.topic in topics and not topics[key.topic]:
+                del topics[key.topic]
+            if key.group in model and not topics:
+                del model[key.group]
+        else:
+            if as_commit:
+                store.replay_commit(key, value)
+            else:
+                store.replay(key, value)
+            model.setdefault(key.group, {}).setdefault(key.topic, {})[key.partition] = (
+                OffsetAndMetadata.from_record(value)
+            )
+        for group in ("g1", "g2"):
+            expected = _model_view(model, group)
+            got = store.group_offsets(group)
+            assert {topic: dict(partitions) for topic, partitions in got.items()} == expected
+            in_order = [(t, p, o) for t, partitions in expected.items() for p, o in partitions.items()]
+            assert [(t, p, o) for t, partitions in got.items() for p, o in partitions.items()] == in_order
+            assert list(store.partitions(group)) == in_order
+            assert store.partition_keys(group) == [(t, p) for t, p, _ in in_order]
+            assert store.topics(group) == list(expected)
+            assert store.has_offsets(group) == bool(expected)
+            for topic in ("t1", "t2"):
+                for partition in range(4):
+                    assert store.get(group, topic, partition) == expected.get(topic, {}).get(partition)
+        assert store.num_offsets() == sum(len(p) for topics in model.values() for p in topics.values())
+
+
+def test_store_snapshot_is_a_read_only_mapping_that_does_not_follow_the_store():
+    store = OffsetStore()
+    key = OffsetCommitKey("g", "t", 0)
+    store.replay(key, OffsetCommitValue(5, 1, "", 1000))
+    snapshot = store.group_offsets("g")["t"]
+    store.replay(key, OffsetCommitValue(6, 1, "", 2000))
+    store.replay(OffsetCommitKey("g", "t", 1), OffsetCommitValue(7, 1, "", 2000))
+    assert snapshot == {0: OffsetAndMetadata(5, 1, "", 1000, -1)}
+    assert snapshot.copy() == {0: OffsetAndMetadata(5, 1, "", 1000, -1)}
+    assert snapshot[0].committed_offset == 5 and 0 in snapshot and 1 not in snapshot and len(snapshot) == 1
+    with pytest.raises(TypeError):
+        snapshot[0] = OffsetAndMetadata(1, 1, "", 1, -1)  # type: ignore[index]
+
+
+def test_store_replay_commit_settles_one_pending_commit():
+    store = OffsetStore()
+    store.add_pending("g", "t", 0)
+    store.add_pending("g", "t", 0)
+    store.replay_commit(OffsetCommitKey("g", "t", 0), OffsetCommitValue(1, -1, "", 1))
+    assert store.has_pending("g", "t", 0)
+    store.replay_commit(OffsetCommitKey("g", "t", 0), OffsetCommitValue(2, -1, "", 2))
+    assert not store.has_pending("g", "t", 0) and store.pending_partitions("g") == []
+    assert store.get("g", "t", 0) == OffsetAndMetadata(2, -1, "", 2, -1)
