@@ -33,9 +33,15 @@ def cli(server, *args: str, env_url: bool = False) -> subprocess.CompletedProces
 
 def test_cli_on_a_live_group(server_factory, members):
     server = server_factory({"metrics.lag.sample.interval.ms": 200})
-    produce(server, TOPIC, 3, 40)
+    produce(server, TOPIC, 3, 0)  # the topic, empty: data comes once both members hold their partitions
     a = members.start("billing-1", server, GROUP, TOPIC, "--quota", "50")
     b = members.start("billing-2", server, GROUP, TOPIC, "--quota", "30")
+    # With data already there, the first member could consume the second's share before the second joined
+    # (its join waits for the first member's next heartbeat), leaving it nothing to reach its quota with.
+    wait_until(lambda: all(m.events("assigned") for m in (a, b)) and len(
+        get_json(server, f"/v1/groups/{GROUP}")[1].get("members", [])) == 2, 60, "both members assigned",
+        members.describe)
+    produce(server, TOPIC, 3, 40)
 
     def stable_and_committed() -> bool:
         _, body = get_json(server, f"/v1/groups/{GROUP}")
