@@ -66,6 +66,10 @@ class GroupCoordinator:
         self._load_task: asyncio.Task[None] | None = None
         self._compaction_task: asyncio.Task[None] | None = None
 
+    def shard_for(self, group_id: str) -> Any:
+        """The shard that owns `group_id`: an object with `.manager` and `.runtime`."""
+        return self
+
     # -- part lifecycle ---------------------------------------------------------------------------
 
     def register(self, table: ApiTable) -> None:
