@@ -37,6 +37,20 @@ def _list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def _count_overrides(text: str) -> tuple[tuple[str, int], ...]:
+    """Kafka's `max.connections.per.ip.overrides`: `host:count,ip:count` (the count after the last colon)."""
+    pairs = []
+    for part in _list(text):
+        host, sep, count = part.rpartition(":")
+        if not sep or not host.strip():
+            raise ValueError(f"expected HOST:COUNT, got {part!r}")
+        value = int(count)
+        if value < 0:
+            raise ValueError(f"negative connection count in {part!r}")
+        pairs.append((host.strip().strip("[]"), value))
+    return tuple(pairs)
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
     name: str
@@ -56,6 +70,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("queued.max.requests.per.connection", 100, int,
             "Requests in flight on one connection before reading from it pauses (backpressure).",
             kafka=False, minimum=1),
+    Setting("connections.max.idle.ms", 600000, int,
+            "Close a connection that has had no complete request and no answer for this long and has nothing "
+            "in flight (a peer trickling a partial request counts as idle); -1: never.", "ms", minimum=-1),
+    Setting("max.connections", 2147483647, int,
+            "Connections the listener holds at once; a connection beyond it is closed at accept (Kafka instead "
+            "leaves it in the accept backlog until a slot frees).", minimum=0),
+    Setting("max.connections.per.ip", 2147483647, int,
+            "Connections from one IP address at once; a connection beyond it is closed at accept.", minimum=0),
+    Setting("max.connections.per.ip.overrides", (), _count_overrides,
+            "Per-IP or per-hostname exceptions to max.connections.per.ip: `host:count,ip:count`."),
     Setting("shutdown.timeout.ms", 10000, int, "How long a graceful shutdown waits for in-flight requests.", "ms",
             kafka=False, minimum=0),
     # -- observability (admin listener) ------------------------------------------------------------

@@ -52,6 +52,9 @@ class Connection:
         self._queue: asyncio.Queue[Any] = asyncio.Queue(server.config["queued.max.requests.per.connection"])
         self._reader_task: asyncio.Task[None] | None = None
         self.done = asyncio.Event()
+        # connections.max.idle.ms: loop time of the last complete request or answer, and requests not yet answered
+        self.last_active = asyncio.get_running_loop().time()
+        self.in_flight = 0
 
     async def run(self) -> None:
         local_address.set(self.local)
@@ -76,6 +79,16 @@ class Connection:
         if self._reader_task is not None and not self._reader_task.done():
             self._reader_task.cancel()
 
+    def idle_for(self, now: float) -> float:
+        """Seconds without a complete request or an answer at loop time `now`; 0 while a request is in flight
+        (a parked JoinGroup or a long poll is not idleness). Bytes of an unfinished request do not count, so a
+        peer trickling a request a byte at a time is idle."""
+        return 0.0 if self.in_flight else now - self.last_active
+
+    def close_idle(self) -> None:
+        self.stop_reading()
+        self.writer.transport.abort()
+
     async def abort(self) -> None:
         """Drop the connection without answering what is in flight."""
         self.stop_reading()
@@ -90,6 +103,8 @@ class Connection:
                 size = frame_length(prefix, max_bytes)
                 frame = await self.reader.readexactly(size)
                 started = time.perf_counter()
+                self.in_flight += 1
+                self.last_active = asyncio.get_running_loop().time()
                 decoded = table.decode(frame, self.peer_host, self.connection_id)
                 task = asyncio.create_task(self._handle(decoded))
                 await self._queue.put((decoded, task, started))
@@ -124,6 +139,9 @@ class Connection:
                 response = await task
             except asyncio.CancelledError:
                 break
+            finally:
+                self.in_flight -= 1
+                self.last_active = asyncio.get_running_loop().time()
             if response is _CLOSE:
                 break
             ctx = decoded.context

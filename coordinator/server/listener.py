@@ -8,6 +8,7 @@ requests, answers what is in flight (bounded by `shutdown.timeout.ms`), then clo
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import socket
@@ -60,6 +61,8 @@ class Server:
         self.parts: list[Any] = []
         self.dataplane: DataPlane | None = None
         self.groups: Any = None
+        self.connections_per_ip: dict[str, int] = {}  # max.connections.per.ip bookkeeping
+        self._idle_sweeper: asyncio.Task[None] | None = None
 
     # -- identity ---------------------------------------------------------------------------------
 
@@ -96,6 +99,8 @@ class Server:
         if self.admin_listen is not None:
             self._admin, self.admin_bound = await admin.start(self, *self.admin_listen)
         self.listening = True
+        if self.config["connections.max.idle.ms"] >= 0:
+            self._idle_sweeper = asyncio.create_task(self._sweep_idle())
 
     @property
     def ready(self) -> bool:
@@ -111,9 +116,16 @@ class Server:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer_ip = (writer.get_extra_info("peername") or ("",))[0]
+        refused = self._over_connection_limit(peer_ip)
+        if refused:
+            log.info("closing a new connection from %s: %s", peer_ip, refused)
+            writer.transport.abort()
+            return
         conn_id = next(self._ids)
         conn = Connection(self, reader, writer, conn_id)
         self.connections[conn_id] = conn
+        self.connections_per_ip[peer_ip] = self.connections_per_ip.get(peer_ip, 0) + 1
         self.metrics.connections.inc()
         try:
             await conn.run()
@@ -122,9 +134,50 @@ class Server:
         finally:
             self.metrics.connections.dec()
             self.connections.pop(conn_id, None)
+            left = self.connections_per_ip.pop(peer_ip, 1) - 1
+            if left > 0:
+                self.connections_per_ip[peer_ip] = left
+
+    # -- resource limits (max.connections, max.connections.per.ip, connections.max.idle.ms) -----------
+
+    def _over_connection_limit(self, peer_ip: str) -> str | None:
+        """Why a new connection from `peer_ip` is refused, or None. Counted per listener (per worker)."""
+        if len(self.connections) >= self.config["max.connections"]:
+            return f"max.connections={self.config['max.connections']} reached"
+        limit = self.config["max.connections.per.ip"]
+        for host, count in self.config["max.connections.per.ip.overrides"]:
+            if host == peer_ip or _resolve(host) == peer_ip:
+                limit = count
+                break
+        if self.connections_per_ip.get(peer_ip, 0) >= limit:
+            return f"max.connections.per.ip={limit} reached for {peer_ip}"
+        return None
+
+    def expire_idle(self, now: float) -> int:
+        """Close the connections idle for longer than connections.max.idle.ms at loop time `now` (seconds);
+        return how many were closed."""
+        idle_s = self.config["connections.max.idle.ms"] / 1000
+        if idle_s < 0:
+            return 0
+        expired = [c for c in self.connections.values() if c.idle_for(now) > idle_s]
+        for conn in expired:
+            log.info("closing connection %d from %s: idle for more than connections.max.idle.ms",
+                     conn.connection_id, conn.peer_host)
+            conn.close_idle()
+        return len(expired)
+
+    async def _sweep_idle(self) -> None:
+        idle_ms = self.config["connections.max.idle.ms"]
+        period_s = min(max(idle_ms / 10_000, 0.01), 1.0)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(period_s)
+            self.expire_idle(loop.time())
 
     async def close(self) -> None:
         self.listening = False
+        if self._idle_sweeper is not None:
+            self._idle_sweeper.cancel()
         if self._server is not None:
             self._server.close()  # stop accepting
         conns = list(self.connections.values())
@@ -148,6 +201,15 @@ class Server:
             await part.close()
         if self._admin is not None:
             await self._admin.cleanup()
+
+
+@functools.lru_cache(maxsize=64)
+def _resolve(host: str) -> str | None:
+    """The IPv4/IPv6 address of a host named in max.connections.per.ip.overrides (Kafka resolves them too)."""
+    try:
+        return socket.getaddrinfo(host, None)[0][4][0]
+    except (OSError, UnicodeError):
+        return None
 
 
 def _show(host: str) -> str:

@@ -1,0 +1,186 @@
+"""Resource limits of the listener: max.connections, max.connections.per.ip (+ overrides), connections.max.idle.ms.
+
+Idle expiry is tested through `Server.expire_idle(now)` with a loop time the test picks, so nothing here waits for
+a timeout to pass; the one test that lets the sweeper run only asserts that it eventually closes (generous bound).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+
+import pytest
+from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsRequestV0
+from kio.schema.heartbeat.v0.request import HeartbeatRequest as HeartbeatV0
+
+from coordinator.config import Config, ConfigError
+from protocol.errors import ErrorCode
+from tests.wire import WireClient, encode_request, recv_frame
+
+from .server_thread import running
+
+WAIT_S = 20.0  # generous: the machine is shared
+
+
+def _serves(sock: socket.socket) -> bool:
+    """True if the connection answers an ApiVersions request, False if the server closed it."""
+    try:
+        sock.sendall(encode_request(ApiVersionsRequestV0(), 7))
+        payload = recv_frame(sock)
+    except (ConnectionError, OSError):
+        return False
+    return struct.unpack_from(">i", payload)[0] == 7
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    sock.settimeout(WAIT_S)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionError:
+        return True
+
+
+def _connect(server) -> socket.socket:
+    sock = socket.create_connection(server.bound, timeout=WAIT_S)
+    return sock
+
+
+def _on_loop(server, fn):
+    loop = server._server.get_loop()
+
+    async def call():
+        return fn(loop)
+
+    return asyncio.run_coroutine_threadsafe(call(), loop).result(WAIT_S)
+
+
+def _wait_until(predicate) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_overrides_parse_kafka_format():
+    config = Config({"max.connections.per.ip.overrides": "127.0.0.1:5, localhost:0,[::1]:7"})
+    assert config["max.connections.per.ip.overrides"] == (("127.0.0.1", 5), ("localhost", 0), ("::1", 7))
+    for bad in ("127.0.0.1", "127.0.0.1:x", "h:-1", ":3"):
+        with pytest.raises(ConfigError):
+            Config({"max.connections.per.ip.overrides": bad})
+    assert Config()["connections.max.idle.ms"] == 600000  # Kafka's default
+    assert Config()["max.connections.per.ip"] == 2147483647
+
+
+def test_max_connections_per_ip_closes_the_connection_beyond_it():
+    with running(max_connections_per_ip=2) as server:
+        first, second = _connect(server), _connect(server)
+        try:
+            assert _serves(first) and _serves(second)
+            third = _connect(server)  # the TCP handshake completes; the server closes it at accept
+            assert _closed_by_server(third)
+            third.close()
+            assert _serves(first) and _serves(second)  # the others are unaffected
+            first.close()
+            _wait_until(lambda: server.connections_per_ip.get("127.0.0.1", 0) < 2)
+            fourth = _connect(server)
+            assert _serves(fourth)  # a slot freed
+            fourth.close()
+        finally:
+            first.close()
+            second.close()
+
+
+def test_per_ip_override_replaces_the_limit_for_that_address():
+    with running(max_connections_per_ip=0, max_connections_per_ip_overrides="127.0.0.1:2") as server:
+        socks = [_connect(server) for _ in range(2)]
+        try:
+            assert all(_serves(s) for s in socks)
+            extra = _connect(server)
+            assert _closed_by_server(extra)
+            extra.close()
+        finally:
+            for s in socks:
+                s.close()
+
+
+def test_per_ip_override_by_hostname():
+    with running(max_connections_per_ip=1, max_connections_per_ip_overrides="localhost:3") as server:
+        socks = [_connect(server) for _ in range(3)]
+        try:
+            assert all(_serves(s) for s in socks)
+        finally:
+            for s in socks:
+                s.close()
+
+
+def test_max_connections_closes_the_connection_beyond_it():
+    with running(max_connections=3) as server:
+        socks = [_connect(server) for _ in range(3)]
+        try:
+            assert all(_serves(s) for s in socks)
+            extra = _connect(server)
+            assert _closed_by_server(extra)
+            extra.close()
+            assert all(_serves(s) for s in socks)
+        finally:
+            for s in socks:
+                s.close()
+
+
+def _parked_heartbeat(release: list[asyncio.Event]):
+    def setup(server) -> None:
+        async def handler(ctx, request):
+            event = asyncio.Event()
+            release.append(event)
+            await event.wait()
+            return {"error_code": ErrorCode.none, "throttle_time_ms": 0}
+
+        server.table.register(12, 0, 4, handler)
+
+    return setup
+
+
+def test_idle_connections_are_closed_but_not_those_with_a_request_in_flight():
+    release: list[asyncio.Event] = []
+    with running(_parked_heartbeat(release), connections_max_idle_ms=600000) as server:
+        idle, trickling, parked, active = (_connect(server) for _ in range(4))
+        try:
+            assert _serves(active)
+            trickling.sendall(b"\x00\x00\x00")  # a partial length prefix: an unfinished request is idleness
+            parked.sendall(encode_request(HeartbeatV0(group_id="g", generation_id=1, member_id="m"), 1))
+            _wait_until(lambda: len(release) == 1)
+            _wait_until(lambda: len(server.connections) == 4)
+            assert _on_loop(server, lambda loop: server.expire_idle(loop.time() + 599.0)) == 0
+            assert _on_loop(server, lambda loop: server.expire_idle(loop.time() + 601.0)) == 3
+            for sock in (idle, trickling, active):
+                assert _closed_by_server(sock)
+            _on_loop(server, lambda loop: release[0].set())
+            parked.settimeout(WAIT_S)
+            assert len(parked.recv(4)) == 4  # the parked answer still leaves
+            with WireClient(*server.bound) as fresh:  # and the listener still serves
+                assert fresh.call(ApiVersionsRequestV0()).error_code == ErrorCode.none
+        finally:
+            for sock in (idle, trickling, parked, active):
+                sock.close()
+
+
+def test_idle_sweeper_closes_a_silent_connection():
+    with running(connections_max_idle_ms=200) as server:
+        sock = _connect(server)
+        try:
+            assert _closed_by_server(sock)  # no timing assertion: only that it happens (within WAIT_S)
+        finally:
+            sock.close()
+
+
+def test_idle_expiry_off_with_minus_one():
+    with running(connections_max_idle_ms=-1) as server:
+        sock = _connect(server)
+        try:
+            _wait_until(lambda: len(server.connections) == 1)
+            assert _on_loop(server, lambda loop: server.expire_idle(loop.time() + 1e9)) == 0
+            assert _serves(sock)
+        finally:
+            sock.close()
