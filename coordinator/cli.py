@@ -11,6 +11,8 @@ import sys
 
 from coordinator.config import Config, ConfigError
 
+WORKER_SPEC_ENV = "KGC_WORKER_SPEC"  # set by `serve --workers N`'s supervisor for each worker it starts
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafka-group-coordinator")
@@ -26,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", default=os.environ.get("KGC_CONFIG"), help="a properties file")
     serve.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a setting")
     serve.add_argument("--log-level", default=os.environ.get("KGC_LOG_LEVEL", "INFO"))
+    serve.add_argument("--workers", default=None, metavar="N|auto",
+                       help="worker processes, each owning a share of the group shards behind its own listener "
+                            "(default: the setting coordinator.workers, 1; auto: one per core)")
     from coordinator.observability import cli as groups_cli
 
     groups_cli.add_parser(sub)
@@ -38,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         from coordinator.observability import cli as groups_cli
 
         return groups_cli.run(args)
+    if args.command == "serve" and os.environ.get(WORKER_SPEC_ENV):
+        return _serve_worker(args, os.environ[WORKER_SPEC_ENV])
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
@@ -53,5 +60,32 @@ def main(argv: list[str] | None = None) -> int:
         admin = None if args.admin_listen == "off" else parse_hostport(args.admin_listen, 9464)
         advertised = parse_hostport(args.advertised_listener, 9092) if args.advertised_listener else None
         os.makedirs(args.data_dir, exist_ok=True)
+        from coordinator.server import workers
+
+        try:
+            count = workers.resolve_workers(args.workers, config)
+        except ValueError as exc:
+            print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
+            return 2
+        if count > 1:
+            supervisor = workers.Supervisor(count, sys.argv[1:] if argv is None else argv, listen, admin,
+                                            config["shutdown.timeout.ms"] / 1000)
+            return supervisor.run()
         run(build_server(config, listen, admin, advertised, args.data_dir))
+    return 0
+
+
+def _serve_worker(args: argparse.Namespace, spec_json: str) -> int:
+    """One worker of `serve --workers N`, started by the supervisor (coordinator.server.workers)."""
+    from coordinator.server import workers
+    from coordinator.server.listener import parse_hostport
+
+    spec = workers.WorkerSpec.from_json(spec_json)
+    workers.die_with_parent(spec.supervisor_pid)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s worker={spec.index} %(name)s: %(message)s")
+    config = Config.load(args.config, overrides=args.set)
+    advertised = parse_hostport(args.advertised_listener, 9092) if args.advertised_listener else None
+    server = workers.build_worker_server(config, spec, advertised, args.data_dir)
+    workers.run_worker(server, spec.notify_fd)
     return 0

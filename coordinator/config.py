@@ -33,6 +33,12 @@ def _regex(text: str) -> str:
     return text
 
 
+def _workers(text: str) -> int:
+    if text.strip().lower() == "auto":
+        return os.cpu_count() or 1
+    return int(text)
+
+
 def _list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
@@ -82,6 +88,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Per-IP or per-hostname exceptions to max.connections.per.ip: `host:count,ip:count`."),
     Setting("shutdown.timeout.ms", 10000, int, "How long a graceful shutdown waits for in-flight requests.", "ms",
             kafka=False, minimum=0),
+    Setting("coordinator.workers", 1, _workers,
+            "Worker processes (`auto`: one per core), each owning a share of the group shards behind its own "
+            "listener (port + worker index) and node id (node.id + index); `serve --workers` overrides it.",
+            kafka=False, minimum=1),
     # -- observability (admin listener) ------------------------------------------------------------
     Setting("metrics.groups.include", "", _regex,
             "Export per-group series only for groups whose whole id matches this regex (empty: all).", kafka=False),

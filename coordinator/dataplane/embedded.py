@@ -284,11 +284,14 @@ class EmbeddedDataPlane:
     """Single-node topics and partitions; see the module docstring."""
 
     def __init__(self, config: Config, advertised: Callable[[], Broker], *, data_dir: str | None = None,
-                 fs: FS | None = None) -> None:
+                 fs: FS | None = None, brokers: Callable[[], list[Broker]] | None = None) -> None:
         """`data_dir` None keeps partitions in memory; otherwise they live in DATA_DIR/topics, reopened by
-        `start()`. `fs` (default: the real filesystem) is for tests that inject faults."""
+        `start()`. `fs` (default: the real filesystem) is for tests that inject faults. `brokers` lists every
+        node Metadata announces (several coordinator workers; default: this node only); partitions are led by
+        this node either way."""
         self._config = config
         self._advertised = advertised
+        self._brokers = brokers
         self._data_dir = data_dir
         self._fs: FS = fs if fs is not None else OsFS()
         self._topics: dict[str, _Topic] = {}
@@ -734,7 +737,8 @@ class EmbeddedDataPlane:
         return {
             "throttle_time": 0,
             "error_code": ErrorCode.none,
-            "brokers": [{"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}],
+            "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+                        for b in (self._brokers() if self._brokers is not None else (node,))],
             "cluster_id": self._config["cluster.id"],
             "controller_id": node.node_id,
             "topics": topics,

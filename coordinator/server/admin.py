@@ -144,10 +144,14 @@ class Handle:
         await self.runner.cleanup()
 
 
-async def start(server: Server, host: str, port: int) -> tuple[Handle, tuple[str, int]]:
+async def start(server: Server, host: str, port: int,
+                sock: Any = None) -> tuple[Handle, tuple[str, int]]:
+    """`sock`: an already bound socket to serve on instead of host:port (a worker's, bound by its supervisor)."""
     obs = Observability(server)
     api = AdminApi(server, obs)
-    app = web.Application(middlewares=[_errors])
+    # With several workers, worker 0's listener fronts the others (coordinator.server.workers.AdminPeers).
+    peers = [server.admin_middleware] if server.admin_middleware is not None else []
+    app = web.Application(middlewares=[_errors, *peers])
     app.router.add_get("/healthz", api.healthz)
     app.router.add_get("/readyz", api.readyz)
     app.router.add_get("/metrics", api.metrics)
@@ -158,7 +162,8 @@ async def start(server: Server, host: str, port: int) -> tuple[Handle, tuple[str
     app.router.add_post("/v1/groups/{group}/reset-offsets", api.reset_offsets)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host or None, port, reuse_address=True)
+    site: web.BaseSite = (web.SockSite(runner, sock) if sock is not None
+                          else web.TCPSite(runner, host or None, port, reuse_address=True))
     await site.start()
     sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
     bound_port = sockets[0].getsockname()[1] if sockets else port

@@ -63,6 +63,12 @@ class Server:
         self.groups: Any = None
         self.connections_per_ip: dict[str, int] = {}  # max.connections.per.ip bookkeeping
         self._idle_sweeper: asyncio.Task[None] | None = None
+        # Set by coordinator.server.workers: sockets its supervisor bound, the workers' layout, and the admin
+        # middleware of worker 0 that fronts the other workers.
+        self.listen_socket: socket.socket | None = None
+        self.admin_socket: socket.socket | None = None
+        self.topology: Any = None
+        self.admin_middleware: Any = None
 
     # -- identity ---------------------------------------------------------------------------------
 
@@ -91,13 +97,16 @@ class Server:
         for part in self.parts:
             await part.start()
         host, port = self.listen
-        self._server = await asyncio.start_server(
-            self._accept, host or None, port, reuse_address=True, backlog=1024, limit=2**20
-        )
+        if self.listen_socket is not None:
+            self._server = await asyncio.start_server(self._accept, sock=self.listen_socket, limit=2**20)
+        else:
+            self._server = await asyncio.start_server(
+                self._accept, host or None, port, reuse_address=True, backlog=1024, limit=2**20
+            )
         sockname = self._server.sockets[0].getsockname()
         self.bound = (host, sockname[1])
         if self.admin_listen is not None:
-            self._admin, self.admin_bound = await admin.start(self, *self.admin_listen)
+            self._admin, self.admin_bound = await admin.start(self, *self.admin_listen, sock=self.admin_socket)
         self.listening = True
         if self.config["connections.max.idle.ms"] >= 0:
             self._idle_sweeper = asyncio.create_task(self._sweep_idle())
@@ -137,6 +146,10 @@ class Server:
             left = self.connections_per_ip.pop(peer_ip, 1) - 1
             if left > 0:
                 self.connections_per_ip[peer_ip] = left
+            for part in self.parts:
+                closed = getattr(part, "connection_closed", None)
+                if closed is not None:
+                    closed(conn_id)  # e.g. the forwarder drops this connection's upstream
 
     # -- resource limits (max.connections, max.connections.per.ip, connections.max.idle.ms) -----------
 

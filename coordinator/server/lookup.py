@@ -1,4 +1,5 @@
-"""FindCoordinator v0-v6: group keys are coordinated by this node; we coordinate no transactions or share groups.
+"""FindCoordinator v0-v6: group keys are coordinated by this node (with several workers, by the worker owning the
+group's shard); we coordinate no transactions or share groups.
 
 Key types: 0 group, 1 transaction, 2 share (v6). Batched keys from v4 (KIP-699) get one entry each.
 """
@@ -17,8 +18,11 @@ GROUP, TRANSACTION, SHARE = 0, 1, 2
 
 
 class CoordinatorLookup:
-    def __init__(self, broker: Callable[[], Broker]) -> None:
+    def __init__(self, broker: Callable[[], Broker], owner: Callable[[str], Broker] | None = None) -> None:
+        """`owner(group_id)`: the node coordinating a group when it may be another worker of this server
+        (coordinator.server.workers); default: this node."""
         self._broker = broker
+        self._owner = owner
 
     def register(self, table: ApiTable) -> None:
         table.register(FIND_COORDINATOR, 0, 6, self.find_coordinator)
@@ -33,7 +37,7 @@ class CoordinatorLookup:
         if key_type == GROUP:
             if not key:
                 return _error(key, ErrorCode.invalid_request, "The group id must not be empty.")
-            b = self._broker()
+            b = self._owner(key) if self._owner is not None else self._broker()
             return {"key": key, "node_id": b.node_id, "host": b.host, "port": b.port,
                     "error_code": ErrorCode.none, "error_message": None}
         if key_type in (TRANSACTION, SHARE):

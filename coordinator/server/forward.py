@@ -1,0 +1,291 @@
+"""The data plane of a worker other than worker 0: every data-plane request relayed to worker 0.
+
+With `serve --workers N` (coordinator.server.workers) the topics live in worker 0's embedded data plane only;
+Metadata names worker 0 (node.id + 0) as every partition's leader, so clients produce and fetch there directly.
+Workers w > 0 still get Metadata (clients ask any broker they know), CreateTopics, DeleteTopics, ListOffsets,
+InitProducerId, and whatever a client sends before it has read Metadata. They answer them by relaying:
+
+* The forwarder registers the same APIs and version ranges as the embedded data plane (read from a throwaway
+  EmbeddedDataPlane's registration, so the two cannot drift), so ApiVersions is identical on every worker.
+* Each client connection gets its own upstream connection to worker 0, opened on its first forwarded request
+  and closed with it. A handler encodes the request (the decoded kio entity, re-encoded for the same version,
+  with the client's client id and an upstream correlation id) and writes it synchronously, before its first
+  await: connection handlers start in request order, so requests reach worker 0 in the order the client sent
+  them, and a long-polling Fetch of one client never holds back another client's requests. The answer is
+  decoded and returned to the client connection's ordered writer, which encodes it with the client's own
+  correlation id. Produce with acks=0 gets no answer upstream, and none here.
+* Metadata is the one answer changed on the way: its broker list is this worker's view of every worker (for a
+  wildcard listener, the address the client reached here, not the loopback address the relay used).
+* When worker 0 cannot be reached or the upstream connection breaks, the client connection is closed, as a
+  broker that goes away would be; clients reconnect and retry.
+
+Lag and admin resets of groups owned here need log-end offsets and partition counts, which the embedded plane
+knows synchronously. Here they come from a cache refreshed every second with a Metadata and a ListOffsets
+request to worker 0 on a connection of its own.
+
+Re-encoding rather than relaying the client's bytes costs one decode and encode per request; it keeps framing,
+version checks and per-connection ordering in the one place they already are (coordinator.server.connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import io
+import itertools
+import logging
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.serial import entity_reader, entity_writer
+
+from coordinator.config import Config
+from coordinator.dataplane import Broker
+from protocol.api import API_VERSIONS, ApiTable, RequestContext, request_class, response_class
+from protocol.build import build
+from protocol.framing import frame_length
+
+log = logging.getLogger(__name__)
+
+PRODUCE, LIST_OFFSETS, METADATA = 0, 2, 3
+LATEST_TIMESTAMP = -1
+REFRESH_INTERVAL_S = 1.0
+_LEN = struct.Struct(">i")
+_CID = struct.Struct(">i")
+CACHE_CONNECTION = -1  # the connection key of the forwarder's own requests (cache refresh, admin)
+
+
+@functools.cache
+def _reader(cls: type) -> Any:
+    return entity_reader(cls)
+
+
+@functools.cache
+def _writer(cls: type) -> Any:
+    return entity_writer(cls)
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:
+    """A request frame (length prefix, header v1 or v2, body) for `body`, a kio entity of that exact version."""
+    cls = request_class(api_key, version)
+    header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    _writer(header_cls)(buf, header_cls(request_api_key=api_key, request_api_version=version,
+                                        correlation_id=correlation_id, client_id=client_id))
+    _writer(cls)(buf, body)
+    data = bytearray(buf.getbuffer())
+    _LEN.pack_into(data, 0, len(data) - 4)
+    return bytes(data)
+
+
+def decode_response(api_key: int, version: int, payload: bytes) -> Any:
+    """The response entity in `payload` (a response frame after its correlation id)."""
+    cls = response_class(api_key, version)
+    offset = 0
+    if cls.__flexible__ and api_key != API_VERSIONS:
+        # Response header v1: tagged fields. Worker 0 writes none; skip any the same way a client would.
+        count = payload[0]
+        if count != 0:
+            raise ValueError("unexpected tagged fields in a response header")
+        offset = 1
+    body, _ = _reader(cls)(payload, offset)
+    return body
+
+
+class UpstreamError(ConnectionError):
+    pass
+
+
+class Upstream:
+    """One connection to worker 0: requests written in call order, answers matched by correlation id."""
+
+    def __init__(self, address: tuple[str, int], max_bytes: int, on_broken: Callable[[], None]) -> None:
+        self._address = address
+        self._max_bytes = max_bytes
+        self._on_broken = on_broken
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[bytes]] = {}
+        self._queued: list[bytes] = []  # written once connected
+        self._writer: asyncio.StreamWriter | None = None
+        self._broken: BaseException | None = None
+        self._task = asyncio.create_task(self._run())
+
+    def send(self, api_key: int, version: int, client_id: str | None, body: Any,
+             expect_answer: bool = True) -> asyncio.Future[bytes] | None:
+        """Write one request now (or queue it until connected); the future gets the answer's bytes."""
+        if self._broken is not None:
+            raise UpstreamError(f"the connection to worker 0 is closed: {self._broken}")
+        cid = next(self._ids) & 0x7FFFFFFF
+        data = encode_request(api_key, version, cid, client_id, body)
+        future: asyncio.Future[bytes] | None = None
+        if expect_answer:
+            future = asyncio.get_running_loop().create_future()
+            self._pending[cid] = future
+        if self._writer is None:
+            self._queued.append(data)
+        else:
+            self._writer.write(data)
+        return future
+
+    async def _run(self) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(*self._address, limit=2**20)
+            self._writer = writer
+            for data in self._queued:
+                writer.write(data)
+            self._queued.clear()
+            while True:
+                size = frame_length(await reader.readexactly(4), self._max_bytes)
+                frame = await reader.readexactly(size)
+                (cid,) = _CID.unpack_from(frame, 0)
+                future = self._pending.pop(cid, None)
+                if future is not None and not future.done():
+                    future.set_result(frame[4:])
+        except asyncio.CancelledError:
+            self._fail(UpstreamError("closed"))
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure ends this connection the same way
+            self._fail(exc)
+            self._on_broken()
+        finally:
+            if self._writer is not None:
+                self._writer.close()
+
+    def _fail(self, exc: BaseException) -> None:
+        self._broken = exc
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(UpstreamError(f"the connection to worker 0 failed: {exc!r}"))
+
+    def close(self) -> None:
+        self._task.cancel()
+
+
+class ForwardingDataPlane:
+    """The data plane of a worker w > 0 (see the module doc)."""
+
+    def __init__(self, config: Config, server: Any, upstream: tuple[str, int], *,
+                 brokers: Callable[[], list[Broker]]) -> None:
+        self._config = config
+        self._server = server
+        self._address = upstream
+        self._brokers = brokers
+        self._upstreams: dict[int, Upstream] = {}
+        self._partitions: dict[str, int] = {}
+        self._log_end: dict[tuple[str, int], int] = {}
+        self._refresh_task: asyncio.Task[None] | None = None
+
+    # -- DataPlane -------------------------------------------------------------------------------------------
+
+    def register(self, table: ApiTable) -> None:
+        from coordinator.dataplane.embedded import EmbeddedDataPlane
+
+        ranges = ApiTable()
+        EmbeddedDataPlane(self._config, lambda: Broker(0, "", 0)).register(ranges)
+        for spec in ranges.specs():
+            if spec.api_key != API_VERSIONS:
+                table.register(spec.api_key, spec.min_version, spec.max_version, self._handler(spec.api_key))
+
+    async def start(self) -> None:
+        self._refresh_task = asyncio.create_task(self._refresh_periodically())
+
+    async def close(self) -> None:
+        if self._refresh_task is not None:
+            self._refresh_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresh_task
+        for upstream in self._upstreams.values():
+            upstream.close()
+        self._upstreams.clear()
+
+    def log_end_offset(self, topic: str, partition: int) -> int | None:
+        return self._log_end.get((topic, partition))
+
+    def partition_count(self, topic: str) -> int | None:
+        return self._partitions.get(topic)
+
+    def connection_closed(self, connection_id: int) -> None:
+        upstream = self._upstreams.pop(connection_id, None)
+        if upstream is not None:
+            upstream.close()
+
+    # -- relaying ---------------------------------------------------------------------------------------------
+
+    def _upstream(self, connection_id: int) -> Upstream:
+        upstream = self._upstreams.get(connection_id)
+        if upstream is None:
+            upstream = Upstream(self._address, self._config["socket.request.max.bytes"],
+                                functools.partial(self._broken, connection_id))
+            self._upstreams[connection_id] = upstream
+        return upstream
+
+    def _broken(self, connection_id: int) -> None:
+        """The upstream of a client connection failed: drop both (the client reconnects)."""
+        self._upstreams.pop(connection_id, None)
+        conn = self._server.connections.get(connection_id)
+        if conn is not None:
+            log.info("closing connection %d: its relay to worker 0 failed", connection_id)
+            asyncio.create_task(conn.abort())
+
+    def _handler(self, api_key: int) -> Any:
+        async def forward(ctx: RequestContext, request: Any) -> Any:
+            no_answer = api_key == PRODUCE and getattr(request, "acks", 1) == 0
+            future = self._upstream(ctx.connection_id).send(api_key, ctx.api_version, ctx.client_id, request,
+                                                            expect_answer=not no_answer)
+            if future is None:
+                return None
+            response = decode_response(api_key, ctx.api_version, await future)
+            if api_key == METADATA:
+                response = self._rewrite_metadata(response)
+            return response
+
+        return forward
+
+    def _rewrite_metadata(self, response: Any) -> Any:
+        fields = {f.name: getattr(response, f.name) for f in dataclasses.fields(response)}
+        fields["brokers"] = [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+                             for b in self._brokers()]
+        return build(type(response), fields)
+
+    # -- the log-end cache ------------------------------------------------------------------------------------
+
+    async def _refresh_periodically(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - worker 0 restarting: keep the last known figures
+                log.debug("refreshing log-end offsets from worker 0 failed: %r", exc)
+            await asyncio.sleep(REFRESH_INTERVAL_S)
+
+    async def _ask(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        upstream = self._upstream(CACHE_CONNECTION)
+        future = upstream.send(api_key, version, "kgc-worker", build(request_class(api_key, version), body))
+        assert future is not None
+        return decode_response(api_key, version, await future)
+
+    async def refresh(self) -> None:
+        metadata = await self._ask(METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                                  "include_topic_authorized_operations": False})
+        partitions = {t.name: len(t.partitions) for t in metadata.topics if t.error_code == 0 and t.name}
+        self._partitions = partitions
+        if not partitions:
+            self._log_end = {}
+            return
+        offsets = await self._ask(LIST_OFFSETS, 7, {
+            "replica_id": -1, "isolation_level": 0,
+            "topics": [{"name": name, "partitions": [
+                {"partition_index": p, "current_leader_epoch": -1, "timestamp": LATEST_TIMESTAMP}
+                for p in range(count)]} for name, count in partitions.items()],
+        })
+        self._log_end = {(t.name, p.partition_index): int(p.offset) for t in offsets.topics
+                         for p in t.partitions if p.error_code == 0}
+

@@ -1,0 +1,171 @@
+"""Coordinator workers (coordinator.server.workers, .forward): the owner rule, the worker layout as clients see it,
+the merged metrics exposition, and the relay's request/response codec."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from coordinator.config import Config
+from coordinator.dataplane import Broker
+from coordinator.server import workers
+from coordinator.server.connection import local_address
+from coordinator.server.forward import decode_response, encode_request
+from coordinator.server.workers import (
+    Topology,
+    WorkerSpec,
+    merge_expositions,
+    owned_shards,
+    owner_of,
+    resolve_workers,
+)
+from coordinator.sharding import shard_of
+from protocol.api import ApiTable, RequestContext, request_class, response_class
+from protocol.build import build
+
+
+def spec(index: int = 0, count: int = 3, host: str = "127.0.0.1", ports: tuple[int, ...] = (9092, 9093, 9094)
+         ) -> WorkerSpec:
+    return WorkerSpec(index=index, count=count, host=host, kafka_ports=ports[:count],
+                      internal_admin=(None, "127.0.0.1:4001", "127.0.0.1:4002")[:count], kafka_fd=3,
+                      admin_fd=4, admin_host="127.0.0.1", notify_fd=5, supervisor_pid=1)
+
+
+# -- the owner rule -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shards,count", [(50, 1), (50, 2), (50, 3), (7, 4), (3, 8)])
+def test_the_workers_own_every_shard_exactly_once(shards, count):
+    owned = [owned_shards(w, shards, count) for w in range(count)]
+    assert sum(len(o) for o in owned) == shards
+    assert frozenset().union(*owned) == frozenset(range(shards))
+    for w, shares in enumerate(owned):
+        assert all(p % count == w for p in shares)
+
+
+def test_more_workers_than_shards_leaves_some_without_shards():
+    assert [len(owned_shards(w, 3, 5)) for w in range(5)] == [1, 1, 1, 0, 0]
+
+
+@given(st.text(min_size=1, max_size=40), st.integers(1, 64), st.integers(1, 16))
+def test_a_group_belongs_to_the_worker_owning_its_shard(group_id, shards, count):
+    owner = owner_of(group_id, shards, count)
+    assert 0 <= owner < count
+    assert shard_of(group_id, shards) in owned_shards(owner, shards, count)
+
+
+def test_owner_follows_kafkas_partition_rule():
+    # Java: "foo".hashCode() == 101574; 101574 % 50 == 24, and shard 24 is worker 0 of 2, worker 0 of 3.
+    assert shard_of("foo", 50) == 24
+    assert owner_of("foo", 50, 2) == 0
+    assert owner_of("foo", 50, 5) == 4
+
+
+def test_worker_count_from_flag_setting_and_auto(monkeypatch):
+    config = Config()
+    assert resolve_workers(None, config) == 1
+    assert resolve_workers("3", config) == 3
+    monkeypatch.setattr(workers.os, "cpu_count", lambda: 6)
+    assert resolve_workers("auto", config) == 6
+    assert resolve_workers(None, Config.load(environ={"KGC_COORDINATOR_WORKERS": "auto"})) == 6
+    assert resolve_workers(None, Config.load(environ={}, overrides=["coordinator.workers=4"])) == 4
+    with pytest.raises(ValueError):
+        resolve_workers("0", config)
+
+
+# -- the layout as clients see it -------------------------------------------------------------------------------
+
+
+def test_worker_spec_round_trips_through_json():
+    original = spec(index=2)
+    assert WorkerSpec.from_json(original.to_json()) == original
+
+
+def test_every_worker_is_a_broker_with_its_own_node_id_and_port():
+    topology = Topology(spec(index=1), node_id_base=10, shards=50, advertised=None)
+    assert topology.brokers() == [Broker(10, "127.0.0.1", 9092), Broker(11, "127.0.0.1", 9093),
+                                  Broker(12, "127.0.0.1", 9094)]
+    assert topology.owner_broker("foo") == topology.broker(owner_of("foo", 50, 3))
+    assert topology.owned_shards() == owned_shards(1, 50, 3)
+    assert topology.upstream() == ("127.0.0.1", 9092)
+    assert topology.peer_admin_urls() == {2: "http://127.0.0.1:4002"}
+
+
+def test_advertised_ports_follow_the_worker_index():
+    topology = Topology(spec(), node_id_base=1, shards=50, advertised=("kafka.example", 19092))
+    assert [(b.host, b.port) for b in topology.brokers()] == [
+        ("kafka.example", 19092), ("kafka.example", 19093), ("kafka.example", 19094)]
+    # An advertised port of 0 means each worker's bound port.
+    topology = Topology(spec(), node_id_base=1, shards=50, advertised=("kafka.example", 0))
+    assert [b.port for b in topology.brokers()] == [9092, 9093, 9094]
+
+
+def test_a_wildcard_listener_advertises_the_address_the_client_reached():
+    topology = Topology(spec(host="0.0.0.0"), node_id_base=1, shards=50, advertised=None)
+    token = local_address.set(("10.1.2.3", 9093))
+    try:
+        assert [(b.host, b.port) for b in topology.brokers()] == [
+            ("10.1.2.3", 9092), ("10.1.2.3", 9093), ("10.1.2.3", 9094)]
+    finally:
+        local_address.reset(token)
+    assert topology.upstream() == ("127.0.0.1", 9092)
+
+
+# -- metrics of several workers as one exposition -----------------------------------------------------------------
+
+
+def test_merged_exposition_labels_every_sample_with_its_worker():
+    worker0 = (
+        "# HELP kafka_consumergroup_members Members of the group.\n"
+        "# TYPE kafka_consumergroup_members gauge\n"
+        'kafka_consumergroup_members{consumergroup="a"} 2.0\n'
+        "# HELP requests_total Requests.\n"
+        "# TYPE requests_total counter\n"
+        'requests_total{api="Heartbeat"} 5.0\n'
+    )
+    worker1 = (
+        "# HELP kafka_consumergroup_members Members of the group.\n"
+        "# TYPE kafka_consumergroup_members gauge\n"
+        'kafka_consumergroup_members{consumergroup="b"} 3.0\n'
+        "# HELP requests_total Requests.\n"
+        "# TYPE requests_total counter\n"
+        'requests_total{api="Heartbeat"} 7.0\n'
+    )
+    text = merge_expositions({0: worker0, 1: worker1}).decode()
+    assert text.count("# TYPE kafka_consumergroup_members gauge") == 1
+    assert text.count("# TYPE requests_total counter") == 1
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    members = {(s.labels["consumergroup"], s.labels["worker"]): s.value
+               for s in families["kafka_consumergroup_members"].samples}
+    assert members == {("a", "0"): 2.0, ("b", "1"): 3.0}
+    requests = {s.labels["worker"]: s.value for s in families["requests"].samples}
+    assert requests == {"0": 5.0, "1": 7.0}
+
+
+# -- the relay's codec ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api_key,version", [(3, 0), (3, 8), (3, 12), (0, 3), (0, 9), (2, 7), (1, 12)])
+def test_a_relayed_request_decodes_to_the_same_entity(api_key, version):
+    from coordinator.dataplane.embedded import EmbeddedDataPlane
+
+    table = ApiTable()
+    EmbeddedDataPlane(Config(), lambda: Broker(1, "h", 1)).register(table)
+    body = build(request_class(api_key, version), {"topics": [], "acks": -1, "timeout": 1000})
+    frame = encode_request(api_key, version, 77, "client-x", body)
+    decoded = table.decode(frame[4:])
+    assert decoded.context.correlation_id == 77
+    assert decoded.context.client_id == "client-x"
+    assert decoded.body == body
+
+
+@pytest.mark.parametrize("version", [0, 9, 12])
+def test_a_relayed_response_decodes_after_its_correlation_id(version):
+    table = ApiTable()
+    response = build(response_class(3, version), {
+        "brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}], "cluster_id": "c",
+        "controller_id": 1, "topics": []})
+    payload = table.encode_response(RequestContext(3, version, 5, "c"), response)
+    assert decode_response(3, version, payload[4:]) == response
