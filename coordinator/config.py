@@ -92,6 +92,40 @@ SETTINGS: tuple[Setting, ...] = (
             "Worker processes (`auto`: one per core), each owning a share of the group shards behind its own "
             "listener (port + worker index) and node id (node.id + index); `serve --workers` overrides it.",
             kafka=False, minimum=1),
+    # -- security (coordinator.security) -----------------------------------------------------------
+    Setting("listeners", (), _list,
+            "Kafka listeners, `NAME://HOST:PORT,...` (names mapped by listener.security.protocol.map; port 0 picks "
+            "a free port). Empty: the one PLAINTEXT listener of --listen. The first is announced as kafka=."),
+    Setting("listener.security.protocol.map",
+            ("PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"), _list,
+            "Listener name to security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL): `NAME:PROTOCOL,...`."),
+    Setting("sasl.enabled.mechanisms", ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), _list,
+            "SASL mechanisms offered on SASL listeners (Kafka's default, GSSAPI, is not implemented). PLAIN "
+            "passwords are checked against the user's SCRAM credentials."),
+    Setting("ssl.keystore.type", "PEM", str, "Only PEM is supported."),
+    Setting("ssl.keystore.location", "", str, "PEM file with the server's private key and certificate chain."),
+    Setting("ssl.keystore.certificate.chain", "", str, "The server's certificate chain as PEM text (instead of "
+            "ssl.keystore.location)."),
+    Setting("ssl.keystore.key", "", str, "The server's private key as PEM text (with ssl.keystore.certificate.chain)."),
+    Setting("ssl.key.password", "", str, "Password of an encrypted private key."),
+    Setting("ssl.truststore.type", "PEM", str, "Only PEM is supported."),
+    Setting("ssl.truststore.location", "", str, "PEM file of the CA certificates that client certificates are "
+            "checked against."),
+    Setting("ssl.truststore.certificates", "", str, "CA certificates as PEM text (instead of "
+            "ssl.truststore.location)."),
+    Setting("ssl.client.auth", "none", str, "Client certificates on SSL listeners: none, requested or required. "
+            "A verified certificate makes the principal `User:` + its subject DN (RFC 2253, as Kafka)."),
+    Setting("authorizer.class.name", "", str, "Any non-empty value (e.g. org.apache.kafka.metadata.authorizer."
+            "StandardAuthorizer) turns on ACL authorization with Kafka's rules."),
+    Setting("super.users", "", str, "Principals allowed everything, separated by semicolons: `User:admin;User:ops`."),
+    Setting("allow.everyone.if.no.acl.found", False, _bool,
+            "Allow an operation on a resource that no ACL matches at all."),
+    Setting("scram.bootstrap.users", (), _list,
+            "`NAME:PASSWORD,...`: SCRAM-SHA-256 and -512 credentials created at start for users that have none "
+            "(like `kafka-storage format --add-scram`); only salted hashes are stored.", kafka=False),
+    Setting("admin.auth.token", "", str,
+            "Bearer token the admin HTTP API's POST/PUT/DELETE require once security is configured (a "
+            "non-PLAINTEXT listener or an authorizer); empty: those endpoints are refused then.", kafka=False),
     # -- observability (admin listener) ------------------------------------------------------------
     Setting("metrics.groups.include", "", _regex,
             "Export per-group series only for groups whose whole id matches this regex (empty: all).", kafka=False),
@@ -125,6 +159,16 @@ SETTINGS: tuple[Setting, ...] = (
             "Delay before the first rebalance of an empty group completes (KIP-134).", "ms", minimum=0),
     Setting("group.max.size", 2147483647, int, "Largest number of members in a classic group (KIP-389).",
             minimum=1),
+    Setting("group.static.registration.timeout.ms", 0, int,
+            "How long a static member whose session expired keeps its place and partitions, counted from when "
+            "the earliest member still offline went offline; then one rebalance removes every offline member "
+            "(KIP-345's registration timeout). 0: Kafka's behaviour. Overridable per group (admin API).",
+            "ms", kafka=False, minimum=0),
+    Setting("group.expansion.timeout.ms", 0, int,
+            "When a new member joins a Stable group, how long to collect further joiners before the one "
+            "rebalance that admits them all (KIP-345's expansion timeout); capped at half the smallest "
+            "rebalance timeout of the waiting joiners. 0: Kafka's behaviour. Overridable per group.",
+            "ms", kafka=False, minimum=0),
     Setting("group.coordinator.rebalance.protocols", ("classic",), _list,
             "Rebalance protocols served; only classic is implemented."),
     Setting("group.coordinator.append.linger.ms", 10, int,
@@ -141,6 +185,17 @@ SETTINGS: tuple[Setting, ...] = (
             "How long compaction keeps tombstones before dropping them.", "ms", minimum=0),
     Setting("offsets.topic.compaction.interval.ms", 300000, int,
             "How often the group log's closed segments are compacted.", "ms", kafka=False, minimum=1000),
+    Setting("offsets.topic.num.partitions", 50, int,
+            "Number of group shards (Kafka: partitions of __consumer_offsets). A group belongs to shard "
+            "abs(hashCode(group id)) % this, as in Kafka; each shard has its own state machine and log under "
+            "DATA_DIR/groups/shard-N. Fixed once a data directory has been written.", minimum=1),
+    Setting("coordinator.shard.failure.timeout.ms", 30000, int,
+            "How long a shard may go on failing or stalling on its log before it is marked failed and reloaded "
+            "from its log (meanwhile its requests get a retriable error within offsets.commit.timeout.ms).",
+            "ms", kafka=False, minimum=100),
+    Setting("group.coordinator.compaction.timeout.ms", 600000, int,
+            "Time budget of one compaction of a shard's log; past it the shard stops waiting and logs it.",
+            "ms", kafka=False, minimum=1000),
     Setting("log.segment.bytes", 1073741824, int,
             "Size at which a partition's segment file is rolled (topic config segment.bytes).", "bytes",
             minimum=14),

@@ -533,6 +533,7 @@ class FaultFS:
         self._rules: list[_Rule] = []
         self._crash_after_ops: int | None = None
         self._hang = False
+        self._hang_path: str | None = None
         self._fsync_delay = 0.0
         self._released = threading.Event()
         self._hung = threading.Event()
@@ -584,10 +585,11 @@ class FaultFS:
         with self._lock:
             self._fsync_delay = seconds
 
-    def hang_fsyncs(self) -> None:
-        """File fsyncs block until `release_fsyncs()` (or `clear()`)."""
+    def hang_fsyncs(self, path_contains: str | None = None) -> None:
+        """File fsyncs (of paths containing `path_contains`, if given) block until `release_fsyncs()`."""
         with self._lock:
             self._hang = True
+            self._hang_path = path_contains
             self._released.clear()
 
     def release_fsyncs(self) -> None:
@@ -674,7 +676,7 @@ class FaultFS:
 
     def _maybe_hang(self, path: str) -> None:
         with self._lock:
-            if not self._hang:
+            if not self._hang or (self._hang_path is not None and self._hang_path not in path):
                 return
             self._hung_count += 1
             self._hung.set()

@@ -488,6 +488,7 @@ class Log:
         self._queued_bytes = 0
         self._closing = False
         self._closed = False
+        self._abandoned = False  # see abandon(): the writer must not touch the files any more
 
         self._compact_lock = threading.Lock()
         self._compactor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -667,6 +668,11 @@ class Log:
                 batch, self._queue = self._queue, []
                 self._queued_bytes = 0
             live = [p for p in batch if p.future.set_running_or_notify_cancel()]
+            if live and self._abandoned:
+                gone = StorageClosedError("log was abandoned", op="append")
+                for p in live:
+                    p.future.set_exception(gone)
+                live = []
             if live:
                 try:
                     self._flush(live)
@@ -707,7 +713,7 @@ class Log:
             self._dirty = False
         except OSError as exc:
             err = _os_error(op, exc)
-            if self._dirty:
+            if self._dirty and not self._abandoned:  # abandoned: a new Log may own the files now
                 try:
                     self._restore()
                 except OSError as again:
@@ -970,6 +976,36 @@ class Log:
         if self._compactor is not None:
             self._compactor.shutdown(wait=True)
         self._active_file.close()
+        self._dir_lock.close()
+        with self._lock:
+            self._closed = True
+
+    def abandon(self, compaction_wait_s: float = 1.0) -> None:
+        """Give the log up without waiting for its writer, which may be stuck in a hung fsync.
+
+        Queued appends fail with StorageClosedError; the writer finishes the operation it is in (its batch
+        then completes or fails as usual) and afterwards never writes, truncates or rolls again; the directory
+        lock is released at once so a new Log can open the directory and recover from what is on disk. A
+        write() that is itself stuck when this is called could still land after the new Log has taken over;
+        fsync is what hangs in practice (write() returns once the page cache has the bytes). A running
+        compaction is given `compaction_wait_s` to notice and stop before the lock is released.
+        """
+        with self._cond:
+            if self._closed:
+                return
+            self._closing = True
+            self._abandoned = True
+            queued, self._queue = self._queue, []
+            self._queued_bytes = 0
+            self._cond.notify_all()
+        gone = StorageClosedError("log was abandoned", op="append")
+        for p in queued:
+            if p.future.set_running_or_notify_cancel():
+                p.future.set_exception(gone)
+        if self._compact_lock.acquire(timeout=compaction_wait_s):
+            self._compact_lock.release()
+        else:
+            log.warning("log %s abandoned while a compaction is still running", self.directory)
         self._dir_lock.close()
         with self._lock:
             self._closed = True

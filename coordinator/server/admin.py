@@ -9,6 +9,10 @@
                                               rebalance
     GET    /v1/groups/{group}/timeline        the last rebalances (?limit=N)
     POST   /v1/groups/{group}/reset-offsets   reset the committed offsets of an Empty group (body below)
+    POST   /v1/groups/{group}/pause           pause the group, or with {"topics": [...]} those topics
+    POST   /v1/groups/{group}/resume          resume the group, or with {"topics": [...]} those topics
+    PUT    /v1/groups/{group}/settings        per-group settings, e.g. {"group.expansion.timeout.ms": 5000}
+                                              (null: back to the server's value)
     DELETE /v1/groups/{group}                 delete an Empty group and its offsets
 
 reset-offsets takes a JSON object: `to` is "earliest", "latest", "timestamp" (with `timestamp_ms`: the first
@@ -32,6 +36,7 @@ loaded, the group log is wrapped in a timing decorator (coordinator.observabilit
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import logging
 import time
@@ -82,8 +87,8 @@ class Observability:
         self.view: CoordinatorView | None = None
         self._task: asyncio.Task[None] | None = None
         if self.groups is not None:
-            self.groups.manager.add_listener(self.history)
-            self.view = CoordinatorView(self.groups.manager, server.dataplane, self.history,
+            self.groups.add_listener(self.history)
+            self.view = CoordinatorView(self.groups.view, server.dataplane, self.history,
                                         OffsetHistory(config["metrics.lag.history.samples"]))
             server.metrics.add_collector(CoordinatorCollector(
                 self.view, MetricsFilter.from_config(config), cluster_name=str(config["cluster.id"]),
@@ -91,7 +96,10 @@ class Observability:
             ))
 
     def _log(self) -> Any:
-        return self.groups.runtime.log if self.groups is not None and self.groups.loaded else None
+        if self.groups is None or not self.groups.loaded:
+            return None
+        logs = [s.runtime.log for s in self.groups.shards.values() if s.runtime.log is not None]
+        return _Logs(logs) if logs else None
 
     def _load_time_ms(self) -> float | None:
         if self.groups is None or not self.groups.loaded:
@@ -119,11 +127,9 @@ class Observability:
         interval_s = self.server.config["metrics.lag.sample.interval.ms"] / 1000
         while not self.groups.loaded:
             await asyncio.sleep(0.05)
-        runtime = self.groups.runtime
-        if runtime.log is not None and not isinstance(runtime.log, TimedLog):
-            metrics = self.server.metrics
-            runtime.log = TimedLog(runtime.log, metrics.log_append_duration.observe,
-                                   metrics.log_compaction_duration.observe)
+        metrics = self.server.metrics
+        self.groups.wrap_logs(lambda the_log: the_log if isinstance(the_log, TimedLog) else TimedLog(
+            the_log, metrics.log_append_duration.observe, metrics.log_compaction_duration.observe))
         while True:
             try:
                 self.view.sample()
@@ -160,6 +166,9 @@ async def start(server: Server, host: str, port: int,
     app.router.add_delete("/v1/groups/{group}", api.delete_group)
     app.router.add_get("/v1/groups/{group}/timeline", api.timeline)
     app.router.add_post("/v1/groups/{group}/reset-offsets", api.reset_offsets)
+    app.router.add_post("/v1/groups/{group}/pause", api.pause)
+    app.router.add_post("/v1/groups/{group}/resume", api.resume)
+    app.router.add_put("/v1/groups/{group}/settings", api.put_settings)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site: web.BaseSite = (web.SockSite(runner, sock) if sock is not None
@@ -198,9 +207,10 @@ class AdminApi:
         return web.json_response({"status": "ok"})
 
     async def readyz(self, request: web.Request) -> web.Response:
+        shards = self.server.groups.status() if self.server.groups is not None else {}
         if self.server.ready:
             return web.json_response({"status": "ready"})
-        return web.json_response({"status": "not ready"}, status=503)
+        return web.json_response({"status": "not ready", "shards": shards}, status=503)
 
     async def metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.server.metrics.registry)
@@ -230,7 +240,11 @@ class AdminApi:
         group = view.group(group_id)
         if group is None:
             raise ApiError(404, "GROUP_ID_NOT_FOUND", f"group {group_id} does not exist")
-        return web.json_response(view.describe_json(group, _wall_ms()))
+        data = view.describe_json(group, _wall_ms())
+        shard = self.server.groups.shard_for(group_id)
+        if shard is not None:
+            data.update(_group_admin_state(shard.manager, group_id))
+        return web.json_response(data)
 
     async def timeline(self, request: web.Request) -> web.Response:
         view = self._view()
@@ -253,13 +267,46 @@ class AdminApi:
 
     # -- writing ---------------------------------------------------------------------------------------------
 
+    async def pause(self, request: web.Request) -> web.Response:
+        return await self._pause_or_resume(request, "pause_group")
+
+    async def resume(self, request: web.Request) -> web.Response:
+        return await self._pause_or_resume(request, "resume_group")
+
+    async def _pause_or_resume(self, request: web.Request, method: str) -> web.Response:
+        self._view()
+        group_id = _group_id(request)
+        body = await _json_object(request, allow_empty=True)
+        topics = body.get("topics")
+        if topics is not None and (not isinstance(topics, list)
+                                   or not all(isinstance(t, str) and t for t in topics)):
+            raise ApiError(400, "INVALID_REQUEST", '`topics` must be a list of topic names, like ["orders"]')
+        shard = _owner(self.server.groups, group_id)
+        answer = await shard.runtime.call(getattr(shard.manager, method), group_id, topics or None)
+        _raise_admin_error(answer)
+        log.info("admin: %s of group %s: %s", method.removesuffix("_group"), group_id, answer.message)
+        return web.json_response({"group_id": group_id, "message": answer.message,
+                                  **_group_admin_state(shard.manager, group_id)})
+
+    async def put_settings(self, request: web.Request) -> web.Response:
+        self._view()
+        group_id = _group_id(request)
+        body = await _json_object(request, allow_empty=False)
+        shard = _owner(self.server.groups, group_id)
+        answer = await shard.runtime.call(shard.manager.set_group_settings, group_id, body)
+        _raise_admin_error(answer)
+        log.info("admin: settings of group %s: %s", group_id, body)
+        return web.json_response({"group_id": group_id, "message": answer.message,
+                                  **_group_admin_state(shard.manager, group_id)})
+
     async def delete_group(self, request: web.Request) -> web.Response:
         self._view()
         group_id = _group_id(request)
         groups = self.server.groups
         request_class = load_request_schema(DELETE_GROUPS, DELETE_GROUPS_VERSION)
         entity = build(request_class, {"groups_names": [group_id]})
-        response = await groups.runtime.call(groups.manager.delete_groups, DELETE_GROUPS_VERSION, entity)
+        shard = _owner(groups, group_id)
+        response = await shard.runtime.call(shard.manager.delete_groups, DELETE_GROUPS_VERSION, entity)
         code = ErrorCode(_get(response.results[0], "error_code"))
         if code == ErrorCode.none:
             log.info("admin: deleted group %s", group_id)
@@ -414,7 +461,8 @@ class AdminApi:
             "group_instance_id": None,
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
         })
-        response = await groups.runtime.call(groups.manager.offset_commit, OFFSET_COMMIT_VERSION, entity)
+        shard = _owner(groups, group_id)
+        response = await shard.runtime.call(shard.manager.offset_commit, OFFSET_COMMIT_VERSION, entity)
         errors = sorted({ErrorCode(_get(p, "error_code")) for t in _get(response, "topics")
                          for p in _get(t, "partitions")} - {ErrorCode.none})
         if errors:
@@ -424,6 +472,66 @@ class AdminApi:
             raise ApiError(status, errors[0].name.upper(),
                            f"committing the new offsets of group {group_id} failed: {names} (nothing or only "
                            "part of it may have been written; the group may have gained members)")
+
+
+def _owner(groups: Any, group_id: str) -> Any:
+    """The serving shard of `group_id`, or an ApiError saying why there is none."""
+    shard = groups.shard_for(group_id)
+    if shard is None:
+        raise ApiError(421, "NOT_COORDINATOR", f"group {group_id} belongs to another worker")
+    if not shard.serving:
+        raise ApiError(503, "COORDINATOR_NOT_AVAILABLE",
+                       f"the shard of group {group_id} is {shard.state.value}; retry shortly")
+    return shard
+
+
+class _Logs:
+    """Several shard logs seen as one by the storage metrics (stats summed)."""
+
+    def __init__(self, logs: list[Any]) -> None:
+        self._logs = logs
+
+    def stats(self) -> Any:
+        stats = [the_log.stats() for the_log in self._logs]
+        first = stats[0]
+        summed = {f.name: sum(getattr(s, f.name) for s in stats) for f in dataclasses.fields(first)
+                  if isinstance(getattr(first, f.name), int)}
+        return dataclasses.replace(first, **summed)
+
+
+async def _json_object(request: web.Request, allow_empty: bool) -> dict[str, Any]:
+    if allow_empty and not await request.read():
+        return {}
+    try:
+        body = await request.json()
+    except ValueError:
+        raise ApiError(400, "INVALID_REQUEST", "the body must be a JSON object") from None
+    if body is None and allow_empty:
+        return {}
+    if not isinstance(body, dict):
+        raise ApiError(400, "INVALID_REQUEST", "the body must be a JSON object")
+    return body
+
+
+def _group_admin_state(manager: Any, group_id: str) -> dict[str, Any]:
+    """What pause and the membership windows hold for a group (coordinator.group.manager)."""
+    group = manager.groups.get(group_id)
+    return {
+        "paused": manager.pause_state(group_id).to_json(),
+        "settings": dict(sorted(manager.group_settings.get(group_id, {}).items())),
+        "effective_settings": manager.effective_settings(group_id),
+        "offline_members": [m.group_instance_id for m in group.offline_members()] if group is not None else [],
+        "held_back_joiners": list(group.expansion_joiners) if group is not None else [],
+    }
+
+
+def _raise_admin_error(answer: Any) -> None:
+    code = ErrorCode(answer.error)
+    if code == ErrorCode.none:
+        return
+    status = {ErrorCode.inconsistent_group_protocol: 409, ErrorCode.invalid_request: 409,
+              ErrorCode.invalid_config: 400, ErrorCode.invalid_group_id: 400}.get(code, 503)
+    raise ApiError(status, code.name.upper(), answer.message)
 
 
 def _get(obj: Any, name: str) -> Any:

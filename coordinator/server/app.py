@@ -12,6 +12,7 @@ from coordinator.config import Config
 from .groups import GroupCoordinator
 from .listener import Server
 from .lookup import CoordinatorLookup
+from .metrics import ShardCollector
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,23 @@ def build_server(
     server.add_part(CoordinatorLookup(server.broker))
     server.groups = GroupCoordinator(config, data_dir)
     server.add_part(server.groups)
+    server.metrics.registry.register(ShardCollector(server.groups))
+    install_security(server, config, data_dir)
     return server
+
+
+def install_security(server: Server, config: Config, data_dir: str | None) -> None:
+    """Listeners, SASL, SCRAM and ACLs (coordinator.security). Added after every other part, so that its
+    authorizer wraps all their APIs; with `listeners` set, its first listener replaces --listen."""
+    from coordinator.security import Security
+
+    security = Security(config, data_dir, server.dataplane, server.metrics.registry)
+    server.security = security
+    if security.listeners:
+        first = security.listeners[0]
+        server.listen = (first.host, first.port)
+        server.primary_listener = first
+    server.add_part(security)
 
 
 async def serve(server: Server) -> None:
@@ -41,6 +58,9 @@ async def serve(server: Server) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await server.start()
+    listeners = server.listeners_line()
+    if listeners is not None:
+        print(listeners, flush=True)  # before the announce line, which scripts wait for
     print(server.announce(), flush=True)
     log.info("%s", server.announce())
     await stop.wait()

@@ -124,6 +124,14 @@ class ShardRuntime:
         self._barrier = barrier or (lambda record: False)
         self.barriers: set[asyncio.Task[None]] = set()
         self.append_failures = 0
+        # Stall tracking (see GroupCoordinator's shard failure): the loop time of the first failed or timed-out
+        # append since the last one that succeeded. While the log hangs (the last append timed out), a new write
+        # is failed as soon as the writes before it settle instead of being queued behind the disk: only one
+        # write at a time probes the log, so nothing piles up there.
+        self.stalled_since: float | None = None
+        self.hung = False  # the last append timed out (an error that comes back at once piles nothing up)
+        self.fast_failures = 0
+        self.aborted = False
 
     async def quiesce(self) -> None:
         """Wait until no barrier write is in flight."""
@@ -131,7 +139,11 @@ class ShardRuntime:
             await asyncio.wait(list(self.barriers))
 
     async def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run one request through the state machine and wait for its answer (perhaps parked for a while)."""
+        """Run one request through the state machine and wait for its answer (perhaps parked for a while).
+
+        Raises ShardAborted if the shard is given up (see `abort`) before the answer is ready."""
+        if self.aborted:
+            raise ShardAborted()
         token = Token()
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._futures[token] = future
@@ -142,10 +154,14 @@ class ShardRuntime:
             self._futures.pop(token, None)
 
     def apply(self, result: Any) -> None:
-        if result is None:
+        if result is None or self.aborted:
             return
         if result.records and self.log is not None:
-            task = asyncio.get_running_loop().create_task(self._persist(result, list(self._writes)))
+            if self.hung and self._writes:
+                self.fast_failures += 1
+                task = asyncio.get_running_loop().create_task(self._fail(result, list(self._writes)))
+            else:
+                task = asyncio.get_running_loop().create_task(self._persist(result, list(self._writes)))
             self._writes.add(task)
             task.add_done_callback(self._writes.discard)
             if any(self._barrier(record) for record in result.records):
@@ -172,7 +188,8 @@ class ShardRuntime:
 
     async def _after(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
         await asyncio.wait(earlier)
-        self._deliver(result)
+        if not self.aborted:
+            self._deliver(result)
 
     async def _persist(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
         entries = [(r.key, r.value) for r in result.records]
@@ -181,21 +198,48 @@ class ShardRuntime:
             await asyncio.wait_for(durable, self.timeout_ms / 1000)
         except Exception as exc:  # StorageError, timeout, closed log: all answer a retriable error
             self.append_failures += 1
+            if self.stalled_since is None:
+                self.stalled_since = asyncio.get_running_loop().time()
+            self.hung = isinstance(exc, asyncio.TimeoutError)
             log.warning("append of %d records failed: %r", len(entries), exc)
-            if earlier:
-                await asyncio.wait(earlier)
-            failure = result.on_append_failure(self.failure_error) if result.on_append_failure else None
-            if failure is not None:
-                self.apply(failure)
+            await self._fail(result, earlier)
             return
+        self.stalled_since = None
+        self.hung = False
         if earlier:
             await asyncio.wait(earlier)  # replay in append order
-        self._deliver(result)
+        if not self.aborted:
+            self._deliver(result)
+
+    async def _fail(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
+        """The result's records are not written: undo what it applied and release its failure answers."""
+        if earlier:
+            await asyncio.wait(earlier)
+        failure = result.on_append_failure(self.failure_error) if result.on_append_failure else None
+        if failure is not None:
+            self.apply(failure)
+
+    def stalled_for(self) -> float:
+        """Seconds since the log started failing or timing out (0 when it is healthy)."""
+        if self.stalled_since is None:
+            return 0.0
+        return asyncio.get_running_loop().time() - self.stalled_since
+
+    def abort(self) -> None:
+        """Give the shard up: every waiting request gets ShardAborted, later results are dropped."""
+        self.aborted = True
+        for future in list(self._futures.values()):
+            if not future.done():
+                future.set_exception(ShardAborted())
 
     async def drain(self) -> None:
         """Wait for every write in flight to settle."""
         while self._writes:
             await asyncio.wait(list(self._writes))
+
+
+class ShardAborted(Exception):
+    """The shard was given up (failed and reloading) while this request waited in it."""
 
 
 class Token:

@@ -90,6 +90,7 @@ class Shard:
             "group.initial.rebalance.delay.ms": 0,
             "group.min.session.timeout.ms": 10,
             "group.coordinator.append.linger.ms": 0,
+            "offsets.topic.num.partitions": 1,  # one shard: every group's records in one log (sharding: test_group_shards)
         }
         values.update(settings)
         self.config = Config(values)
@@ -103,7 +104,7 @@ class Shard:
 
     @property
     def manager(self) -> GroupMetadataManager:
-        return self.part.manager
+        return self.part.shards[0].manager
 
     async def start(self) -> None:
         await self.part.start()
@@ -319,7 +320,7 @@ async def test_failed_append_answers_not_available_and_changes_nothing(shard: Sh
     answer = await shard.commit("g", {P0: 11, P1: 21})
     assert answer == {P0: NOT_AVAILABLE, P1: NOT_AVAILABLE}  # per partition, a retriable error
     assert time.monotonic() - started < COMMIT_TIMEOUT_MS / 1000  # it failed; it did not time out
-    assert shard.part.runtime.append_failures == 1
+    assert shard.part.shards[0].runtime.append_failures == 1
     assert await shard.fetch("g", [P0, P1]) == {P0: 10, P1: 20}  # memory did not move
     assert not shard.manager.offsets.store.pending_partitions("g")
     # Retrying while the fault is still on fails the same way and still changes nothing.
@@ -623,7 +624,7 @@ def loading_server(tmp_path, monkeypatch) -> Iterator[tuple[Any, GatedFS]]:
         server.add_part(server.groups)
 
     try:
-        with running(setup) as server:
+        with running(setup, **{"offsets.topic.num.partitions": 1}) as server:
             yield server, fs
     finally:
         fs.gate.set()

@@ -1,0 +1,165 @@
+"""Groups split into shards (coordinator.sharding, coordinator.server.groups): routing, requests naming several
+groups, shards this part does not own, and a shard whose log hangs failing alone and being reloaded.
+
+The production group part runs on the test's loop with its logs on a FaultFS (the harness of
+test_group_runtime.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from coordinator.config import Config
+from coordinator.server import groups as groups_module
+from coordinator.server.groups import GroupCoordinator, ShardState
+from coordinator.sharding import java_string_hash, shard_of
+from protocol.errors import ErrorCode
+from storage import FaultFS, MemFS
+
+from .test_group_runtime import COMMIT_TIMEOUT_MS, NOT_AVAILABLE, P0, P1, Shard, _LogOn, durable_offset, load_manager
+
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_FETCH, HEARTBEAT = 15, 16, 42, 9, 12
+
+
+def groups_in(shard: int, num_shards: int, count: int = 1, prefix: str = "g") -> list[str]:
+    found = []
+    i = 0
+    while len(found) < count:
+        name = f"{prefix}{i}"
+        if shard_of(name, num_shards) == shard:
+            found.append(name)
+        i += 1
+    return found
+
+
+def test_shard_of_follows_kafka():
+    # Values printed by Java 17's String.hashCode() on this machine.
+    for text, expected in [("", 0), ("a", 97), ("hello", 99162322), ("test-group", 627841412),
+                           ("spark-kafka-source-x", -1638101251), ("\u00e9t\u00e9", 227742),
+                           ("\U0001F600g", 54959972)]:
+        assert java_string_hash(text) == expected
+    assert shard_of("test-group", 50) == 627841412 % 50
+    assert shard_of("spark-kafka-source-x", 50) == 1638101251 % 50
+
+
+@pytest.fixture
+async def make(tmp_path, monkeypatch) -> Any:
+    made: list[Shard] = []
+
+    async def build(owned: frozenset[int] | None = None, **settings: Any) -> Shard:
+        fs = FaultFS(MemFS())
+        monkeypatch.setattr(groups_module, "Log", _LogOn(fs))
+        harness = Shard(str(tmp_path / f"d{len(made)}"), fs, **{"offsets.topic.num.partitions": 4, **settings})
+        if owned is not None:
+            harness.part = GroupCoordinator(harness.config, harness.data_dir, owned=owned)
+            harness.table = type(harness.table)()
+            harness.part.register(harness.table)
+        made.append(harness)
+        await harness.start()
+        return harness
+
+    yield build
+    for harness in made:
+        await harness.close()
+
+
+async def test_each_group_lives_in_its_own_shard_log(make):
+    h = await make()
+    a, b = groups_in(0, 4)[0], groups_in(3, 4)[0]
+    assert await h.commit(a, {P0: 1}) == {P0: ErrorCode.none}
+    assert await h.commit(b, {P0: 2}) == {P0: ErrorCode.none}
+    crashed = h.fs.inner.crash()
+    shard0 = load_manager(crashed, f"{h.data_dir}/groups/shard-0")
+    shard3 = load_manager(crashed, f"{h.data_dir}/groups/shard-3")
+    assert durable_offset(shard0, a, *P0) == 1 and durable_offset(shard0, b, *P0) is None
+    assert durable_offset(shard3, b, *P0) == 2 and durable_offset(shard3, a, *P0) is None
+    assert h.part.load_stats["shards"] == 4
+
+
+async def test_requests_naming_several_groups_are_split_by_shard_and_merged_in_order(make):
+    h = await make()
+    names = [groups_in(2, 4)[0], groups_in(0, 4)[0], groups_in(2, 4, 2)[1], groups_in(1, 4)[0]]
+    for offset, name in enumerate(names):
+        assert await h.commit(name, {P0: offset, P1: offset}) == {P0: ErrorCode.none, P1: ErrorCode.none}
+    await h.stable_group(names[1])
+
+    fetch = await h.call(OFFSET_FETCH, 8, require_stable=False, groups=[
+        {"group_id": n, "topics": [{"name": P0[0], "partition_indexes": [P0[1], P1[1]]}]} for n in names])
+    assert [g.group_id for g in fetch.groups] == names
+    assert [[p.committed_offset for p in g.topics[0].partitions] for g in fetch.groups] == [[i, i] for i in range(4)]
+
+    described = await h.call(DESCRIBE_GROUPS, 5, groups=[*names, "missing"], include_authorized_operations=False)
+    assert [g.group_id for g in described.groups] == [*names, "missing"]
+    assert [g.group_state for g in described.groups] == ["Empty", "Stable", "Empty", "Empty", "Dead"]
+
+    listed = await h.call(LIST_GROUPS, 4, states_filter=[])
+    assert listed.error_code == ErrorCode.none
+    assert sorted(g.group_id for g in listed.groups) == sorted(names)
+
+    deleted = await h.call(DELETE_GROUPS, 2, groups_names=[names[3], names[1], names[0]])
+    assert [(r.group_id, r.error_code) for r in deleted.results] == [
+        (names[3], ErrorCode.none), (names[1], ErrorCode.non_empty_group), (names[0], ErrorCode.none)]
+
+
+async def test_a_group_of_a_shard_not_owned_gets_not_coordinator(make):
+    h = await make(owned=frozenset({0, 2}))
+    mine, other = groups_in(0, 4)[0], groups_in(1, 4)[0]
+    assert await h.commit(mine, {P0: 5}) == {P0: ErrorCode.none}
+    assert await h.commit(other, {P0: 5}) == {P0: ErrorCode.not_coordinator}
+    assert await h.heartbeat(other, "m", 1, None) == ErrorCode.not_coordinator
+    join = await h.join(other, "a")
+    assert join.error_code == ErrorCode.not_coordinator
+    described = await h.call(DESCRIBE_GROUPS, 5, groups=[other, mine], include_authorized_operations=False)
+    assert [g.error_code for g in described.groups] == [ErrorCode.not_coordinator, ErrorCode.none]
+    assert sorted(h.part.shards) == [0, 2]
+    assert h.part.owns(mine) and not h.part.owns(other)
+
+
+async def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_hung_shard_fails_alone_then_is_reloaded_from_its_log(make):
+    h = await make(**{"coordinator.shard.failure.timeout.ms": 1000})
+    sick = groups_in(1, 4)[0]
+    members, healthy = groups_in(2, 4, 2)
+    assert await h.commit(sick, {P0: 10}) == {P0: ErrorCode.none}
+    (leader, leader_iid), _ = await h.stable_group(members)
+
+    h.fs.hang_fsyncs(path_contains="shard-1")
+    pending = asyncio.create_task(h.commit(sick, {P0: 11}))
+    assert await asyncio.to_thread(h.fs.wait_until_hung, 5)
+    # The other shards do not wait for the sick one's disk.
+    t0 = time.monotonic()
+    assert await h.commit(healthy, {P0: 20}) == {P0: ErrorCode.none}
+    assert await h.heartbeat(members, leader.member_id, leader.generation_id, leader_iid) == ErrorCode.none
+    assert time.monotonic() - t0 < COMMIT_TIMEOUT_MS / 1000
+    # The sick shard answers its own requests with a retriable error within the commit timeout.
+    assert await asyncio.wait_for(pending, COMMIT_TIMEOUT_MS / 1000 + 2) == {P0: NOT_AVAILABLE}
+    await _wait_for(lambda: h.part.status().get("stalled") == [1] or h.part.shard_failures, 2, "stalled")
+
+    # Past coordinator.shard.failure.timeout.ms it is marked failed and reloaded from what is on disk: the
+    # commit that timed out had reached the file (only its fsync hung), so the reloaded shard knows it.
+    await _wait_for(lambda: h.part.shard_failures == 1, 5, "the shard to be failed")
+    await _wait_for(lambda: h.part.shards[1].state is ShardState.ACTIVE, 5, "the reload")
+    assert h.part.ready
+    assert await h.fetch(sick, [P0]) == {P0: 11}
+    assert await h.fetch(healthy, [P0]) == {P0: 20}
+
+    h.fs.release_fsyncs()
+    assert await h.commit(sick, {P0: 12}) == {P0: ErrorCode.none}
+    assert durable_offset(load_manager(h.fs.inner.crash(), f"{h.data_dir}/groups/shard-1"), sick, *P0) == 12
+    assert h.part.shard_failures == 1
+
+
+async def test_a_data_dir_keeps_its_shard_count(make):
+    h = await make()
+    await h.close()
+    with pytest.raises(SystemExit, match="cannot change"):
+        await GroupCoordinator(Config({"offsets.topic.num.partitions": 8}), h.data_dir).start()
