@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", default=os.environ.get("KGC_CONFIG"), help="a properties file")
     serve.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a setting")
     serve.add_argument("--log-level", default=os.environ.get("KGC_LOG_LEVEL", "INFO"))
-    serve.add_argument("--workers", default=None, metavar="N|auto",
+    serve.add_argument("--workers", default=os.environ.get("KGC_COORDINATOR_WORKERS"), metavar="N|auto",
                        help="worker processes, each owning a share of the group shards behind its own listener "
                             "(default: the setting coordinator.workers, 1; auto: one per core)")
     from coordinator.observability import cli as groups_cli

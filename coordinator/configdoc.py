@@ -25,6 +25,7 @@ FLAG_ENV = {
     "--admin-listen": "KGC_ADMIN_LISTEN",
     "--config": "KGC_CONFIG",
     "--log-level": "KGC_LOG_LEVEL",
+    "--workers": "KGC_COORDINATOR_WORKERS",
 }
 
 
