@@ -81,8 +81,7 @@ class CoordinatorView:
         now = self.monotonic() if now_s is None else now_s
         keys: set[tuple[str, int]] = set()
         for group in self.groups():
-            offsets = self.manager.offsets.store.group_offsets(group.group_id)
-            topics = set(offsets)
+            topics = set(self.manager.offsets.store.topics(group.group_id))
             if group.uses_consumer_protocol() and group.subscribed_topics:
                 topics |= group.subscribed_topics
             for topic in topics:
