@@ -15,6 +15,22 @@ read our log, and a value written by Kafka (v0-v4, v4 being flexible with tagged
 versions 3 and up are Kafka's KIP-848 and share-group records; they decode to `UnknownRecordType`, which a
 loader may skip.
 
+This coordinator's own records use key versions far above Kafka's (Kafka's are small consecutive numbers: 0-2
+for classic groups, then KIP-848, share and streams groups counting up from 3), so they can never be mistaken
+for one of Kafka's:
+
+    key version 0x7F01  GroupPauseKey     {group: string}
+                        GroupPauseValue v0 {group_paused: int8 (bool), topics: [string]}
+                        What the coordinator withholds from the group's consumer-protocol assignments: every
+                        partition (group_paused) or those of the listed topics. A tombstone = nothing paused.
+    key version 0x7F02  GroupSettingsKey  {group: string}
+                        GroupSettingsValue v0 {settings: [{name: string, value: int64}]}
+                        Per-group values of this coordinator's own group settings (by their config names,
+                        e.g. group.expansion.timeout.ms), overriding the server-wide ones. A tombstone = none.
+
+Both live on their own keys rather than inside GroupMetadataValue, so they exist independently of the group
+(a group can be paused before any member has joined it) and Kafka's own record layout stays untouched.
+
 kio generates Kafka's request and response schemas but not these coordinator record schemas, so the codec is
 hand-written with `struct`. Decoding never trusts its input: anything that is not a well-formed record of a
 known version (short, overlong, a negative length, bad UTF-8, trailing bytes) raises `RecordDecodeError`,
@@ -40,6 +56,10 @@ __all__ = [
     "CoordinatorResult",
     "GroupMetadataKey",
     "GroupMetadataValue",
+    "GroupPauseKey",
+    "GroupPauseValue",
+    "GroupSettingsKey",
+    "GroupSettingsValue",
     "MemberMetadata",
     "OffsetCommitKey",
     "OffsetCommitValue",
@@ -54,6 +74,8 @@ __all__ = [
     "new_group_metadata_record",
     "new_group_metadata_tombstone",
     "new_offset_commit_record",
+    "new_group_pause_record",
+    "new_group_settings_record",
     "new_offset_commit_tombstone",
 ]
 
@@ -65,6 +87,9 @@ OFFSET_COMMIT_VALUE_WRITE_VERSION = 3
 OFFSET_COMMIT_VALUE_WITH_EXPIRE_VERSION = 1  # the only version with expireTimestamp
 GROUP_METADATA_VALUE_WRITE_VERSION = 3
 _FIRST_FLEXIBLE_VERSION = 4
+GROUP_PAUSE_KEY_VERSION = 0x7F01  # ours (see the module doc)
+GROUP_SETTINGS_KEY_VERSION = 0x7F02  # ours
+OWN_VALUE_VERSION = 0  # the only version of GroupPauseValue and GroupSettingsValue so far
 
 
 class RecordDecodeError(ValueError):
@@ -125,8 +150,29 @@ class GroupMetadataValue:
     members: tuple[MemberMetadata, ...] = ()
 
 
-RecordKey = OffsetCommitKey | GroupMetadataKey
-RecordValue = OffsetCommitValue | GroupMetadataValue
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupPauseKey:
+    group: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupPauseValue:
+    group_paused: bool
+    topics: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupSettingsKey:
+    group: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupSettingsValue:
+    settings: tuple[tuple[str, int], ...] = ()  # (config name, value), sorted by name
+
+
+RecordKey = OffsetCommitKey | GroupMetadataKey | GroupPauseKey | GroupSettingsKey
+RecordValue = OffsetCommitValue | GroupMetadataValue | GroupPauseValue | GroupSettingsValue
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -344,6 +390,12 @@ def encode_key(key: RecordKey) -> bytes:
     elif isinstance(key, GroupMetadataKey):
         w.i16(GROUP_METADATA_KEY_VERSION)
         w.string(key.group)
+    elif isinstance(key, GroupPauseKey):
+        w.i16(GROUP_PAUSE_KEY_VERSION)
+        w.string(key.group)
+    elif isinstance(key, GroupSettingsKey):
+        w.i16(GROUP_SETTINGS_KEY_VERSION)
+        w.string(key.group)
     else:
         raise TypeError(f"not a record key: {key!r}")
     return bytes(w.buf)
@@ -470,6 +522,10 @@ def _decode_key(data: bytes) -> RecordKey:
         key = OffsetCommitKey(r.str_(), r.str_(), r.i32())
     elif version == GROUP_METADATA_KEY_VERSION:
         key = GroupMetadataKey(r.str_())
+    elif version == GROUP_PAUSE_KEY_VERSION:
+        key = GroupPauseKey(r.str_())
+    elif version == GROUP_SETTINGS_KEY_VERSION:
+        key = GroupSettingsKey(r.str_())
     elif version > GROUP_METADATA_KEY_VERSION:
         raise UnknownRecordType(version)
     else:
@@ -484,6 +540,8 @@ def default_value_version(value: RecordValue) -> int:
         if value.expire_timestamp_ms != -1:
             return OFFSET_COMMIT_VALUE_WITH_EXPIRE_VERSION
         return OFFSET_COMMIT_VALUE_WRITE_VERSION
+    if isinstance(value, (GroupPauseValue, GroupSettingsValue)):
+        return OWN_VALUE_VERSION
     return GROUP_METADATA_VALUE_WRITE_VERSION
 
 
@@ -528,6 +586,20 @@ def encode_value(value: RecordValue, version: int | None = None) -> bytes:
             w.bytes_(m.assignment)
             w.tagged_fields()
         w.tagged_fields()
+    elif isinstance(value, GroupPauseValue):
+        if version != OWN_VALUE_VERSION:
+            raise ValueError(f"no GroupPauseValue version {version}")
+        w.buf.append(1 if value.group_paused else 0)
+        w.array_length(len(value.topics))
+        for topic in value.topics:
+            w.string(topic)
+    elif isinstance(value, GroupSettingsValue):
+        if version != OWN_VALUE_VERSION:
+            raise ValueError(f"no GroupSettingsValue version {version}")
+        w.array_length(len(value.settings))
+        for name, setting in value.settings:
+            w.string(name)
+            w.i64(setting)
     else:
         raise TypeError(f"not a record value: {value!r}")
     return bytes(w.buf)
@@ -602,6 +674,17 @@ def _decode_value(key: RecordKey, data: bytes) -> RecordValue:
         if version not in GROUP_METADATA_VALUE_VERSIONS:
             raise RecordDecodeError(f"unknown GroupMetadataValue version {version}")
         value = _decode_group_metadata_value(r, version)
+    elif isinstance(key, GroupPauseKey):
+        if version != OWN_VALUE_VERSION:
+            raise RecordDecodeError(f"unknown GroupPauseValue version {version}")
+        flag = r._take(1)[0]
+        if flag not in (0, 1):
+            raise RecordDecodeError(f"bad boolean {flag}")
+        value = GroupPauseValue(bool(flag), tuple(r.str_() for _ in range(r.array_length())))
+    elif isinstance(key, GroupSettingsKey):
+        if version != OWN_VALUE_VERSION:
+            raise RecordDecodeError(f"unknown GroupSettingsValue version {version}")
+        value = GroupSettingsValue(tuple((r.str_(), r.i64()) for _ in range(r.array_length())))
     else:
         raise TypeError(f"not a record key: {key!r}")
     r.end()
@@ -735,3 +818,20 @@ def new_empty_group_metadata_record(group_id: str, current_state_timestamp_ms: i
 
 def new_group_metadata_tombstone(group_id: str) -> CoordinatorRecord:
     return CoordinatorRecord(encode_key(GroupMetadataKey(group_id)), None)
+
+
+def new_group_pause_record(group_id: str, group_paused: bool, topics: Iterable[str]) -> CoordinatorRecord:
+    """The pause state of a group; nothing paused is a tombstone."""
+    key = encode_key(GroupPauseKey(group_id))
+    topics = tuple(sorted(set(topics)))
+    if not group_paused and not topics:
+        return CoordinatorRecord(key, None)
+    return CoordinatorRecord(key, encode_value(GroupPauseValue(group_paused, topics)))
+
+
+def new_group_settings_record(group_id: str, settings: Mapping[str, int]) -> CoordinatorRecord:
+    """The per-group settings of a group; no settings is a tombstone."""
+    key = encode_key(GroupSettingsKey(group_id))
+    if not settings:
+        return CoordinatorRecord(key, None)
+    return CoordinatorRecord(key, encode_value(GroupSettingsValue(tuple(sorted(settings.items())))))

@@ -55,6 +55,12 @@ class ClassicGroupMember:
     awaiting_join: Parked | None = None
     awaiting_sync: Parked | None = None
     is_new: bool = False  # joined during the current rebalance: its session timer runs even while it waits
+    offline_since_ms: int | None = None  # a static member whose session expired inside its registration window
+    joined_at_ms: int = 0  # when a new member's JoinGroup was held back by an expansion window
+
+    @property
+    def is_offline(self) -> bool:
+        return self.offline_since_ms is not None
 
     @property
     def is_static(self) -> bool:
@@ -124,6 +130,9 @@ class ClassicGroup:
         self._supported_protocols: collections.Counter[str] = collections.Counter()
         self.subscribed_topics: frozenset[str] | None = None
         self.new_member_added = False  # a member joined during the initial rebalance: extend its delay
+        # New members whose JoinGroup waits for an expansion window to end; not members of the group yet.
+        self.expansion_joiners: dict[str, ClassicGroupMember] = {}
+        self.expansion_opened_ms = 0  # when the first of them joined
 
     def __repr__(self) -> str:
         return (f"ClassicGroup({self.group_id!r}, {self.state}, generation={self.generation_id}, "
@@ -265,7 +274,8 @@ class ClassicGroup:
         if old.is_awaiting_join or old.is_awaiting_sync:
             raise ValueError(f"member {old_member_id} still has parked requests")
         new = dataclasses.replace(
-            old, member_id=new_member_id, awaiting_join=None, awaiting_sync=None, is_new=False
+            old, member_id=new_member_id, awaiting_join=None, awaiting_sync=None, is_new=False,
+            offline_since_ms=None,
         )
         self._members[new_member_id] = new
         if self.is_leader(old_member_id):
@@ -298,8 +308,18 @@ class ClassicGroup:
         return self._num_awaiting_join
 
     def has_all_members_joined(self) -> bool:
-        """The join barrier: every known member waits in JoinGroup and no pending member id is outstanding."""
-        return len(self._members) == self._num_awaiting_join and not self._pending_join_members
+        """The join barrier: every known member waits in JoinGroup and no pending member id is outstanding.
+        An offline static member inside its registration window is not waited for: it keeps its place."""
+        return (
+            len(self._members) - self.num_offline_members() == self._num_awaiting_join
+            and not self._pending_join_members
+        )
+
+    def offline_members(self) -> list[ClassicGroupMember]:
+        return [m for m in self._members.values() if m.offline_since_ms is not None]
+
+    def num_offline_members(self) -> int:
+        return sum(1 for m in self._members.values() if m.offline_since_ms is not None)
 
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self._members.values()), default=0)
@@ -313,6 +333,9 @@ class ClassicGroup:
         if member_id in self._members:
             raise ValueError(f"{member_id} is already a member of group {self.group_id}")
         self._pending_join_members[member_id] = None
+
+    def remove_pending_member(self, member_id: str) -> None:
+        self._pending_join_members.pop(member_id, None)
 
     def num_pending_join_members(self) -> int:
         return len(self._pending_join_members)

@@ -88,6 +88,10 @@ from coordinator.records import (
     CoordinatorResult,
     GroupMetadataKey,
     GroupMetadataValue,
+    GroupPauseKey,
+    GroupPauseValue,
+    GroupSettingsKey,
+    GroupSettingsValue,
     OffsetCommitKey,
     OffsetCommitValue,
     UnknownRecordType,
@@ -96,8 +100,11 @@ from coordinator.records import (
     new_empty_group_metadata_record,
     new_group_metadata_record,
     new_group_metadata_tombstone,
+    new_group_pause_record,
+    new_group_settings_record,
 )
 from protocol.build import build, ms
+from protocol.consumer import filter_assignment
 from protocol.errors import ErrorCode
 
 from .group import ClassicGroup, ClassicGroupMember, Parked, Protocols
@@ -114,6 +121,9 @@ DEAD = ClassicGroupState.DEAD
 
 CLASSIC_GROUP_TYPE = "classic"
 GROUP_METADATA_KEY_PREFIX = encode_key(GroupMetadataKey(""))[:2]
+GROUP_PAUSE_KEY_PREFIX = encode_key(GroupPauseKey(""))[:2]
+GROUP_SETTINGS_KEY_PREFIX = encode_key(GroupSettingsKey(""))[:2]
+_APPLIED_IN_MEMORY_PREFIXES = frozenset({GROUP_METADATA_KEY_PREFIX, GROUP_PAUSE_KEY_PREFIX, GROUP_SETTINGS_KEY_PREFIX})
 OFFSET_COMMIT_KEY_PREFIX = encode_key(OffsetCommitKey("", "", 0))[:2]
 DESCRIBE_AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
@@ -129,6 +139,9 @@ class GroupCoordinatorSettings:
     group_new_member_join_timeout_ms: int = 5 * 60 * 1000  # not a broker setting in Kafka either
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    # Ours, off (0) by default; per-group values override them (set_group_settings, see "windows" below).
+    group_static_registration_timeout_ms: int = 0
+    group_expansion_timeout_ms: int = 0
 
     _KAFKA_NAMES = {
         "group.min.session.timeout.ms": "group_min_session_timeout_ms",
@@ -136,6 +149,8 @@ class GroupCoordinatorSettings:
         "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
         "group.max.size": "group_max_size",
         "offset.metadata.max.bytes": "offset_metadata_max_bytes",
+        "group.static.registration.timeout.ms": "group_static_registration_timeout_ms",
+        "group.expansion.timeout.ms": "group_expansion_timeout_ms",
     }
 
     @classmethod
@@ -152,6 +167,57 @@ class GroupCoordinatorSettings:
         except KeyError:
             pass
         return cls(**values)
+
+
+REGISTRATION_TIMEOUT = "group.static.registration.timeout.ms"
+EXPANSION_TIMEOUT = "group.expansion.timeout.ms"
+PER_GROUP_SETTINGS = {
+    REGISTRATION_TIMEOUT: "group_static_registration_timeout_ms",
+    EXPANSION_TIMEOUT: "group_expansion_timeout_ms",
+}
+"""The settings a group may override (set_group_settings): config name -> GroupCoordinatorSettings field."""
+MAX_SETTING_VALUE = 2**31 - 1
+
+
+def registration_key(group_id: str) -> str:
+    """The end of a group's static registration window: offline static members are removed then."""
+    return f"registration-{group_id}"
+
+
+def expansion_key(group_id: str) -> str:
+    """The end of a group's expansion window: the held-back joiners are admitted in one rebalance."""
+    return f"expansion-{group_id}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PauseState:
+    """What is paused in a group: everything (`group_paused`) and/or the partitions of `topics`."""
+
+    group_paused: bool = False
+    topics: frozenset[str] = frozenset()
+
+    def withholds(self, topic: str) -> bool:
+        return self.group_paused or topic in self.topics
+
+    @property
+    def is_paused(self) -> bool:
+        return self.group_paused or bool(self.topics)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group_paused, "topics": sorted(self.topics)}
+
+
+NOT_PAUSED = PauseState()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AdminAnswer:
+    """The answer of an admin operation on a group (pause, resume, settings): NONE or an error, a message for
+    people, and the resulting state."""
+
+    error: ErrorCode = ErrorCode.none
+    message: str = ""
+    data: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -238,6 +304,9 @@ class GroupMetadataManager:
         self._effects: _Effects | None = None
         self._unreplayed: collections.Counter[CoordinatorRecord] = collections.Counter()
         self.listeners: list[GroupEventListener] = []
+        # Durable state of our own record types, by group id; a group need not exist to have either.
+        self.pauses: dict[str, PauseState] = {}
+        self.group_settings: dict[str, dict[str, int]] = {}
 
     # ========================================================================================================
     # Events for observers (coordinator.observability.events): rebalances, removals, fencing
@@ -294,7 +363,7 @@ class GroupMetadataManager:
         if effects.records:
             # GroupMetadata records this coordinator writes describe what memory already holds: their replay
             # is skipped (see the module doc). Counted until replayed, or forgotten if the append fails.
-            written = [r for r in effects.records if _is_group_metadata(r)]
+            written = [r for r in effects.records if _is_applied_in_memory(r)]
             self._unreplayed.update(written)
             result.on_append_failure = functools.partial(
                 self._append_failed,
@@ -378,7 +447,9 @@ class GroupMetadataManager:
                 self._emit(GroupRemoved(group.group_id, self.clock.wall_ms()))
         self.timer.cancel(join_key(group.group_id))
         self.timer.cancel(sync_key(group.group_id))
-        for member_id in group.all_member_ids() + group.pending_join_members():
+        self.timer.cancel(registration_key(group.group_id))
+        self.timer.cancel(expansion_key(group.group_id))
+        for member_id in group.all_member_ids() + group.pending_join_members() + list(group.expansion_joiners):
             self.timer.cancel(session_timeout_key(group.group_id, member_id))
 
     def _generate_member_id(self, client_id: str, group_instance_id: str | None) -> str:
@@ -479,7 +550,11 @@ class GroupMetadataManager:
             return (
                 group.has_member(member_id) and group.member(member_id).is_awaiting_join
             ) or group.num_awaiting_join() < self.settings.group_max_size
-        return group.has_member(member_id) or group.num_members() < self.settings.group_max_size
+        return (
+            group.has_member(member_id)
+            or member_id in group.expansion_joiners
+            or group.num_members() + len(group.expansion_joiners) < self.settings.group_max_size
+        )
 
     def _join_new_member(self, parked: Parked, join: _JoinRequest, group: ClassicGroup) -> None:
         if group.is_in_state(DEAD):
@@ -525,6 +600,16 @@ class GroupMetadataManager:
         if not group.supports_protocols(join.protocol_type, join.protocol_names()):
             self._join_error(parked, ErrorCode.inconsistent_group_protocol, member_id)
             return
+        if member_id in group.expansion_joiners:
+            # A held-back joiner sent JoinGroup again: it keeps its place in the window.
+            joiner = group.expansion_joiners[member_id]
+            self._supersede_join(joiner)
+            joiner.awaiting_join = parked
+            joiner.protocols = join.protocols
+            joiner.rebalance_timeout_ms = join.rebalance_timeout_ms
+            joiner.session_timeout_ms = join.session_timeout_ms
+            self._schedule_expansion_end(group)
+            return
         if group.is_pending_member(member_id):
             if join.group_instance_id is not None:
                 # A pending member id is only ever handed to dynamic members (Kafka throws here).
@@ -540,6 +625,7 @@ class GroupMetadataManager:
             return
 
         member = group.member(member_id)
+        self._mark_online(group, member)
         if group.is_in_state(PREPARING_REBALANCE):
             self._update_member_then_rebalance_or_complete_join(
                 parked, join, group, member, f"member {member_id} joins during {group.state}",
@@ -610,6 +696,9 @@ class GroupMetadataManager:
     def _add_member_then_rebalance_or_complete_join(
         self, parked: Parked, join: _JoinRequest, group: ClassicGroup, member_id: str
     ) -> None:
+        if group.is_in_state(STABLE) and self._group_setting(group.group_id, EXPANSION_TIMEOUT) > 0:
+            self._hold_joiner(parked, join, group, member_id)
+            return
         member = ClassicGroupMember(
             member_id=member_id,
             group_instance_id=join.group_instance_id,
@@ -783,7 +872,12 @@ class GroupMetadataManager:
             self._emit_fenced(group, old_member_id, instance_id, "SyncGroup")
         self._answer_join(group, old, error=ErrorCode.fenced_instance_id, member_id=old_member_id)
         self._answer_sync(group, old, error=ErrorCode.fenced_instance_id)
-        return group.replace_static_member(instance_id, old_member_id, new_member_id)
+        new = group.replace_static_member(instance_id, old_member_id, new_member_id)
+        if old.is_offline:
+            log.info("static member %s of group %s is back after %d ms offline", instance_id, group.group_id,
+                     self.clock.monotonic_ms() - (old.offline_since_ms or 0))
+            self._schedule_registration_end(group)
+        return new
 
     # -- rebalancing -----------------------------------------------------------------------------------------
 
@@ -799,6 +893,7 @@ class GroupMetadataManager:
         self, group: ClassicGroup, reason: str, trigger: RebalanceTrigger | None = None
     ) -> None:
         """`trigger` says which category of rebalance this is, for observers (COORDINATOR when not given)."""
+        self._admit_joiners(group)
         if group.is_in_state(COMPLETING_REBALANCE):
             # Members waiting in SyncGroup must rejoin.
             self._reset_and_propagate_assignment_with_error(group, ErrorCode.rebalance_in_progress)
@@ -942,7 +1037,8 @@ class GroupMetadataManager:
             )
             self._reschedule_heartbeat(group, member)
             member.is_new = False
-            group.add_pending_sync_member(member.member_id)
+            if not member.is_offline:  # an offline member is covered by its registration window
+                group.add_pending_sync_member(member.member_id)
         self._schedule_pending_sync(group)
 
     def _schedule_pending_sync(self, group: ClassicGroup) -> None:
@@ -987,9 +1083,30 @@ class GroupMetadataManager:
             if group.is_in_state(PREPARING_REBALANCE) and group.has_all_members_joined():
                 self._complete_join(group)
             return
+        if member_id in group.expansion_joiners:
+            joiner = group.expansion_joiners.pop(member_id)
+            log.info("held-back joiner %s of group %s timed out", member_id, group_id)
+            self._emit_removed(group, self._member_info(joiner), RemovalCause.NEW_MEMBER_TIMEOUT)
+            self._answer_parked_joiner(joiner, ErrorCode.unknown_member_id)
+            self._schedule_expansion_end(group)
+            return
         if not group.has_member(member_id):
             return
         member = group.member(member_id)
+        if member.is_offline:
+            return  # its registration window runs: the registration timer removes it
+        if (
+            not member.has_satisfied_heartbeat()
+            and member.is_static
+            and not member.is_new
+            and self._group_setting(group_id, REGISTRATION_TIMEOUT) > 0
+        ):
+            member.offline_since_ms = self.clock.monotonic_ms()
+            log.info("static member %s (%s) of group %s failed its session timeout; it keeps its place for its "
+                     "registration window", member.group_instance_id, member_id, group_id)
+            self._schedule_registration_end(group)
+            self._maybe_complete_join_phase(group)
+            return
         if not member.has_satisfied_heartbeat():
             log.info("member %s of group %s failed its session timeout; removing it", member_id, group_id)
             info = self._member_info(member)
@@ -1052,7 +1169,7 @@ class GroupMetadataManager:
                 error=error,
                 protocol_type=group.protocol_type if ok else None,
                 protocol_name=group.protocol_name if ok else None,
-                assignment=member.assignment,
+                assignment=self._deliverable(group, member.assignment),
             ):
                 assert parked is not None
                 answered.append(parked.token)
@@ -1099,6 +1216,8 @@ class GroupMetadataManager:
                 or _inconsistent(protocol_name, group.protocol_name)
             ):
                 error = ErrorCode.inconsistent_group_protocol
+        if error == ErrorCode.none:
+            self._mark_online(group, group.member(member_id))
         if error != ErrorCode.none:
             self._respond(token, sync_response(error=error))
         elif group.is_in_state(PREPARING_REBALANCE):
@@ -1120,7 +1239,7 @@ class GroupMetadataManager:
                 sync_response(
                     protocol_type=group.protocol_type,
                     protocol_name=group.protocol_name,
-                    assignment=group.member(member_id).assignment,
+                    assignment=self._deliverable(group, group.member(member_id).assignment),
                 ),
             )
 
@@ -1194,6 +1313,7 @@ class GroupMetadataManager:
             self._emit_fenced(group, request.member_id, instance_id, "Heartbeat")
         if error != ErrorCode.none:
             return error
+        self._mark_online(group, group.member(request.member_id))
         if int(request.generation_id) != group.generation_id:
             return ErrorCode.illegal_generation
         if group.is_in_state(EMPTY):
@@ -1242,6 +1362,7 @@ class GroupMetadataManager:
 
         responses = []
         triggers: list[RebalanceTrigger] = []
+        joiners_left: set[str] = set()  # held back by an expansion window: never members, no rebalance
         for member_id, instance_id, reason in identities:
             client_reason = reason
             reason = reason if reason is not None else "not provided"
@@ -1254,6 +1375,13 @@ class GroupMetadataManager:
                     responses.append(_member_response(member_id, instance_id, ErrorCode.none))
                 else:
                     responses.append(_member_response(member_id, instance_id, ErrorCode.unknown_member_id))
+            elif member_id in group.expansion_joiners:
+                joiners_left.add(member_id)
+                joiner = group.expansion_joiners.pop(member_id)
+                self.timer.cancel(session_timeout_key(group.group_id, member_id))
+                self._answer_parked_joiner(joiner, ErrorCode.unknown_member_id)
+                self._schedule_expansion_end(group)
+                responses.append(_member_response(member_id, instance_id, ErrorCode.none))
             elif group.is_pending_member(member_id):
                 group.remove(member_id)
                 self.timer.cancel(session_timeout_key(group.group_id, member_id))
@@ -1270,7 +1398,8 @@ class GroupMetadataManager:
                     self._emit_fenced(group, member_id, instance_id, "LeaveGroup")
                 responses.append(_member_response(member_id, instance_id, error))
 
-        left = [r["member_id"] for r in responses if r["error_code"] == ErrorCode.none]
+        left = [r["member_id"] for r in responses
+                if r["error_code"] == ErrorCode.none and r["member_id"] not in joiners_left]
         if left:
             reason = f"explicit LeaveGroup request for members {left}"
             if group.state in (STABLE, COMPLETING_REBALANCE):
@@ -1342,7 +1471,9 @@ class GroupMetadataManager:
         if error != ErrorCode.none:
             return error
         if group.state in (STABLE, PREPARING_REBALANCE):
-            self._reschedule_heartbeat(group, group.member(member_id))  # a commit keeps the session alive
+            member = group.member(member_id)
+            self._mark_online(group, member)
+            self._reschedule_heartbeat(group, member)  # a commit keeps the session alive
         return ErrorCode.none
 
     def is_offset_fetch_allowed(self, group_id: str) -> bool:
@@ -1411,7 +1542,7 @@ class GroupMetadataManager:
                     "member_metadata": member.metadata(group.protocol_name)
                     if stable and group.protocol_name
                     else b"",
-                    "member_assignment": member.assignment,
+                    "member_assignment": self._deliverable(group, member.assignment),
                 }
             )
         return {
@@ -1462,6 +1593,7 @@ class GroupMetadataManager:
             if group is not None and error == ErrorCode.none:
                 self._fx.records.extend(self.offsets.delete_all_offsets(group_id))
                 self._fx.records.append(new_group_metadata_tombstone(group_id))
+                self._fx.records.extend(self._forget_own_state(group_id))
                 self._remove_group(group)
                 deleted.append(group)
             results.append({"group_id": group_id, "error_code": error})
@@ -1474,6 +1606,349 @@ class GroupMetadataManager:
         for group in groups:
             self.groups.setdefault(group.group_id, group)
         return {}
+
+    # ========================================================================================================
+    # Pause and resume; per-group settings (our own records, see coordinator.records)
+    # ========================================================================================================
+    #
+    # A pause is operator intent about a group id, not state of the group: it lives on its own key, so a group
+    # can be paused before it exists (a deployment pauses, then starts the new code) and the pause outlives the
+    # group's expiry by offset retention (an Empty group whose offsets expire is forgotten, its pause is not:
+    # the pause is what keeps a deployment's new code from consuming). DeleteGroups, an explicit removal of
+    # everything the coordinator holds for the group, tombstones the pause and the per-group settings too.
+    #
+    # Only the "consumer" protocol's assignments can be read, so only such groups can be paused: a group that
+    # exists with another protocol type is refused. A pause recorded before the group exists and a group that
+    # then forms with another protocol type is not applied (logged at delivery).
+    #
+    # The leader's assignment is stored as the leader sent it; paused partitions are withheld when assignments
+    # are delivered (SyncGroup answers, DescribeGroups), so resuming needs only a rebalance. Pause and resume
+    # start one at once (Stable/CompletingRebalance -> PreparingRebalance): members see it at their next
+    # heartbeat. Like a GroupMetadata record, the pause record is applied in memory by the handler and undone
+    # if its append fails (then a rebalance hands out the old state again).
+
+    def pause_state(self, group_id: str) -> PauseState:
+        return self.pauses.get(group_id, NOT_PAUSED)
+
+    def effective_settings(self, group_id: str) -> dict[str, int]:
+        """The per-group settings in force for the group: its own values, else the server's."""
+        return {name: self._group_setting(group_id, name) for name in PER_GROUP_SETTINGS}
+
+    def _group_setting(self, group_id: str, name: str) -> int:
+        own = self.group_settings.get(group_id)
+        if own is not None and name in own:
+            return own[name]
+        return int(getattr(self.settings, PER_GROUP_SETTINGS[name]))
+
+    def _set_pause(self, group_id: str, state: PauseState) -> None:
+        if state.is_paused:
+            self.pauses[group_id] = state
+        else:
+            self.pauses.pop(group_id, None)
+
+    def _set_group_settings(self, group_id: str, settings: Mapping[str, int]) -> None:
+        if settings:
+            self.group_settings[group_id] = dict(settings)
+        else:
+            self.group_settings.pop(group_id, None)
+
+    def _forget_own_state(self, group_id: str) -> list[CoordinatorRecord]:
+        """Tombstones for the group's pause and settings, removed from memory now (DeleteGroups)."""
+        records = []
+        if group_id in self.pauses:
+            records.append(new_group_pause_record(group_id, False, ()))
+            del self.pauses[group_id]
+        if group_id in self.group_settings:
+            records.append(new_group_settings_record(group_id, {}))
+            del self.group_settings[group_id]
+        return records
+
+    def _deliverable(self, group: ClassicGroup, assignment: bytes) -> bytes:
+        """A member's assignment as handed out: without the partitions paused in its group."""
+        state = self.pauses.get(group.group_id)
+        if state is None or not assignment:
+            return assignment
+        if not group.uses_consumer_protocol():
+            log.warning("group %s is paused but uses protocol type %r: its assignments cannot be filtered",
+                        group.group_id, group.protocol_type)
+            return assignment
+        return filter_assignment(assignment, state.withholds)
+
+    @_entry
+    def pause_group(self, token: object, group_id: str, topics: Iterable[str] | None = None) -> None:
+        """Pause the whole group (`topics` None or empty) or the partitions of `topics` (added to those already
+        paused). Answers an AdminAnswer whose data is the resulting pause state."""
+        old = self.pause_state(group_id)
+        wanted = sorted(set(topics or ()))
+        new = PauseState(True, old.topics) if not wanted else PauseState(old.group_paused,
+                                                                        old.topics | frozenset(wanted))
+        what = "the whole group" if not wanted else f"topics {wanted}"
+        self._change_pause(token, group_id, old, new, f"pause of {what}")
+
+    @_entry
+    def resume_group(self, token: object, group_id: str, topics: Iterable[str] | None = None) -> None:
+        """Resume the whole group (`topics` None or empty: everything paused is resumed) or the partitions of
+        `topics`. Resuming topics of a group paused as a whole is refused: resume the group."""
+        old = self.pause_state(group_id)
+        wanted = sorted(set(topics or ()))
+        if wanted and old.group_paused:
+            self._respond(token, AdminAnswer(
+                ErrorCode.invalid_request,
+                f"group {group_id} is paused as a whole: resume the whole group (then pause topics if needed)",
+                {"paused": old.to_json()}))
+            return
+        new = NOT_PAUSED if not wanted else PauseState(False, old.topics - frozenset(wanted))
+        what = "the whole group" if not wanted else f"topics {wanted}"
+        self._change_pause(token, group_id, old, new, f"resume of {what}")
+
+    def _change_pause(self, token: object, group_id: str, old: PauseState, new: PauseState, what: str) -> None:
+        if not group_id:
+            self._respond(token, AdminAnswer(ErrorCode.invalid_group_id, "the group id is empty"))
+            return
+        group = self.groups.get(group_id)
+        if group is not None and group.protocol_type is not None and not group.uses_consumer_protocol():
+            self._respond(token, AdminAnswer(
+                ErrorCode.inconsistent_group_protocol,
+                f"group {group_id} uses protocol type {group.protocol_type!r}: only groups of protocol type "
+                "'consumer' can be paused, because only their assignments can be read by the coordinator",
+                {"paused": old.to_json()}))
+            return
+        answer = AdminAnswer(ErrorCode.none, f"{what} of group {group_id}: nothing changed"
+                             if new == old else f"{what} of group {group_id} recorded", {"paused": new.to_json()})
+        self._fx.own_token = token
+        self._fx.own_error = lambda error: AdminAnswer(
+            error, f"writing the {what} of group {group_id} failed ({error.name}); nothing changed",
+            {"paused": old.to_json()})
+        if new != old:
+            self._fx.records.append(new_group_pause_record(group_id, new.group_paused, new.topics))
+            self._set_pause(group_id, new)
+            log.info("group %s: %s; paused now: %s", group_id, what, new.to_json())
+            self._rebalance_for_admin(group, f"{what} by an administrator")
+
+            def revert(error: ErrorCode) -> dict[object, Any]:
+                if self.pause_state(group_id) == new:
+                    self._set_pause(group_id, old)
+                    self._rebalance_for_admin(self.groups.get(group_id),
+                                              f"the {what} could not be written ({error.name})")
+                return {}
+
+            self._fx.failure_hooks.append(revert)
+        self._respond(token, answer)
+
+    def _rebalance_for_admin(self, group: ClassicGroup | None, reason: str) -> None:
+        if group is not None and group.state in (STABLE, COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, reason, RebalanceTrigger(RebalanceReason.PAUSE))
+
+    @_entry
+    def set_group_settings(self, token: object, group_id: str, changes: Mapping[str, int | None]) -> None:
+        """Set (an int >= 0) or unset (None: the server's value applies again) per-group settings, by their
+        config names (PER_GROUP_SETTINGS). Answers an AdminAnswer with the group's own and effective values."""
+        if not group_id:
+            self._respond(token, AdminAnswer(ErrorCode.invalid_group_id, "the group id is empty"))
+            return
+        old = dict(self.group_settings.get(group_id, {}))
+        new = dict(old)
+        for name, value in changes.items():
+            if name not in PER_GROUP_SETTINGS:
+                self._respond(token, AdminAnswer(
+                    ErrorCode.invalid_config,
+                    f"{name!r} is not a per-group setting (known: {', '.join(sorted(PER_GROUP_SETTINGS))})"))
+                return
+            if value is None:
+                new.pop(name, None)
+            elif isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SETTING_VALUE:
+                self._respond(token, AdminAnswer(
+                    ErrorCode.invalid_config, f"{name} must be an integer from 0 to {MAX_SETTING_VALUE} or null"))
+                return
+            else:
+                new[name] = value
+        self._fx.own_token = token
+        self._fx.own_error = lambda error: AdminAnswer(
+            error, f"writing the settings of group {group_id} failed ({error.name}); nothing changed",
+            self._settings_json(group_id))
+        if new != old:
+            self._fx.records.append(new_group_settings_record(group_id, new))
+            self._set_group_settings(group_id, new)
+            log.info("group %s: settings now %s", group_id, new)
+            self._settings_changed(group_id)
+
+            def revert(error: ErrorCode) -> dict[object, Any]:
+                if self.group_settings.get(group_id, {}) == new:
+                    self._set_group_settings(group_id, old)
+                    self._settings_changed(group_id)
+                return {}
+
+            self._fx.failure_hooks.append(revert)
+        self._respond(token, AdminAnswer(ErrorCode.none, f"settings of group {group_id} recorded",
+                                         self._settings_json(group_id)))
+
+    def _settings_json(self, group_id: str) -> dict[str, Any]:
+        return {"settings": dict(sorted(self.group_settings.get(group_id, {}).items())),
+                "effective_settings": self.effective_settings(group_id)}
+
+    def _settings_changed(self, group_id: str) -> None:
+        """Windows that run move to the new values (a window set to 0 ends now)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        self._schedule_registration_end(group)
+        self._schedule_expansion_end(group)
+
+    # ========================================================================================================
+    # Static membership windows (KIP-345's registration and expansion timeouts, which Kafka did not ship)
+    # ========================================================================================================
+    #
+    # group.static.registration.timeout.ms (0 = off, Kafka's behaviour): when a static member's session
+    # expires, it is marked offline instead of removed. It keeps its place, its instance id and its partitions;
+    # it is not waited for by a join phase nor expected to SyncGroup. When it comes back (a JoinGroup with its
+    # instance id and an unknown member id takes its place back as Kafka's static rejoin does, without a
+    # rebalance in a Stable group; a Heartbeat, SyncGroup, JoinGroup or OffsetCommit under its member id), it is
+    # online again. The window is the group's: it ends when the *earliest member still offline* has been offline
+    # this long, and then one rebalance removes every member offline at that moment — members lost together cost
+    # one rebalance. Offline marks are not durable: after a coordinator restart the sessions start again.
+    #
+    # group.expansion.timeout.ms (0 = off): a new member joining a Stable group is held back — its JoinGroup
+    # parked, the member not yet in the group — and the window opens; further joiners are held back too. When
+    # the window ends, one rebalance admits them all; any other rebalance meanwhile admits them at once. The
+    # members already in the group keep heartbeating without REBALANCE_IN_PROGRESS until then. A held-back
+    # JoinGroup waits the window plus the join phase; clients time JoinGroup out after their rebalance timeout
+    # plus a margin (the Java client: rebalance timeout + 5 s), so the window closes no later than half the
+    # rebalance timeout of any held-back joiner after it joined, leaving the other half for the join phase.
+
+    def _mark_online(self, group: ClassicGroup, member: ClassicGroupMember) -> None:
+        if member.offline_since_ms is not None:
+            offline_ms = self.clock.monotonic_ms() - member.offline_since_ms
+            member.offline_since_ms = None
+            log.info("static member %s (%s) of group %s is back after %d ms offline", member.group_instance_id,
+                     member.member_id, group.group_id, offline_ms)
+            self._reschedule_heartbeat(group, member)  # its session timer fired and was not renewed
+            self._schedule_registration_end(group)
+
+    def _schedule_registration_end(self, group: ClassicGroup) -> None:
+        offline = group.offline_members()
+        key = registration_key(group.group_id)
+        if not offline:
+            self.timer.cancel(key)
+            return
+        timeout_ms = self._group_setting(group.group_id, REGISTRATION_TIMEOUT)
+        earliest_ms = min(m.offline_since_ms for m in offline if m.offline_since_ms is not None)
+        delay_ms = max(earliest_ms + timeout_ms - self.clock.monotonic_ms(), 0) if timeout_ms > 0 else 0
+        self.timer.schedule(key, delay_ms, self._op(self._end_registration_window, group.group_id))
+
+    def _end_registration_window(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None or group.is_in_state(DEAD):
+            return
+        offline = group.offline_members()
+        if not offline:
+            return
+        timeout_ms = self._group_setting(group_id, REGISTRATION_TIMEOUT)
+        earliest_ms = min(m.offline_since_ms for m in offline if m.offline_since_ms is not None)
+        if timeout_ms > 0 and earliest_ms + timeout_ms > self.clock.monotonic_ms():
+            self._schedule_registration_end(group)  # the window grew meanwhile
+            return
+        first: MemberInfo | None = None
+        for member in offline:
+            info = self._member_info(member)
+            first = first or info
+            self._emit_removed(group, info, RemovalCause.SESSION_TIMEOUT)
+            self._drop_member(group, member.member_id, ErrorCode.unknown_member_id)
+            self.timer.cancel(session_timeout_key(group_id, member.member_id))
+        removed = [m.group_instance_id for m in offline]
+        log.info("group %s: registration window ended; removing offline static members %s", group_id, removed)
+        reason = f"removing offline static members {removed} at the end of their registration window"
+        if group.state in (STABLE, COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance_or_complete_join(
+                group, reason, RebalanceTrigger(RebalanceReason.SESSION_EXPIRY, first))
+        elif group.is_in_state(PREPARING_REBALANCE) and group.has_all_members_joined():
+            self._complete_join(group)
+
+    def _hold_joiner(self, parked: Parked, join: _JoinRequest, group: ClassicGroup, member_id: str) -> None:
+        if join.group_instance_id is not None:
+            for other in list(group.expansion_joiners.values()):
+                if other.group_instance_id == join.group_instance_id:
+                    # The same static instance joined again (it restarted): the newer one takes the place.
+                    self._emit_fenced(group, other.member_id, other.group_instance_id, "JoinGroup")
+                    del group.expansion_joiners[other.member_id]
+                    self.timer.cancel(session_timeout_key(group.group_id, other.member_id))
+                    self._answer_parked_joiner(other, ErrorCode.fenced_instance_id)
+        member = ClassicGroupMember(
+            member_id=member_id,
+            group_instance_id=join.group_instance_id,
+            client_id=join.client_id,
+            client_host=join.client_host,
+            rebalance_timeout_ms=join.rebalance_timeout_ms,
+            session_timeout_ms=join.session_timeout_ms,
+            protocol_type=join.protocol_type,
+            protocols=join.protocols,
+            awaiting_join=parked,
+            is_new=True,
+            joined_at_ms=self.clock.monotonic_ms(),
+        )
+        group.remove_pending_member(member_id)
+        first = not group.expansion_joiners
+        group.expansion_joiners[member_id] = member
+        if first:
+            group.expansion_opened_ms = self.clock.monotonic_ms()
+        self._reschedule_heartbeat(group, member, self.settings.group_new_member_join_timeout_ms)
+        log.info("group %s: new member %s (instance %s) held back by the expansion window (%d waiting)",
+                 group.group_id, member_id, join.group_instance_id, len(group.expansion_joiners))
+        self._schedule_expansion_end(group)
+
+    def _schedule_expansion_end(self, group: ClassicGroup) -> None:
+        key = expansion_key(group.group_id)
+        if not group.expansion_joiners:
+            self.timer.cancel(key)
+            return
+        timeout_ms = self._group_setting(group.group_id, EXPANSION_TIMEOUT)
+        end_ms = group.expansion_opened_ms + timeout_ms
+        for joiner in group.expansion_joiners.values():
+            end_ms = min(end_ms, joiner.joined_at_ms + joiner.rebalance_timeout_ms // 2)
+        delay_ms = max(end_ms - self.clock.monotonic_ms(), 0)
+        self.timer.schedule(key, delay_ms, self._op(self._end_expansion_window, group.group_id))
+
+    def _end_expansion_window(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None or not group.expansion_joiners:
+            return
+        if not group.is_in_state(STABLE):
+            # Cannot happen (any rebalance admits the joiners); answered rather than left waiting.
+            for joiner in group.expansion_joiners.values():
+                self._answer_parked_joiner(joiner, ErrorCode.rebalance_in_progress)
+            group.expansion_joiners.clear()
+            return
+        joiners = list(group.expansion_joiners.values())
+        self._prepare_rebalance(
+            group,
+            f"admitting {len(joiners)} new members {[m.member_id for m in joiners]} at the end of the expansion "
+            "window",
+            RebalanceTrigger(RebalanceReason.NEW_MEMBER, self._member_info(joiners[0])),
+        )
+
+    def _admit_joiners(self, group: ClassicGroup) -> None:
+        """A rebalance starts: the held-back joiners become members, waiting in JoinGroup like any joiner."""
+        if not group.expansion_joiners:
+            return
+        self.timer.cancel(expansion_key(group.group_id))
+        joiners = list(group.expansion_joiners.values())
+        group.expansion_joiners.clear()
+        for joiner in joiners:
+            parked = joiner.awaiting_join
+            joiner.awaiting_join = None
+            if group.has_member(joiner.member_id) or (
+                joiner.group_instance_id is not None and group.has_static_member(joiner.group_instance_id)
+            ) or not group.supports_protocols(joiner.protocol_type, joiner.protocol_names()):
+                if parked is not None:
+                    self._join_error(parked, ErrorCode.inconsistent_group_protocol, joiner.member_id)
+                self.timer.cancel(session_timeout_key(group.group_id, joiner.member_id))
+                continue
+            group.add(joiner, parked)
+
+    def _answer_parked_joiner(self, joiner: ClassicGroupMember, error: ErrorCode) -> None:
+        parked = joiner.awaiting_join
+        joiner.awaiting_join = None
+        if parked is not None:
+            self._join_error(parked, error, joiner.member_id)
 
     # ========================================================================================================
     # Offset retention (KIP-211)
@@ -1515,6 +1990,13 @@ class GroupMetadataManager:
             self._unreplayed[record] -= 1
             if not self._unreplayed[record]:
                 del self._unreplayed[record]
+        elif isinstance(key, GroupPauseKey):
+            assert value is None or isinstance(value, GroupPauseValue)
+            self._set_pause(key.group, NOT_PAUSED if value is None
+                            else PauseState(value.group_paused, frozenset(value.topics)))
+        elif isinstance(key, GroupSettingsKey):
+            assert value is None or isinstance(value, GroupSettingsValue)
+            self._set_group_settings(key.group, {} if value is None else dict(value.settings))
         else:
             assert value is None or isinstance(value, GroupMetadataValue)
             self._replay_group_metadata(key, value)
@@ -1579,12 +2061,20 @@ class GroupMetadataManager:
             for member in group.all_members():
                 self._answer_join(group, member, error=ErrorCode.not_coordinator, member_id=member.member_id)
                 self._answer_sync(group, member, error=ErrorCode.not_coordinator)
+            for joiner in group.expansion_joiners.values():
+                self._answer_parked_joiner(joiner, ErrorCode.not_coordinator)
+            group.expansion_joiners.clear()
             self._remove_group(group)
         self.groups.clear()
 
 
 def _is_group_metadata(record: CoordinatorRecord) -> bool:
     return record.key[:2] == GROUP_METADATA_KEY_PREFIX
+
+
+def _is_applied_in_memory(record: CoordinatorRecord) -> bool:
+    """Records whose handler already applied them to memory: their replay while serving is skipped."""
+    return record.key[:2] in _APPLIED_IN_MEMORY_PREFIXES
 
 
 def _count_offset_records(records: Iterable[CoordinatorRecord]) -> int:

@@ -6,6 +6,11 @@
     groups reset-offsets GROUP (--to-earliest | --to-latest | --to-datetime ISO | --to-timestamp MS |
                                 --to-offset N) [--topic T[:P,P]]... [--execute]
     groups delete GROUP
+    groups pause GROUP [--topic T]...                    withhold the group's (or these topics') partitions
+    groups resume GROUP [--topic T]...                   hand them out again
+    groups settings GROUP [--set NAME=VALUE]... [--unset NAME]...
+                                                         per-group settings (group.expansion.timeout.ms,
+                                                         group.static.registration.timeout.ms)
 
 `--admin URL` (default $KGC_ADMIN_URL, else http://127.0.0.1:9464) names the server's admin listener; `--json`
 prints the API's JSON instead of tables. Like Kafka's kafka-consumer-groups, reset-offsets only shows what it
@@ -73,6 +78,19 @@ def add_parser(sub: Any) -> None:
     reset.add_argument("--execute", action="store_true", help="write the offsets (default: only show them)")
     delete = actions.add_parser("delete", parents=[common], help="delete an Empty group and its offsets")
     delete.add_argument("group")
+    for name, text in (("pause", "pause a consumer group, or some of its topics, from the coordinator"),
+                       ("resume", "resume a paused group, or some of its topics")):
+        action = actions.add_parser(name, parents=[common], help=text)
+        action.add_argument("group")
+        action.add_argument("--topic", action="append", metavar="T",
+                            help="only this topic (repeatable; default: the whole group)")
+    group_settings = actions.add_parser("settings", parents=[common],
+                                        help="show or change a group's own settings")
+    group_settings.add_argument("group")
+    group_settings.add_argument("--set", dest="set_values", action="append", default=[], metavar="NAME=VALUE",
+                                help="set a per-group setting (repeatable)")
+    group_settings.add_argument("--unset", action="append", default=[], metavar="NAME",
+                                help="drop the group's own value: the server's applies again (repeatable)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,6 +114,17 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "delete":
             data = client.delete(f"/v1/groups/{quote(args.group)}")
             emit(args, data, lambda: [f"Deleted group {data['group_id']}."])
+        elif args.action in ("pause", "resume"):
+            body = {"topics": list(args.topic)} if args.topic else {}
+            data = client.post(f"/v1/groups/{quote(args.group)}/{args.action}", body)
+            emit(args, data, lambda: [data["message"] + ".", f"Paused: {paused_text(data['paused'])}"])
+        elif args.action == "settings":
+            changes = settings_body(args)
+            if changes:
+                data = client.put(f"/v1/groups/{quote(args.group)}/settings", changes)
+            else:
+                data = client.get(f"/v1/groups/{quote(args.group)}")
+            emit(args, data, lambda: render_settings(data))
     except CliError as exc:
         print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
         return exc.status
@@ -104,6 +133,21 @@ def run(args: argparse.Namespace) -> int:
 
 def quote(group: str) -> str:
     return urllib.parse.quote(group, safe="")
+
+
+def settings_body(args: argparse.Namespace) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    for item in args.set_values:
+        name, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            changes[name.strip()] = int(value)
+        except ValueError:
+            raise CliError(f"--set: expected NAME=INTEGER, got {item!r}", 2) from None
+    for name in args.unset:
+        changes[name.strip()] = None
+    return changes
 
 
 def reset_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -140,6 +184,9 @@ class AdminClient:
 
     def post(self, path: str, body: Any) -> Any:
         return self._call("POST", path, body)
+
+    def put(self, path: str, body: Any) -> Any:
+        return self._call("PUT", path, body)
 
     def delete(self, path: str) -> Any:
         return self._call("DELETE", path)
@@ -259,7 +306,7 @@ def render_describe(data: dict[str, Any]) -> list[Any]:
         f"{len(data['members'])} members, lag {lag if lag is not None else '-'}",
         f"Leader: {short_member(data['leader'])}",
         f"Last rebalance: {last_text}",
-        f"Paused: {', '.join(data['paused']) or '-'}",
+        f"Paused: {paused_text(data['paused'])}",
         "",
     ]
     blocks: list[Any] = list(header)
@@ -283,6 +330,22 @@ def render_describe(data: dict[str, Any]) -> list[Any]:
         blocks.append("Partitions without a committed offset: "
                       + ", ".join(f"{t} ({n})" for t, n in sorted(uncommitted.items())))
     return blocks
+
+
+def paused_text(paused: Any) -> str:
+    """`the whole group`, `orders, payments` or `-` (also reads the older list form)."""
+    if isinstance(paused, dict):
+        if paused.get("group"):
+            return "the whole group"
+        return ", ".join(paused.get("topics") or ()) or "-"
+    return ", ".join(paused or ()) or "-"
+
+
+def render_settings(data: dict[str, Any]) -> list[Any]:
+    own = data.get("settings") or {}
+    effective = data.get("effective_settings") or {}
+    rows = [(name, value, "group" if name in own else "server") for name, value in sorted(effective.items())]
+    return [f"Group {data['group_id']}:", table(["SETTING", "VALUE", "FROM"], rows, right=["VALUE"])]
 
 
 def _members(members: list[dict[str, Any]], with_cause: bool = False) -> str:

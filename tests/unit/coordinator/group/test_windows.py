@@ -1,0 +1,346 @@
+"""Static membership windows (KIP-345's registration and expansion timeouts), with a manual clock.
+
+The two tables are the proposal's, with minutes scaled to seconds: registration timeout 15 s, expansion timeout
+5 s. Times in the comments are mm:ss of the scaled table.
+"""
+
+from __future__ import annotations
+
+from coordinator.group.manager import EXPANSION_TIMEOUT, REGISTRATION_TIMEOUT, expansion_key, registration_key
+from coordinator.observability.events import MemberRemoved, RebalanceReason, RebalanceStarted, RemovalCause
+from coordinator.records import GroupSettingsKey, GroupSettingsValue, decode_record
+from protocol.errors import ErrorCode
+
+from .context import GroupTestContext
+
+GROUP = "group-id"
+STATIC = dict(rebalance_timeout_ms=60000, session_timeout_ms=3000, version=5)
+
+
+class Events:
+    def __init__(self) -> None:
+        self.events: list[object] = []
+
+    def on_group_event(self, event: object) -> None:
+        self.events.append(event)
+
+    def rebalances(self) -> list[RebalanceStarted]:
+        return [e for e in self.events if isinstance(e, RebalanceStarted)]
+
+    def removed(self) -> list[MemberRemoved]:
+        return [e for e in self.events if isinstance(e, MemberRemoved)]
+
+
+class Members:
+    """Member ids by name, and heartbeats on a manual clock."""
+
+    def __init__(self, ctx: GroupTestContext) -> None:
+        self.ctx = ctx
+        self.ids: dict[str, str] = {}
+        self.instances: dict[str, str | None] = {}
+
+    def heartbeat(self, name: str) -> ErrorCode:
+        group = self.ctx.group()
+        return self.ctx.heartbeat(GROUP, self.ids[name], group.generation_id,
+                                  group_instance_id=self.instances[name]).error
+
+    def run_until(self, t_ms: int, alive: set[str], step_ms: int = 500) -> None:
+        """Advance to `t_ms` (monotonic) in steps, heartbeating the `alive` members after each step."""
+        while self.ctx.clock.monotonic_ms() < t_ms:
+            self.ctx.advance(min(step_ms, t_ms - self.ctx.clock.monotonic_ms()))
+            for name in sorted(alive):
+                if self.ctx.group().has_member(self.ids[name]):
+                    self.heartbeat(name)
+
+
+def static_group(ctx: GroupTestContext, names: list[str]) -> Members:
+    """A Stable group of static members (instance id = name); member i is assigned bytes([i + 1])."""
+    members = Members(ctx)
+    joins = {name: ctx.join_group(GROUP, group_instance_id=name, **STATIC) for name in names}
+    while not all(join.done for join in joins.values()):
+        ctx.advance(ctx.manager.settings.group_initial_rebalance_delay_ms)
+    for name, join in joins.items():
+        assert join.error == ErrorCode.none, (name, join.error)
+        members.ids[name] = join.response.member_id
+        members.instances[name] = name
+    leader = names[0]
+    assignments = {members.ids[n]: bytes([i + 1]) for i, n in enumerate(names)}
+    assert ctx.sync_group(GROUP, members.ids[leader], 1, group_instance_id=leader,
+                          assignments=assignments).error == ErrorCode.none
+    for name in names[1:]:
+        assert ctx.sync_group(GROUP, members.ids[name], 1, group_instance_id=name).error == ErrorCode.none
+    assert ctx.group().state.value == "Stable"
+    return members
+
+
+# -- group.static.registration.timeout.ms ----------------------------------------------------------------------
+
+
+def test_registration_window_table_of_the_proposal():
+    """A drops at 00:00, B at 00:10, A is back at 00:14, B gone too long at 00:25: exactly one rebalance, at
+    00:25, removing B; A kept its place and assignment all along."""
+    ctx = GroupTestContext(group_static_registration_timeout_ms=15000)
+    members = static_group(ctx, ["L", "A", "B"])
+    events = Events()
+    ctx.manager.add_listener(events)
+    last_a_ms = ctx.clock.monotonic_ms()
+    assert members.heartbeat("A") == ErrorCode.none
+    origin = last_a_ms + 3000  # 00:00: A's session expires
+
+    members.run_until(origin, {"L", "B"})
+    group = ctx.group()
+    assert group.member(members.ids["A"]).offline_since_ms == origin
+    assert ctx.deadline(registration_key(GROUP)) == 15000
+    members.run_until(origin + 7000, {"L", "B"})  # B's last heartbeat: its session expires at 00:10
+    members.run_until(origin + 10000, {"L"})
+    assert group.member(members.ids["B"]).offline_since_ms == origin + 10000
+    assert ctx.deadline(registration_key(GROUP)) == 5000  # still A's deadline, 00:15
+    members.run_until(origin + 14000, {"L"})
+    assert events.rebalances() == [] and group.state.value == "Stable"
+
+    # 00:14: A restarts and takes its place back (Kafka's static rejoin: no rebalance in Stable).
+    rejoin = ctx.join_group(GROUP, group_instance_id="A", **STATIC)
+    assert rejoin.error == ErrorCode.none and rejoin.response.generation_id == 1
+    members.ids["A"] = rejoin.response.member_id
+    sync = ctx.sync_group(GROUP, members.ids["A"], 1, group_instance_id="A")
+    assert sync.response.assignment == b"\x02"
+    assert ctx.deadline(registration_key(GROUP)) == 11000  # now B's deadline, 00:25
+
+    members.run_until(origin + 24500, {"L", "A"})
+    assert events.rebalances() == [] and group.state.value == "Stable"
+    assert group.member(members.ids["A"]).assignment == b"\x02"
+    members.run_until(origin + 25000, {"L", "A"})
+    rebalances = events.rebalances()
+    assert len(rebalances) == 1
+    assert rebalances[0].monotonic_ms == origin + 25000
+    assert rebalances[0].reason is RebalanceReason.SESSION_EXPIRY
+    assert [(e.member.group_instance_id, e.cause) for e in events.removed()] == [("B", RemovalCause.SESSION_TIMEOUT)]
+    assert sorted(m.group_instance_id for m in group.all_members()) == ["A", "L"]
+
+    # The members rejoin and the group settles in generation 2 without B: no further rebalance.
+    joins = [ctx.join_group(GROUP, members.ids[n], group_instance_id=n, **STATIC) for n in ("L", "A")]
+    assert [j.response.generation_id for j in joins] == [2, 2]
+    assert len(events.rebalances()) == 1
+
+
+def test_members_lost_together_cost_one_rebalance_at_the_earliest_deadline():
+    ctx = GroupTestContext(group_static_registration_timeout_ms=15000)
+    members = static_group(ctx, ["L", "A", "B"])
+    events = Events()
+    ctx.manager.add_listener(events)
+    start = ctx.clock.monotonic_ms()
+    members.run_until(start + 2000, {"L", "B"})  # A offline at start+3000, B at start+5000
+    members.run_until(start + 3000 + 15000, {"L"})
+    assert len(events.rebalances()) == 1
+    assert events.rebalances()[0].monotonic_ms == start + 18000
+    assert sorted(e.member.group_instance_id for e in events.removed()) == ["A", "B"]
+    assert [m.group_instance_id for m in ctx.group().all_members()] == ["L"]
+
+
+def test_an_offline_member_is_not_waited_for_by_a_join_phase_and_owes_no_sync():
+    ctx = GroupTestContext(group_static_registration_timeout_ms=60000)
+    members = static_group(ctx, ["L", "A"])
+    start = ctx.clock.monotonic_ms()
+    members.run_until(start + 3000, {"L"})
+    assert ctx.group().member(members.ids["A"]).is_offline
+    # A new member starts a rebalance: the join phase completes with L and the newcomer, A keeps its place.
+    newcomer = ctx.join_group(GROUP, **{**STATIC, "version": 3})
+    assert ctx.group().state.value == "PreparingRebalance"
+    leader = ctx.join_group(GROUP, members.ids["L"], group_instance_id="L", **STATIC)
+    assert leader.error == newcomer.error == ErrorCode.none
+    assert {m.group_instance_id for m in leader.response.members} == {"L", "A", None}
+    assert set(ctx.group().pending_sync_members()) == {members.ids["L"], newcomer.response.member_id}
+
+
+def test_a_heartbeat_under_the_old_member_id_brings_an_offline_member_back():
+    ctx = GroupTestContext(group_static_registration_timeout_ms=15000)
+    members = static_group(ctx, ["L", "A"])
+    start = ctx.clock.monotonic_ms()
+    members.run_until(start + 4000, {"L"})
+    assert ctx.group().member(members.ids["A"]).is_offline
+    assert members.heartbeat("A") == ErrorCode.none
+    assert not ctx.group().member(members.ids["A"]).is_offline
+    assert not ctx.timer.is_scheduled(registration_key(GROUP))
+
+
+def test_without_a_registration_window_a_static_member_is_removed_at_session_expiry():
+    ctx = GroupTestContext()
+    members = static_group(ctx, ["L", "A"])
+    events = Events()
+    ctx.manager.add_listener(events)
+    start = ctx.clock.monotonic_ms()
+    members.run_until(start + 3000, {"L"})
+    assert [e.member.group_instance_id for e in events.removed()] == ["A"]
+    assert len(events.rebalances()) == 1
+
+
+# -- group.expansion.timeout.ms --------------------------------------------------------------------------------
+
+
+def test_expansion_window_table_of_the_proposal():
+    """Timeout 00:05: A joins at 00:00, B at 00:03, the rebalance at 00:05 admits both; C joins at 00:06 and
+    another rebalance follows at 00:11. The member already there heartbeats without REBALANCE_IN_PROGRESS
+    until a window ends."""
+    ctx = GroupTestContext(group_expansion_timeout_ms=5000)
+    kwargs = dict(rebalance_timeout_ms=60000, session_timeout_ms=10000)
+    first = ctx.join_group(GROUP, **kwargs)
+    ctx.advance(3000)
+    leader_id = first.response.member_id
+    assert ctx.sync_group(GROUP, leader_id, 1, assignments={leader_id: b"L"}).error == ErrorCode.none
+    events = Events()
+    ctx.manager.add_listener(events)
+    origin = ctx.clock.monotonic_ms()
+
+    join_a = ctx.join_group(GROUP, **kwargs)  # 00:00
+    assert not join_a.done and ctx.group().state.value == "Stable"
+    assert ctx.deadline(expansion_key(GROUP)) == 5000
+    ctx.advance(3000)
+    join_b = ctx.join_group(GROUP, **kwargs)  # 00:03
+    assert not join_b.done
+    ctx.advance(1000)
+    assert ctx.heartbeat(GROUP, leader_id, 1).error == ErrorCode.none  # 00:04: the group is still Stable
+    assert ctx.group().num_members() == 1
+    ctx.advance(1000)  # 00:05
+    assert len(events.rebalances()) == 1 and events.rebalances()[0].monotonic_ms == origin + 5000
+    assert events.rebalances()[0].reason is RebalanceReason.NEW_MEMBER
+    assert ctx.heartbeat(GROUP, leader_id, 1).error == ErrorCode.rebalance_in_progress
+    leader = ctx.join_group(GROUP, leader_id, **kwargs)
+    assert leader.error == join_a.error == join_b.error == ErrorCode.none
+    assert leader.response.generation_id == join_a.response.generation_id == 2
+    assert len(leader.response.members) == 3
+    a_id, b_id = join_a.response.member_id, join_b.response.member_id
+    ctx.sync_group(GROUP, leader_id, 2, assignments={leader_id: b"L", a_id: b"A", b_id: b"B"})
+
+    ctx.advance(1000)  # 00:06
+    join_c = ctx.join_group(GROUP, **kwargs)
+    assert not join_c.done and len(events.rebalances()) == 1
+    ctx.advance(4999)
+    assert len(events.rebalances()) == 1
+    ctx.advance(1)  # 00:11
+    assert len(events.rebalances()) == 2 and events.rebalances()[1].monotonic_ms == origin + 11000
+
+
+def test_kip_394_joiners_and_static_joiners_are_held_back_too():
+    ctx = GroupTestContext(group_expansion_timeout_ms=5000)
+    kwargs = dict(rebalance_timeout_ms=60000, session_timeout_ms=10000)
+    first = ctx.join_group(GROUP, **kwargs)
+    ctx.advance(3000)
+    leader_id = first.response.member_id
+    ctx.sync_group(GROUP, leader_id, 1, assignments={leader_id: b"L"})
+    required = ctx.join_group(GROUP, version=4, **kwargs)
+    assert required.error == ErrorCode.member_id_required
+    dynamic = ctx.join_group(GROUP, required.response.member_id, version=4, **kwargs)
+    static = ctx.join_group(GROUP, group_instance_id="s", **kwargs)
+    assert not dynamic.done and not static.done
+    joiners = ctx.group().expansion_joiners
+    assert len(joiners) == 2 and required.response.member_id in joiners
+    assert sorted(str(m.group_instance_id) for m in joiners.values()) == ["None", "s"]
+    assert ctx.group().num_pending_join_members() == 0
+    # The static instance restarts while held back: the newer JoinGroup takes the place, the older is fenced.
+    again = ctx.join_group(GROUP, group_instance_id="s", **kwargs)
+    assert static.error == ErrorCode.fenced_instance_id and not again.done
+    ctx.advance(5000)
+    ctx.join_group(GROUP, leader_id, **kwargs)
+    assert dynamic.error == again.error == ErrorCode.none
+    assert {m.group_instance_id for m in ctx.group().all_members()} == {None, "s"}
+    assert ctx.group().num_members() == 3
+
+
+def test_a_held_back_joiner_that_leaves_is_forgotten_without_a_rebalance():
+    ctx = GroupTestContext(group_expansion_timeout_ms=5000)
+    kwargs = dict(rebalance_timeout_ms=60000, session_timeout_ms=10000)
+    first = ctx.join_group(GROUP, **kwargs)
+    ctx.advance(3000)
+    leader_id = first.response.member_id
+    ctx.sync_group(GROUP, leader_id, 1, assignments={leader_id: b"L"})
+    events = Events()
+    ctx.manager.add_listener(events)
+    required = ctx.join_group(GROUP, version=4, **kwargs)
+    joiner = ctx.join_group(GROUP, required.response.member_id, version=4, **kwargs)
+    leave = ctx.leave_group(GROUP, [(required.response.member_id, None)])
+    assert leave.response.members[0].error_code == ErrorCode.none
+    assert joiner.error == ErrorCode.unknown_member_id
+    assert not ctx.timer.is_scheduled(expansion_key(GROUP))
+    ctx.advance(6000)
+    assert ctx.heartbeat(GROUP, leader_id, 1).error == ErrorCode.none
+    assert events.rebalances() == [] and ctx.group().state.value == "Stable"
+
+
+def test_the_window_closes_by_half_the_rebalance_timeout_of_a_held_back_joiner():
+    """A held-back JoinGroup must be answered before the client gives up on it (Java: rebalance timeout + 5 s),
+    so the window ends no later than half a joiner's rebalance timeout after it joined."""
+    ctx = GroupTestContext(group_expansion_timeout_ms=60000)
+    first = ctx.join_group(GROUP, rebalance_timeout_ms=60000, session_timeout_ms=10000)
+    ctx.advance(3000)
+    leader_id = first.response.member_id
+    ctx.sync_group(GROUP, leader_id, 1, assignments={leader_id: b"L"})
+    ctx.join_group(GROUP, rebalance_timeout_ms=8000, session_timeout_ms=10000)
+    assert ctx.deadline(expansion_key(GROUP)) == 4000
+
+
+def test_a_rebalance_for_another_reason_admits_the_held_back_joiners_at_once():
+    ctx = GroupTestContext(group_expansion_timeout_ms=5000)
+    kwargs = dict(rebalance_timeout_ms=60000, session_timeout_ms=10000)
+    first = ctx.join_group(GROUP, **kwargs)
+    ctx.advance(3000)
+    leader_id = first.response.member_id
+    ctx.sync_group(GROUP, leader_id, 1, assignments={leader_id: b"L"})
+    joiner = ctx.join_group(GROUP, **kwargs)
+    leader = ctx.join_group(GROUP, leader_id, **kwargs)  # the leader rejoins: Kafka always rebalances then
+    assert leader.error == joiner.error == ErrorCode.none
+    assert joiner.response.generation_id == 2
+    assert not ctx.timer.is_scheduled(expansion_key(GROUP))
+
+
+# -- per-group settings ----------------------------------------------------------------------------------------
+
+
+def test_per_group_settings_are_a_record_override_the_server_and_replay():
+    ctx = GroupTestContext(group_expansion_timeout_ms=5000)
+    token = ctx.token("settings")
+    result = ctx.apply(ctx.manager.set_group_settings(token, GROUP, {REGISTRATION_TIMEOUT: 15000}))
+    assert [decode_record(r) for r in result.records] == [
+        (GroupSettingsKey(GROUP), GroupSettingsValue(((REGISTRATION_TIMEOUT, 15000),)))]
+    assert ctx.answers[token].data == {
+        "settings": {REGISTRATION_TIMEOUT: 15000},
+        "effective_settings": {REGISTRATION_TIMEOUT: 15000, EXPANSION_TIMEOUT: 5000},
+    }
+    assert ctx.manager.effective_settings("other") == {REGISTRATION_TIMEOUT: 0, EXPANSION_TIMEOUT: 5000}
+    ctx.apply(ctx.manager.set_group_settings(ctx.token("settings"), GROUP, {EXPANSION_TIMEOUT: 0}))
+
+    restarted = GroupTestContext(loaded=False, group_expansion_timeout_ms=5000)
+    for record in ctx.log:
+        restarted.manager.replay(record)
+    assert restarted.manager.effective_settings(GROUP) == {REGISTRATION_TIMEOUT: 15000, EXPANSION_TIMEOUT: 0}
+
+    token = ctx.token("settings")
+    result = ctx.apply(ctx.manager.set_group_settings(token, GROUP, {REGISTRATION_TIMEOUT: None,
+                                                                    EXPANSION_TIMEOUT: None}))
+    assert [decode_record(r) for r in result.records] == [(GroupSettingsKey(GROUP), None)]
+    assert GROUP not in ctx.manager.group_settings
+
+
+def test_bad_per_group_settings_are_refused_without_a_record():
+    ctx = GroupTestContext()
+    for changes in ({"group.max.size": 3}, {REGISTRATION_TIMEOUT: -1}, {EXPANSION_TIMEOUT: "5"},
+                    {EXPANSION_TIMEOUT: True}):
+        token = ctx.token("settings")
+        result = ctx.apply(ctx.manager.set_group_settings(token, GROUP, changes))
+        assert result.records == [] and ctx.answers[token].error == ErrorCode.invalid_config
+
+
+def test_a_per_group_window_applies_and_setting_it_to_zero_ends_it_now():
+    ctx = GroupTestContext()
+    ctx.apply(ctx.manager.set_group_settings(ctx.token("settings"), GROUP, {EXPANSION_TIMEOUT: 5000}))
+    kwargs = dict(rebalance_timeout_ms=60000, session_timeout_ms=10000)
+    first = ctx.join_group(GROUP, **kwargs)
+    ctx.advance(3000)
+    leader_id = first.response.member_id
+    ctx.sync_group(GROUP, leader_id, 1, assignments={leader_id: b"L"})
+    joiner = ctx.join_group(GROUP, **kwargs)
+    assert not joiner.done and ctx.group().state.value == "Stable"
+    ctx.apply(ctx.manager.set_group_settings(ctx.token("settings"), GROUP, {EXPANSION_TIMEOUT: 0}))
+    ctx.advance(0)
+    assert ctx.group().state.value == "PreparingRebalance"
+    ctx.join_group(GROUP, leader_id, **kwargs)
+    assert joiner.error == ErrorCode.none and joiner.response.generation_id == 2
