@@ -1,0 +1,100 @@
+"""The security part of a server: its listeners' sessions, the SASL / ACL / SCRAM APIs and the authorization layer.
+
+Built by coordinator.server.app for every server (the SASL and ACL APIs are always registered, so clients and
+tools get Kafka's answers: ILLEGAL_SASL_STATE on a PLAINTEXT listener, SECURITY_DISABLED for ACLs without an
+authorizer). `start()` opens and replays the security log, creates the bootstrap SCRAM users, and, when
+`authorizer.class.name` is set, wraps every other registered API with the Enforcer; it runs after the other parts
+have registered their APIs (this part is added last).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import Any
+
+from prometheus_client import Counter
+
+from .acl import Authorizer, parse_principals
+from .apis import SecurityApis
+from .enforce import Enforcer
+from .listeners import ListenerSpec, certificate_principal, parse_listeners, server_ssl_context
+from .sasl import SaslApis, SecuritySession
+from .scram import MECHANISM_CODES, ScramCredential
+from .store import SecurityStore
+
+log = logging.getLogger(__name__)
+
+
+class Security:
+    def __init__(self, config: Any, data_dir: str | None, dataplane: Any = None, registry: Any = None) -> None:
+        self.config = config
+        self.listeners: list[ListenerSpec] = parse_listeners(config["listeners"],
+                                                             config["listener.security.protocol.map"])
+        self.authorizer_enabled = bool(str(config["authorizer.class.name"]).strip())
+        self.authorizer = Authorizer(parse_principals(config["super.users"]),
+                                     config["allow.everyone.if.no.acl.found"])
+        self.store = SecurityStore(self.authorizer, data_dir)
+        self.dataplane = dataplane
+        self.ssl_context: ssl.SSLContext | None = None
+        if any(spec.tls for spec in self.listeners):
+            self.ssl_context = server_ssl_context(config)
+        self.auth_failures = Counter(
+            "kafka_group_coordinator_authorization_failures", "Requests (or parts of them) refused by the "
+            "authorizer, by API and ACL operation.", ["api", "operation"], registry=registry)
+        self.sasl_failures = Counter(
+            "kafka_group_coordinator_sasl_authentication_failures", "Failed SASL authentications, by mechanism.",
+            ["mechanism"], registry=registry)
+        self.sasl = SaslApis(tuple(config["sasl.enabled.mechanisms"]), self.store.credential,
+                             self.store.check_password, lambda m: self.sasl_failures.labels(m).inc())
+        self.apis = SecurityApis(self.store, self.authorizer_enabled, self._denied)
+        self.enforcer = Enforcer(self.authorizer, dataplane, self._denied,
+                                 auto_create=lambda: bool(config["auto.create.topics.enable"]))
+        self._table: Any = None
+
+    @property
+    def configured(self) -> bool:
+        """Security is on: a listener other than PLAINTEXT, or an authorizer."""
+        return self.authorizer_enabled or any(spec.protocol != "PLAINTEXT" for spec in self.listeners)
+
+    def _denied(self, api_key: int, operation: str) -> None:
+        from coordinator.server.metrics import api_name  # the metrics' own API names
+
+        self.auth_failures.labels(api_name(api_key), operation).inc()
+
+    # -- part lifecycle -----------------------------------------------------------------------------
+
+    def register(self, table: Any) -> None:
+        self.sasl.register(table)
+        self.apis.register(table)
+        self._table = table
+
+    async def start(self) -> None:
+        count = await asyncio.to_thread(self.store.open)
+        log.info("security: %d records replayed, %d ACLs, %d SCRAM credentials", count,
+                 len(self.authorizer.acls()), len(self.store.credentials))
+        await self._bootstrap_users()
+        if self.authorizer_enabled and self._table is not None:
+            self.enforcer.install(self._table)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.store.close)
+
+    async def _bootstrap_users(self) -> None:
+        records = []
+        for item in self.config["scram.bootstrap.users"]:
+            user, sep, password = item.partition(":")
+            if not sep or not user or not password:
+                raise ValueError("scram.bootstrap.users: expected NAME:PASSWORD entries")
+            for mechanism in MECHANISM_CODES:
+                if self.store.credential(mechanism, user) is None:
+                    credential = await asyncio.to_thread(ScramCredential.from_password, mechanism, password)
+                    records.append(self.store.credential_record(user, mechanism, credential))
+        await self.store.write(records)
+
+    # -- connections --------------------------------------------------------------------------------
+
+    def session(self, spec: ListenerSpec, ssl_object: Any = None) -> SecuritySession:
+        principal = certificate_principal(ssl_object) if spec.tls else None
+        return SecuritySession(spec.name, spec.protocol, principal)
