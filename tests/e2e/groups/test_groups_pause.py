@@ -55,6 +55,18 @@ def http(server: Any, method: str, path: str, body: Any = None) -> tuple[int, di
             return exc.code, json.load(exc)
 
 
+def wait_ready(server: Any) -> None:
+    """The admin API answers 503 while the group log loads."""
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(server.admin_url + "/readyz", timeout=10) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    wait_for(ready, 60, "the server to be ready", server.output)
+
+
 def cli(server: Any, *args: str) -> subprocess.CompletedProcess:
     """`python -m coordinator groups --admin URL ARGS...` in its own process."""
     return subprocess.run([PYTHON, "-m", "coordinator", "groups", "--admin", server.admin_url, *args], cwd=REPO,
@@ -152,6 +164,7 @@ def test_pausing_one_of_two_topics_stops_only_that_topic_across_a_restart(
         members.describe()
 
     server = restart_on_same_port(server_factory, server)
+    wait_ready(server)
     described = wait_settled(server, group, members)
     assert described["paused"] == {"group": False, "topics": [paused]}
     held_paused |= produce_batch(server, paused, 60, 504, tmp_path)
@@ -197,6 +210,7 @@ def test_pausing_a_whole_group_stops_it_across_a_restart_and_resume_consumes_exa
     assert not consumed & during.keys(), "a paused group consumed\n" + members.describe()
 
     server = restart_on_same_port(server_factory, server)
+    wait_ready(server)
     described = wait_settled(server, group, members)
     assert described["paused"] == {"group": True, "topics": []}
     during |= produce_batch(server, topic, 100, 512, tmp_path)
@@ -220,6 +234,7 @@ def test_a_group_of_another_protocol_type_cannot_be_paused(server):
     from protocol.build import build
     from tests.wire import WireClient
 
+    wait_ready(server)
     host, port = server.bootstrap.rsplit(":", 1)
     join = build(load_request_schema(11, 5), {
         "group_id": "connect-like", "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "",

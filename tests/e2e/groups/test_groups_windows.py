@@ -1,0 +1,149 @@
+"""Static membership windows (issue #5 item 2) with real confluent-kafka (librdkafka) members.
+
+group.static.registration.timeout.ms: a static member killed and back after its session timeout but inside the
+window takes its partitions back without a rebalance; one that stays away is removed by exactly one rebalance
+when the window ends. group.expansion.timeout.ms: a group scaled from 2 to 6 members inside the window costs one
+rebalance. Both windows are set per group through the admin API (PUT /v1/groups/{group}/settings), before the
+group exists; the coordinator's rebalance timeline and the clients' rebalance callbacks are compared.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from groups_support import create_topic, wait_for, wait_split
+
+pytestmark = pytest.mark.e2e
+
+PARTITIONS = 6
+SESSION_MS = 6000
+REGISTRATION_MS = 20000
+EXPANSION_MS = 10000
+CLIENT = {"partition.assignment.strategy": "range", "session.timeout.ms": SESSION_MS,
+          "heartbeat.interval.ms": 500}
+QUIET_S = 3.0
+
+
+def http(server: Any, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(server.admin_url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.load(exc)
+
+
+def wait_ready(server: Any) -> None:
+    """The admin API answers 503 while the group log loads."""
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(server.admin_url + "/readyz", timeout=10) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    wait_for(ready, 60, "the server to be ready", server.output)
+
+
+def timeline(server: Any, group: str) -> list[dict[str, Any]]:
+    status, data = http(server, "GET", f"/v1/groups/{group}/timeline")
+    assert status == 200, data
+    return data["rebalances"]
+
+
+def describe(server: Any, group: str) -> dict[str, Any]:
+    status, data = http(server, "GET", f"/v1/groups/{group}")
+    assert status == 200, data
+    return data
+
+
+def test_registration_window_keeps_a_static_members_place_and_removes_the_absent_in_one_rebalance(
+        members, server, tmp_path):
+    group, topic = "window-registration", "window-registration-topic"
+    wait_ready(server)
+    status, answer = http(server, "PUT", f"/v1/groups/{group}/settings",
+                          {"group.static.registration.timeout.ms": REGISTRATION_MS})
+    assert status == 200 and answer["effective_settings"]["group.static.registration.timeout.ms"] == \
+        REGISTRATION_MS, answer
+    create_topic(server, topic, PARTITIONS)
+    ms = []
+    for i in range(3):
+        ms.append(members.start("ck", f"s{i}", server, group, topic, instance_id=f"{group}-{i}", settings=CLIENT))
+        if i == 0:
+            wait_split(members, ms, PARTITIONS, [6], timeout=30, stable_for=0)
+    split = wait_split(members, ms, PARTITIONS, [2, 2, 2], timeout=60, stable_for=QUIET_S)
+    rebalances_before = len(timeline(server, group))
+    s0, s1, s2 = ms
+    callbacks = {m.name: len(m.rebalance_events()) for m in ms}
+
+    # s1 dies and comes back after its session timeout, inside the registration window.
+    s1.kill()
+    wait_for(lambda: describe(server, group)["offline_members"] == [f"{group}-1"], SESSION_MS / 1000 + 10,
+             "s1 to be marked offline (session expired)", members.describe)
+    time.sleep(2)
+    back = members.start("ck", "s1-again", server, group, topic, instance_id=f"{group}-1", settings=CLIENT)
+    wait_for(lambda: back.held(), 30, "the returning static member to be assigned", members.describe)
+    assert back.held() == split["s1"], members.describe()
+    time.sleep(QUIET_S)
+    assert len(timeline(server, group)) == rebalances_before, timeline(server, group)
+    for m in (s0, s2):
+        assert len(m.rebalance_events()) == callbacks[m.name], members.describe([m])
+        assert m.held() == split[m.name]
+    assert describe(server, group)["offline_members"] == []
+
+    # s2 dies and stays away: one rebalance when the window ends removes it; s0 and s1 share its partitions.
+    s2.kill()
+    t_killed = time.monotonic()
+    wait_for(lambda: describe(server, group)["offline_members"] == [f"{group}-2"], SESSION_MS / 1000 + 10,
+             "s2 to be marked offline", members.describe)
+    time.sleep(5)
+    assert len(timeline(server, group)) == rebalances_before, "a rebalance inside the registration window"
+    split2 = wait_split(members, [s0, back], PARTITIONS, [3, 3], timeout=(SESSION_MS + REGISTRATION_MS) / 1000 + 30)
+    gone_s = time.monotonic() - t_killed
+    assert gone_s >= (SESSION_MS + REGISTRATION_MS) / 1000 - 2, f"s2 was removed after only {gone_s:.1f}s"
+    time.sleep(QUIET_S)
+    new = timeline(server, group)[rebalances_before:]
+    assert len(new) == 1, new
+    assert new[0]["reason"] == "session_expiry" and new[0]["outcome"] == "stable", new
+    assert [m["group_instance_id"] for m in new[0]["members_out"]] == [f"{group}-2"], new
+    assert split2["s0"] | split2["s1-again"] == frozenset(range(PARTITIONS))
+    for m in (s0, back):
+        assert m.close() == 0, members.describe([m])
+
+
+def test_expansion_window_admits_four_new_members_in_one_rebalance(members, server, tmp_path):
+    group, topic = "window-expansion", "window-expansion-topic"
+    wait_ready(server)
+    status, answer = http(server, "PUT", f"/v1/groups/{group}/settings", {"group.expansion.timeout.ms": EXPANSION_MS})
+    assert status == 200, answer
+    create_topic(server, topic, PARTITIONS)
+    first = [members.start("ck", f"e{i}", server, group, topic, settings=CLIENT) for i in range(2)]
+    wait_split(members, first, PARTITIONS, [3, 3], timeout=60, stable_for=QUIET_S)
+    rebalances_before = len(timeline(server, group))
+    callbacks = {m.name: len(m.rebalance_events()) for m in first}
+
+    t0 = time.monotonic()
+    more = [members.start("ck", f"e{i}", server, group, topic, settings=CLIENT) for i in range(2, 6)]
+    wait_for(lambda: len(describe(server, group)["held_back_joiners"]) == 4, EXPANSION_MS / 1000,
+             "the four new members to be held back", members.describe)
+    assert describe(server, group)["state"] == "Stable"
+    everyone = first + more
+    wait_split(members, everyone, PARTITIONS, [1] * 6, timeout=EXPANSION_MS / 1000 + 60, stable_for=QUIET_S)
+    took = time.monotonic() - t0
+    new = timeline(server, group)[rebalances_before:]
+    assert len(new) == 1, new
+    assert new[0]["reason"] == "new_member" and new[0]["outcome"] == "stable", new
+    assert took >= EXPANSION_MS / 1000 - 1, f"the new members were admitted after only {took:.1f}s"
+    for m in first:
+        # One rebalance: eager range revokes everything once and assigns once.
+        assert len(m.rebalance_events()) - callbacks[m.name] == 2, members.describe([m])
+    for m in everyone:
+        assert m.close() == 0, members.describe([m])
