@@ -126,6 +126,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("admin.auth.token", "", str,
             "Bearer token the admin HTTP API's POST/PUT/DELETE require once security is configured (a "
             "non-PLAINTEXT listener or an authorizer); empty: those endpoints are refused then.", kafka=False),
+    Setting("admin.ssl.enabled", False, _bool,
+            "Serve the admin HTTP API over TLS with the ssl.* keystore; a client certificate verified against the "
+            "truststore may then stand in for admin.auth.token.", kafka=False),
     # -- observability (admin listener) ------------------------------------------------------------
     Setting("metrics.groups.include", "", _regex,
             "Export per-group series only for groups whose whole id matches this regex (empty: all).", kafka=False),

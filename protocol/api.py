@@ -42,6 +42,10 @@ class RequestContext:
     client_id: str | None
     client_host: str = ""
     connection_id: int = 0
+    # Who sent it: Kafka's principal string ("User:ANONYMOUS" until TLS or SASL says otherwise), and the
+    # connection's security session (SASL state), set by the connection before the handler runs.
+    principal: str = "User:ANONYMOUS"
+    session: Any = None
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
@@ -92,6 +96,13 @@ class ApiTable:
             request_class(api_key, v)  # fail at start-up, not on the first request, if kio lacks a version
             response_class(api_key, v)
         self._specs[api_key] = ApiSpec(api_key, min_version, max_version, handler)
+
+    def wrap(self, api_key: int, wrapper: Callable[[Handler], Handler]) -> None:
+        """Put a layer in front of a registered handler (authorization): the spec keeps its version range and
+        gets `wrapper(old_handler)`. Unregistered keys are left alone."""
+        spec = self._specs.get(api_key)
+        if spec is not None:
+            self._specs[api_key] = dataclasses.replace(spec, handler=wrapper(spec.handler))
 
     def spec(self, api_key: int) -> ApiSpec | None:
         return self._specs.get(api_key)

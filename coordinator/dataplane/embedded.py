@@ -462,6 +462,11 @@ class EmbeddedDataPlane:
 
     # -- topics -----------------------------------------------------------------------------------
 
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id (authorization checks topics by name)."""
+        found = self._topics_by_id.get(topic_id)
+        return None if found is None else found.name
+
     def topic_id(self, topic: str) -> uuid.UUID | None:
         found = self._topics.get(topic)
         return None if found is None else found.topic_id

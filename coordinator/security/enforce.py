@@ -353,7 +353,7 @@ class Enforcer:
             return await inner(ctx, req)
         errors = [_topic_key(t, "topic") | {"partitions": [
             {"partition_index": p.partition, "error_code": TAF, "high_watermark": -1, "last_stable_offset": -1,
-             "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1, "records": None}
+             "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
             for p in t.partitions]} for t in denied]
         if not allowed:
             return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": req.session_id

@@ -53,6 +53,7 @@ from coordinator.observability.history import GroupHistory
 from coordinator.observability.lag import MetricsFilter, OffsetHistory
 from coordinator.observability.storage import TimedLog
 from coordinator.observability.view import CoordinatorView
+from coordinator.security.admin_auth import admin_auth_middleware, admin_ssl_context
 from protocol.api import RequestContext
 from protocol.build import build
 from protocol.errors import ErrorCode
@@ -157,7 +158,9 @@ async def start(server: Server, host: str, port: int,
     api = AdminApi(server, obs)
     # With several workers, worker 0's listener fronts the others (coordinator.server.workers.AdminPeers).
     peers = [server.admin_middleware] if server.admin_middleware is not None else []
-    app = web.Application(middlewares=[_errors, *peers])
+    security = getattr(server, "security", None)  # coordinator.security: token / certificate for writes
+    guard = [admin_auth_middleware(security)] if security is not None else []
+    app = web.Application(middlewares=[_errors, *guard, *peers])
     app.router.add_get("/healthz", api.healthz)
     app.router.add_get("/readyz", api.readyz)
     app.router.add_get("/metrics", api.metrics)
@@ -172,7 +175,8 @@ async def start(server: Server, host: str, port: int,
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site: web.BaseSite = (web.SockSite(runner, sock) if sock is not None
-                          else web.TCPSite(runner, host or None, port, reuse_address=True))
+                          else web.TCPSite(runner, host or None, port, reuse_address=True,
+                                           ssl_context=admin_ssl_context(security) if security else None))
     await site.start()
     sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
     bound_port = sockets[0].getsockname()[1] if sockets else port
@@ -244,6 +248,12 @@ class AdminApi:
         shard = self.server.groups.shard_for(group_id)
         if shard is not None:
             data.update(_group_admin_state(shard.manager, group_id))
+            paused = shard.manager.pause_state(group_id)
+            if paused.is_paused and group.uses_consumer_protocol():
+                for member in data["members"]:  # what members hold, as DescribeGroups shows it
+                    if member.get("assignment") is not None:
+                        member["assignment"] = [a for a in member["assignment"]
+                                                if not paused.withholds(a["topic"])]
         return web.json_response(data)
 
     async def timeline(self, request: web.Request) -> web.Response:

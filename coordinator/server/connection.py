@@ -52,6 +52,7 @@ class Connection:
         self._queue: asyncio.Queue[Any] = asyncio.Queue(server.config["queued.max.requests.per.connection"])
         self._reader_task: asyncio.Task[None] | None = None
         self.done = asyncio.Event()
+        self.session: Any = None  # coordinator.security's SecuritySession on a server with security
         # connections.max.idle.ms: loop time of the last complete request or answer, and requests not yet answered
         self.last_active = asyncio.get_running_loop().time()
         self.in_flight = 0
@@ -106,6 +107,8 @@ class Connection:
                 self.in_flight += 1
                 self.last_active = asyncio.get_running_loop().time()
                 decoded = table.decode(frame, self.peer_host, self.connection_id)
+                if self.session is not None:
+                    self._authenticate(decoded)
                 task = asyncio.create_task(self._handle(decoded))
                 await self._queue.put((decoded, task, started))
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -114,6 +117,15 @@ class Connection:
             log.info("closing connection %d from %s: %s", self.connection_id, self.peer_host, exc)
             await self._queue.put(_CLOSE)
             self.server.metrics.protocol_errors.inc()
+
+    def _authenticate(self, decoded: DecodedRequest) -> None:
+        """Give the request its principal; before SASL authentication only ApiVersions and the SASL APIs pass
+        (anything else closes the connection, as Kafka does). See coordinator.security.sasl."""
+        ctx = decoded.context
+        ctx.session = self.session
+        ctx.principal = self.session.principal
+        if not self.session.allows(ctx.api_key):
+            raise ProtocolError(f"unexpected request (api {ctx.api_key}) before SASL authentication")
 
     async def _handle(self, decoded: DecodedRequest) -> Any:
         ctx = decoded.context
@@ -160,6 +172,8 @@ class Connection:
             except (ConnectionError, OSError, RuntimeError):  # uvloop: RuntimeError on a closed transport
                 break
             metrics.observe_request(ctx.api_key, ctx.api_version, response, time.perf_counter() - started)
+            if self.session is not None and self.session.close_after_response:
+                break  # a failed SASL exchange: closed once its answer is written, as Kafka does
         # Whatever is still queued will never be written: cancel it so nothing waits on a dead connection.
         self.stop_reading()
         while not self._queue.empty():

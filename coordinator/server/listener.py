@@ -69,6 +69,11 @@ class Server:
         self.admin_socket: socket.socket | None = None
         self.topology: Any = None
         self.admin_middleware: Any = None
+        # Set by app.build_server (coordinator.security): listener sessions, TLS, and the listeners of `listeners`
+        # after the first (the first one is `listen`, with `primary_listener` its spec).
+        self.security: Any = None
+        self.primary_listener: Any = None
+        self.extra_listeners: list[tuple[Any, Any, tuple[str, int]]] = []  # (spec, asyncio server, bound)
 
     # -- identity ---------------------------------------------------------------------------------
 
@@ -76,6 +81,10 @@ class Server:
         """This node as a client should reach it: the advertised listener if set; for a wildcard listener, the
         local address of the connection the current request came in on; else the bound address."""
         node_id = self.config["node.id"]
+        local = local_address.get(None)
+        for _, _, (extra_host, extra_port) in self.extra_listeners:
+            if local is not None and local[1] == extra_port:  # the client came in on another listener
+                return Broker(node_id, local[0] if extra_host in _WILDCARDS else extra_host, extra_port)
         if self.advertised_listener is not None:
             host, port = self.advertised_listener
             return Broker(node_id, host, port or self.bound[1])
@@ -101,10 +110,12 @@ class Server:
             self._server = await asyncio.start_server(self._accept, sock=self.listen_socket, limit=2**20)
         else:
             self._server = await asyncio.start_server(
-                self._accept, host or None, port, reuse_address=True, backlog=1024, limit=2**20
+                self._accept, host or None, port, reuse_address=True, backlog=1024, limit=2**20,
+                ssl=self._listener_ssl(self.primary_listener),
             )
         sockname = self._server.sockets[0].getsockname()
         self.bound = (host, sockname[1])
+        await self._start_extra_listeners()
         if self.admin_listen is not None:
             self._admin, self.admin_bound = await admin.start(self, *self.admin_listen, sock=self.admin_socket)
         self.listening = True
@@ -121,7 +132,29 @@ class Server:
         admin_part = f"{_show(self.admin_bound[0])}:{self.admin_bound[1]}" if self.admin_bound else "off"
         return f"listening kafka={kafka} admin={admin_part}"
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _listener_ssl(self, spec: Any) -> Any:
+        return self.security.ssl_context if spec is not None and spec.tls else None
+
+    async def _start_extra_listeners(self) -> None:
+        """The listeners of `listeners` after the first (coordinator.security.listeners)."""
+        if self.security is None:
+            return
+        for spec in self.security.listeners[1:]:
+            server = await asyncio.start_server(
+                functools.partial(self._accept, listener=spec), spec.host or None, spec.port, reuse_address=True,
+                backlog=1024, limit=2**20, ssl=self._listener_ssl(spec),
+            )
+            self.extra_listeners.append((spec, server, (spec.host, server.sockets[0].getsockname()[1])))
+
+    def listeners_line(self) -> str | None:
+        """`listeners NAME=HOST:PORT ...` for every listener of `listeners`, or None without that setting."""
+        if self.primary_listener is None:
+            return None
+        fields = [f"{self.primary_listener.name}={_show(self.bound[0])}:{self.bound[1]}"]
+        fields += [f"{spec.name}={_show(bound[0])}:{bound[1]}" for spec, _, bound in self.extra_listeners]
+        return "listeners " + " ".join(fields)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: Any = None) -> None:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -133,6 +166,10 @@ class Server:
             return
         conn_id = next(self._ids)
         conn = Connection(self, reader, writer, conn_id)
+        if self.security is not None:
+            spec = listener or self.primary_listener
+            if spec is not None:
+                conn.session = self.security.session(spec, writer.get_extra_info("ssl_object"))
         self.connections[conn_id] = conn
         self.connections_per_ip[peer_ip] = self.connections_per_ip.get(peer_ip, 0) + 1
         self.metrics.connections.inc()
@@ -193,6 +230,8 @@ class Server:
             self._idle_sweeper.cancel()
         if self._server is not None:
             self._server.close()  # stop accepting
+        for _, extra, _ in self.extra_listeners:
+            extra.close()
         conns = list(self.connections.values())
         for conn in conns:
             conn.stop_reading()
@@ -210,6 +249,8 @@ class Server:
                 await conn.abort()
         if self._server is not None:
             await self._server.wait_closed()
+        for _, extra, _ in self.extra_listeners:
+            await extra.wait_closed()
         for part in reversed(self.parts):
             await part.close()
         if self._admin is not None:
