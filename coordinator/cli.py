@@ -39,6 +39,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "serve" and "kio" not in sys.modules:
+        # kio imports Hypothesis whenever it is installed (a test dependency), only to register test strategies
+        # for its types; a server never uses them and the import costs ~0.3 s of start-up (measured).
+        sys.modules.setdefault("hypothesis", None)  # type: ignore[assignment]
     if args.command == "groups":
         from coordinator.observability import cli as groups_cli
 
