@@ -1,7 +1,7 @@
 """The fuzzer (scripts/fuzz.py) at a CI-sized count: every request decoder of the server's API table and the group
 log's reader get random and mutated input; only our decode errors (or a truncating recovery) are allowed.
 
-RELIABILITY_FUZZ_CASES (default 150000) sets the count; `scripts/fuzz.py --cases 1000000` is the full run.
+RELIABILITY_FUZZ_CASES (default 120000) sets the count; `scripts/fuzz.py --cases 1000000` is the full run.
 
 Known finding (reported, see test_kio_huge_array_length_aborts_the_process): kio 0.6.5's native reader allocates
 `count * element size` up front for an array whose length prefix says `count`, so a request whose array length is
@@ -26,7 +26,7 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-CASES = int(os.environ.get("RELIABILITY_FUZZ_CASES", "150000"))
+CASES = int(os.environ.get("RELIABILITY_FUZZ_CASES", "120000"))
 STRICT = os.environ.get("RELIABILITY_FUZZ_STRICT") == "1"
 KIO_ALLOCATION_ABORT = "memory allocation of"
 
