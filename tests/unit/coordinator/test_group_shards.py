@@ -15,6 +15,7 @@ import pytest
 from coordinator.config import Config
 from coordinator.server import groups as groups_module
 from coordinator.server.groups import GroupCoordinator, ShardState
+from coordinator.server.metrics import ShardCollector
 from coordinator.sharding import java_string_hash, shard_of
 from protocol.errors import ErrorCode
 from storage import FaultFS, MemFS
@@ -147,6 +148,10 @@ async def test_a_hung_shard_fails_alone_then_is_reloaded_from_its_log(make):
     # Past coordinator.shard.failure.timeout.ms it is marked failed and reloaded from what is on disk: the
     # commit that timed out had reached the file (only its fsync hung), so the reloaded shard knows it.
     await _wait_for(lambda: h.part.shard_failures == 1, 5, "the shard to be failed")
+    metrics = {(m.name, tuple(s.labels.items())): s.value
+               for m in ShardCollector(h.part).collect() for s in m.samples}
+    assert metrics[("kafka_group_coordinator_group_shard_failures", ())] == 1
+    assert metrics[("kafka_group_coordinator_group_shards", (("state", "active"),))] == 3
     await _wait_for(lambda: h.part.shards[1].state is ShardState.ACTIVE, 5, "the reload")
     assert h.part.ready
     assert await h.fetch(sick, [P0]) == {P0: 11}
