@@ -54,7 +54,8 @@ class Connection:
         self.done = asyncio.Event()
         self.session: Any = None  # coordinator.security's SecuritySession on a server with security
         # connections.max.idle.ms: loop time of the last complete request or answer, and requests not yet answered
-        self.last_active = asyncio.get_running_loop().time()
+        self._loop = asyncio.get_running_loop()
+        self.last_active = self._loop.time()
         self.in_flight = 0
 
     async def run(self) -> None:
@@ -105,7 +106,7 @@ class Connection:
                 frame = await self.reader.readexactly(size)
                 started = time.perf_counter()
                 self.in_flight += 1
-                self.last_active = asyncio.get_running_loop().time()
+                self.last_active = self._loop.time()
                 decoded = table.decode(frame, self.peer_host, self.connection_id)
                 if self.session is not None:
                     self._authenticate(decoded)
@@ -153,7 +154,7 @@ class Connection:
                 break
             finally:
                 self.in_flight -= 1
-                self.last_active = asyncio.get_running_loop().time()
+                self.last_active = self._loop.time()  # not get_running_loop(): this also runs when GC closes us
             if response is _CLOSE:
                 break
             ctx = decoded.context

@@ -184,3 +184,25 @@ def test_idle_expiry_off_with_minus_one():
             assert _serves(sock)
         finally:
             sock.close()
+
+
+def test_queued_max_requests_per_connection_stops_reading_until_answers_leave():
+    release: list[asyncio.Event] = []
+    queued = 5
+    with running(_parked_heartbeat(release), queued_max_requests_per_connection=queued) as server:
+        with socket.create_connection(server.bound, timeout=WAIT_S) as sock:
+            total = 40
+            sock.sendall(b"".join(encode_request(HeartbeatV0(group_id="g", generation_id=1, member_id="m"), i)
+                                  for i in range(1, total + 1)))
+            # Started: the one the writer is waiting on, `queued` in the queue, and one decoded by the reader that
+            # waits for room in the queue; then the reader stops reading.
+            _wait_until(lambda: len(release) >= queued + 2)
+            time.sleep(0.2)  # more would only show up if reading went on (a wrong pass is possible, never a wrong fail)
+            assert len(release) == queued + 2
+            answered = []
+            while len(answered) < total:
+                _on_loop(server, lambda loop: [e.set() for e in release])
+                sock.settimeout(WAIT_S)
+                payload = recv_frame(sock)
+                answered.append(struct.unpack_from(">i", payload)[0])
+            assert answered == list(range(1, total + 1))  # in order, none lost
