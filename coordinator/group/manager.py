@@ -46,6 +46,12 @@ group from memory in the handler and writes the tombstone.
 What Kafka applies only once the write succeeds (the leader's assignment, the static member's new id) is
 applied here at once, and undone by `on_append_failure` if the write fails: the answers then carry the error,
 a failed assignment rebalances the group, a failed static replacement gives the member its old id back.
+
+Our own records (coordinator.records: GroupPause, GroupSettings) follow the GroupMetadata rule: the admin
+handler (pause_group, resume_group, set_group_settings) applies them at once and undoes them if the append
+fails; replay applies them only while the log loads. Two volatile additions ride on the classic state: static
+members marked offline inside their registration window, and joiners held back by an expansion window (see
+"Static membership windows" below); neither is written to the log.
 """
 
 from __future__ import annotations

@@ -152,6 +152,8 @@ def test_pausing_one_of_two_topics_stops_only_that_topic_across_a_restart(
     assert f"Paused: {paused}" in result.stdout, result.stdout
     described = wait_settled(server, group, members)
     assert described["paused"] == {"group": False, "topics": [paused]}
+    held = [a["topic"] for m in described["members"] for a in m["assignment"] or ()]
+    assert other in held and paused not in held, described["members"]
     timeline = http(server, "GET", f"/v1/groups/{group}/timeline")[1]["rebalances"]
     assert "pause" in [r["reason"] for r in timeline], timeline
 
