@@ -36,7 +36,12 @@ from typing import Any
 
 from coordinator.clock import OFFSETS_EXPIRATION_KEY
 from coordinator.config import Config
-from coordinator.group.manager import GROUP_METADATA_KEY_PREFIX, GroupMetadataManager
+from coordinator.group.manager import (
+    GROUP_METADATA_KEY_PREFIX,
+    GROUP_PAUSE_KEY_PREFIX,
+    GROUP_SETTINGS_KEY_PREFIX,
+    GroupMetadataManager,
+)
 from coordinator.records import CoordinatorRecord
 from coordinator.sharding import shard_of
 from protocol.api import ApiTable, RequestContext
@@ -91,7 +96,7 @@ class Shard:
         self.index = index
         self.config = config
         self.directory = os.path.join(data_dir, "groups", f"shard-{index}") if data_dir else None
-        self.runtime = ShardRuntime(timeout_ms=config["offsets.commit.timeout.ms"], barrier=_is_group_metadata)
+        self.runtime = ShardRuntime(timeout_ms=config["offsets.commit.timeout.ms"], barrier=_is_barrier)
         self.clock = LoopClock()
         self.timer = AsyncioTimer(self.runtime)
         self.manager = GroupMetadataManager(self.clock, self.timer, config)
@@ -286,9 +291,8 @@ class GroupCoordinator:
 
     async def _load(self) -> None:
         started = time.monotonic()
-        for shard in self.shards.values():
-            for listener in self._listeners:
-                shard.manager.add_listener(listener)
+        # Listeners are attached by add_listener (to every shard's manager, made in __init__): attaching them
+        # here again would double them when add_listener ran before this task did.
         for shard in self.shards.values():
             await shard.load(self._log_wrapper)
         elapsed = time.monotonic() - started
@@ -549,8 +553,13 @@ class _MergedStore:
         return sum(s.manager.offsets.store.num_offsets() for s in self._c.shards.values())
 
 
-def _is_group_metadata(record: CoordinatorRecord) -> bool:
-    return record.key[:2] == GROUP_METADATA_KEY_PREFIX
+# Records the state machine applies in memory before they are durable (group metadata, pause, per-group
+# settings): membership requests wait for them to settle (ShardRuntime's barriers).
+_BARRIER_PREFIXES = frozenset({GROUP_METADATA_KEY_PREFIX, GROUP_PAUSE_KEY_PREFIX, GROUP_SETTINGS_KEY_PREFIX})
+
+
+def _is_barrier(record: CoordinatorRecord) -> bool:
+    return record.key[:2] in _BARRIER_PREFIXES
 
 
 def error_response(api_key: int, version: int, request: Any, code: ErrorCode) -> dict[str, Any]:
