@@ -8,7 +8,7 @@ listener (principal User:ANONYMOUS), and Kafka's authorizer with allow.everyone.
 from __future__ import annotations
 
 import pytest
-from clients import (
+from security_clients import (
     admin,
     all_acls,
     anonymous,
@@ -23,7 +23,7 @@ from clients import (
 )
 from confluent_kafka import KafkaError, TopicPartition
 from confluent_kafka.admin import AclOperation, AclPermissionType, ResourcePatternType, ResourceType
-from conftest import SecureServers, acl_server_settings
+from security_support import SecureServers, acl_server_settings
 
 pytestmark = pytest.mark.e2e
 

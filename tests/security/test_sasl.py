@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from clients import admin, binding, create_acls, produce, sasl
+from security_clients import admin, binding, create_acls, produce, sasl
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (
     AclOperation,
@@ -20,7 +20,7 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
-from conftest import SecureServers, acl_server_settings
+from security_support import SecureServers, acl_server_settings
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest

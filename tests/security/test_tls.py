@@ -11,10 +11,10 @@ import urllib.request
 from typing import Any
 
 import pytest
-from clients import binding, create_acls, create_topic, produce
+from security_clients import binding, create_acls, create_topic, produce
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AclOperation, AdminClient, ResourceType
-from conftest import ALICE_PRINCIPAL, USERS, Pki, SecureServers, acl_server_settings
+from security_support import ALICE_PRINCIPAL, USERS, Pki, SecureServers, acl_server_settings
 
 pytestmark = pytest.mark.e2e
 

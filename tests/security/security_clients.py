@@ -15,7 +15,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from conftest import USERS, SecureServer
+from security_support import USERS, SecureServer
 
 WAIT_S = 30.0
 
