@@ -263,7 +263,7 @@ class GroupCoordinator:
             with open(path, encoding="utf-8") as f:
                 layout = json.load(f)
         except FileNotFoundError:
-            tmp = path + ".tmp"
+            tmp = f"{path}.{os.getpid()}.tmp"  # workers of `serve --workers N` may write it at the same time
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump({"shards": self.num_shards}, f)
                 f.flush()

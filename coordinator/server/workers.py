@@ -58,6 +58,9 @@ BIND_RETRY_S = 10.0  # a SIGKILLed supervisor's workers may still hold the ports
 READY_TIMEOUT_S = 300.0  # loading a large group log takes a while; the announce line waits for it
 RESTART_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0)
 STABLE_AFTER_S = 30.0  # a worker that ran this long has its restart backoff reset
+# Before the announce line, a worker that dies is restarted this many times (a SIGKILLed predecessor may still
+# hold a lock for a moment) before the supervisor gives up and exits 1 (a bad setting fails every time).
+EARLY_RESTARTS = 2
 
 
 def shard_of(group_id: str, shards: int) -> int:
@@ -299,9 +302,9 @@ class Supervisor:
             now = time.monotonic()
             for child in self.children:
                 if child.proc is not None and child.proc.poll() is not None:
-                    if not announced:
-                        log.error("worker %d exited with code %s before serving", child.index,
-                                  child.proc.returncode)
+                    if not announced and child.failures >= EARLY_RESTARTS:
+                        log.error("worker %d exited with code %s before serving, %d times", child.index,
+                                  child.proc.returncode, child.failures + 1)
                         self._stop_all()
                         return 1
                     self._died(child, now)
