@@ -7,6 +7,8 @@ under `ip netns exec` and reach it only over that link, the others run on the ho
   member is expired after its session timeout and the two host members take over its partitions; when the link
   comes back it rejoins and the partitions are split three ways again; records produced before, during and after
   the cut are all consumed.
+* per-IP limit: a connection flood from the namespace's address is held to max.connections.per.ip while the host
+  (another address) is served as usual.
 * impaired: 200 ms round trip and 5% loss. `tc qdisc ... netem` does not exist in this sandbox's kernel (no
   sch_netem: "Error: Specified qdisc kind is unknown.", and no gact action or iptables binary either), so the
   link is a pair of TUN devices joined by clients/impair.py, a userspace netem: 100 ms each way and 5% of the
@@ -18,6 +20,8 @@ Figures (faults injected, rebalances, records) are printed with -s.
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 import types
 
@@ -138,3 +142,52 @@ def test_group_of_5_converges_and_consumes_everything_over_200ms_rtt_and_5pct_lo
           f"{assigned} assignment callbacks; packets carried {counts.get('to_ns', 0) + counts.get('to_host', 0)}, "
           f"dropped {counts.get('dropped', 0)}")
     assert counts.get("dropped", 0) > 0
+
+
+_FLOOD = r"""
+import json, socket, struct, sys
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+request = struct.pack(">hhi", 18, 0, 1) + struct.pack(">h", 5) + b"flood"
+socks, answered, closed = [], 0, 0
+for _ in range(count):
+    s = socket.create_connection((host, port), timeout=10)
+    socks.append(s)
+for s in socks:
+    try:
+        s.sendall(struct.pack(">i", len(request)) + request)
+        head = s.recv(8)
+        if len(head) == 8:
+            answered += 1
+        else:
+            closed += 1
+    except OSError:
+        closed += 1
+print(json.dumps({"answered": answered, "closed": closed}), flush=True)
+sys.stdin.readline()  # hold the connections until told
+"""
+
+
+def test_per_ip_limit_contains_a_connection_flood_from_one_address(tmp_path):
+    """max.connections.per.ip=20: 200 connections from the namespace's address get 20 served and 180 closed at
+    accept, while clients from another address (the host) are served as usual."""
+    limit, flood = 20, 200
+    with Netns() as ns:
+        server = server_on(ns, tmp_path / "server", **{"max.connections.per.ip": limit})
+        flooder = None
+        try:
+            flooder = subprocess.Popen(ns.exec_prefix + [PYTHON, "-c", _FLOOD, ns.host_ip, str(server.port),
+                                                         str(flood)],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True)
+            result = json.loads(flooder.stdout.readline())
+            # While the flood holds its 20, the host (another address) produces through the same listener.
+            create_topic(server, "per-ip", 2)
+            placed = produce_batch(server, "per-ip", 50, 31, tmp_path, partitions=2)
+            print(f"\nper-ip limit {limit}: {flood} connections from {ns.ns_ip}: {result}; meanwhile "
+                  f"{len(placed)} records produced from the host")
+            assert result == {"answered": limit, "closed": flood - limit}
+            assert len(placed) == 50
+        finally:
+            if flooder is not None:
+                flooder.communicate("\n", timeout=30)
+            server.stop()
