@@ -119,6 +119,46 @@ def test_registration_window_keeps_a_static_members_place_and_removes_the_absent
         assert m.close() == 0, members.describe([m])
 
 
+def test_rolling_restart_of_five_static_members_under_the_registration_window_costs_no_rebalance(
+        members, server, tmp_path):
+    """The issue's rolling restart: 5 static members with session.timeout.ms=6000, each down for 10 s (longer
+    than its session) under a 60 s registration timeout: zero rebalances, by the coordinator's timeline and by
+    the clients' rebalance callbacks alike."""
+    group, topic = "window-rolling", "window-rolling-topic"
+    wait_ready(server)
+    status, answer = http(server, "PUT", f"/v1/groups/{group}/settings",
+                          {"group.static.registration.timeout.ms": 60000})
+    assert status == 200, answer
+    create_topic(server, topic, 10)
+    ms = []
+    for i in range(5):
+        ms.append(members.start("ck", f"r{i}", server, group, topic, instance_id=f"{group}-{i}", settings=CLIENT))
+        if i == 0:
+            wait_split(members, ms, 10, [10], timeout=30, stable_for=0)
+    split = wait_split(members, ms, 10, [2] * 5, timeout=90, stable_for=QUIET_S)
+    rebalances_before = len(timeline(server, group))
+    seen = {m.name: len(m.rebalance_events()) for m in ms}
+    current = list(ms)
+    for i in range(5):
+        for m in ms[i:]:  # the originals still running saw no callback since the group settled
+            assert len(m.rebalance_events()) == seen[m.name], members.describe([m])
+        current[i].kill()
+        time.sleep(10)
+        assert describe(server, group)["offline_members"] == [f"{group}-{i}"], members.describe()
+        current[i] = members.start("ck", f"r{i}-again", server, group, topic, instance_id=f"{group}-{i}",
+                                   settings=CLIENT)
+        wait_for(lambda: current[i].held(), 30, f"r{i} to be back with its partitions", members.describe)
+        assert current[i].held() == split[f"r{i}"], members.describe()
+    time.sleep(QUIET_S)
+    assert timeline(server, group)[rebalances_before:] == []
+    for m in current:
+        # Each process saw exactly one callback: its own initial assignment (no revocation, no reassignment).
+        assert [e["ev"] for e in m.rebalance_events()] == ["assigned"], members.describe([m])
+    assert describe(server, group)["offline_members"] == []
+    for m in current:
+        assert m.close() == 0, members.describe([m])
+
+
 def test_expansion_window_admits_four_new_members_in_one_rebalance(members, server, tmp_path):
     group, topic = "window-expansion", "window-expansion-topic"
     wait_ready(server)
