@@ -10,12 +10,14 @@ group exists; the coordinator's rebalance timeline and the clients' rebalance ca
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import urllib.error
 import urllib.request
 from typing import Any
 
 import pytest
+from e2e_server import PYTHON, REPO
 from groups_support import create_topic, wait_for, wait_split
 
 pytestmark = pytest.mark.e2e
@@ -185,5 +187,16 @@ def test_expansion_window_admits_four_new_members_in_one_rebalance(members, serv
     for m in first:
         # One rebalance: eager range revokes everything once and assigns once.
         assert len(m.rebalance_events()) - callbacks[m.name] == 2, members.describe([m])
+    # The groups CLI shows and changes the group's own settings.
+    groups_cli = [PYTHON, "-m", "coordinator", "groups", "--admin", server.admin_url, "settings", group]
+    shown = subprocess.run(groups_cli, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown
+    assert [line.split() for line in shown.stdout.splitlines() if "timeout" in line] == [
+        ["group.expansion.timeout.ms", str(EXPANSION_MS), "group"],
+        ["group.static.registration.timeout.ms", "0", "server"]], shown.stdout
+    changed = subprocess.run([*groups_cli, "--unset", "group.expansion.timeout.ms", "--json"], cwd=REPO,
+                             capture_output=True, text=True, timeout=60)
+    assert changed.returncode == 0, changed
+    assert json.loads(changed.stdout)["settings"] == {}, changed.stdout
     for m in everyone:
         assert m.close() == 0, members.describe([m])
