@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
             return 2
         if count > 1:
+            why = workers.unsupported_with_workers(config)
+            if why is not None:
+                print(f"kafka-group-coordinator: --workers {count}: {why}", file=sys.stderr)
+                return 2
             supervisor = workers.Supervisor(count, sys.argv[1:] if argv is None else argv, listen, admin,
                                             config["shutdown.timeout.ms"] / 1000)
             return supervisor.run()

@@ -5,8 +5,10 @@ Metadata names worker 0 (node.id + 0) as every partition's leader, so clients pr
 Workers w > 0 still get Metadata (clients ask any broker they know), CreateTopics, DeleteTopics, ListOffsets,
 InitProducerId, and whatever a client sends before it has read Metadata. They answer them by relaying:
 
-* The forwarder registers the same APIs and version ranges as the embedded data plane (read from a throwaway
-  EmbeddedDataPlane's registration, so the two cannot drift), so ApiVersions is identical on every worker.
+* The forwarder registers the same APIs and version ranges as the embedded data plane and the security part
+  (read from throwaway instances' registrations, so they cannot drift), so ApiVersions is identical on every
+  worker. Security state (ACLs, SCRAM credentials, in DATA_DIR/security) is worker 0's alone: its APIs are
+  relayed too. (SASL listeners and the authorizer are refused with several workers, see workers.py.)
 * Each client connection gets its own upstream connection to worker 0, opened on its first forwarded request
   and closed with it. A handler encodes the request (the decoded kio entity, re-encoded for the same version,
   with the client's client id and an upstream correlation id) and writes it synchronously, before its first
@@ -187,8 +189,11 @@ class ForwardingDataPlane:
     def register(self, table: ApiTable) -> None:
         from coordinator.dataplane.embedded import EmbeddedDataPlane
 
+        from coordinator.security import Security
+
         ranges = ApiTable()
         EmbeddedDataPlane(self._config, lambda: Broker(0, "", 0)).register(ranges)
+        Security(self._config, None).register(ranges)  # the SASL, ACL and SCRAM APIs: worker 0 keeps that state
         for spec in ranges.specs():
             if spec.api_key != API_VERSIONS:
                 table.register(spec.api_key, spec.min_version, spec.max_version, self._handler(spec.api_key))

@@ -86,6 +86,16 @@ def owner_of(group_id: str, shards: int, workers: int) -> int:
     return worker_of_shard(shard_of(group_id, shards), workers)
 
 
+def unsupported_with_workers(config: Config) -> str | None:
+    """Why these settings cannot run with several workers yet, or None. Authentication sessions live on a
+    connection and the authorizer would have to wrap every worker's APIs with one shared ACL state."""
+    names = [name for name in ("listeners", "authorizer.class.name", "scram.bootstrap.users")
+             if name in dict(config.items()) and config[name]]
+    if names:
+        return f"{', '.join(names)}: not supported with more than one worker yet"
+    return None
+
+
 def resolve_workers(value: int | str | None, config: Config) -> int:
     """`--workers` (a number or `auto`), else the setting coordinator.workers."""
     if value is None:
@@ -400,9 +410,11 @@ def build_worker_server(config: Config, spec: WorkerSpec, advertised: tuple[str,
                         data_dir: str) -> Any:
     """One worker's server: its pre-bound listeners, its share of the shards, Metadata listing every worker,
     FindCoordinator naming the owner; the embedded data plane in worker 0, a forwarder to it elsewhere."""
+    from .app import install_security
     from .groups import GroupCoordinator
     from .listener import Server
     from .lookup import CoordinatorLookup
+    from .metrics import ShardCollector
 
     base = int(config["node.id"])
     topology = Topology(spec, base, int(config["offsets.topic.num.partitions"]), advertised)
@@ -430,11 +442,9 @@ def build_worker_server(config: Config, spec: WorkerSpec, advertised: tuple[str,
     server.add_part(CoordinatorLookup(server.broker, owner=topology.owner_broker))
     server.groups = GroupCoordinator(config, data_dir, owned=topology.owned_shards())
     server.add_part(server.groups)
-    from . import metrics
-
-    shard_collector = getattr(metrics, "ShardCollector", None)  # as app.build_server registers it
-    if shard_collector is not None:
-        server.metrics.registry.register(shard_collector(server.groups))
+    server.metrics.registry.register(ShardCollector(server.groups))
+    if spec.index == 0:
+        install_security(server, config, data_dir)  # the other workers relay its APIs (forward.py)
     if spec.index == 0 and spec.count > 1:
         peers = AdminPeers(server, topology)
         server.add_part(peers)

@@ -169,3 +169,25 @@ def test_a_relayed_response_decodes_after_its_correlation_id(version):
         "controller_id": 1, "topics": []})
     payload = table.encode_response(RequestContext(3, version, 5, "c"), response)
     assert decode_response(3, version, payload[4:]) == response
+
+
+def test_other_workers_advertise_the_same_data_plane_and_security_apis_as_worker_0():
+    from coordinator.dataplane.embedded import EmbeddedDataPlane
+    from coordinator.security import Security
+    from coordinator.server.forward import ForwardingDataPlane
+
+    config = Config()
+    worker0 = ApiTable()
+    EmbeddedDataPlane(config, lambda: Broker(1, "h", 1)).register(worker0)
+    Security(config, None).register(worker0)
+    relay = ApiTable()
+    ForwardingDataPlane(config, None, ("127.0.0.1", 1), brokers=list).register(relay)
+    ranges = [(s.api_key, s.min_version, s.max_version) for s in worker0.specs()]
+    assert [(s.api_key, s.min_version, s.max_version) for s in relay.specs()] == ranges
+
+
+def test_security_settings_are_refused_with_several_workers():
+    assert workers.unsupported_with_workers(Config()) is None
+    why = workers.unsupported_with_workers(Config.load(environ={}, overrides=[
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"]))
+    assert why is not None and "authorizer.class.name" in why
