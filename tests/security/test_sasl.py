@@ -167,3 +167,35 @@ def test_scram_users_created_with_admin_client(secure_servers: SecureServers) ->
     assert b"d-pw" not in raw and b"alice-secret" not in raw
     again = secure_servers(acl_server_settings(**{"allow.everyone.if.no.acl.found": "true"}), data_dir=data_dir)
     assert set(produce(sasl(again, "alice", "d-pw", "SCRAM-SHA-512") | {"sasl.username": "dave"}, "d", 1)) == {None}
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python's own use of importlib.resources
+def test_kafka_python_and_aiokafka_log_in_with_scram_and_plain(server) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from kafka import KafkaProducer
+
+    bootstrap = server.listeners["SASL_PLAINTEXT"]
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"):
+        producer = KafkaProducer(bootstrap_servers=bootstrap, security_protocol="SASL_PLAINTEXT",
+                                 sasl_mechanism=mechanism, sasl_plain_username="bob",
+                                 sasl_plain_password="bob-secret")
+        try:
+            metadata = producer.send("kp-" + mechanism.lower(), b"x").get(timeout=30)
+            assert metadata.offset == 0
+        finally:
+            producer.close()
+
+    async def aio(mechanism: str) -> int:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, security_protocol="SASL_PLAINTEXT",
+                                    sasl_mechanism=mechanism, sasl_plain_username="bob",
+                                    sasl_plain_password="bob-secret")
+        await producer.start()
+        try:
+            return (await producer.send_and_wait("aio-" + mechanism.lower(), b"x")).offset
+        finally:
+            await producer.stop()
+
+    for mechanism in ("SCRAM-SHA-512", "PLAIN"):
+        assert asyncio.run(aio(mechanism)) == 0
