@@ -18,8 +18,9 @@ InitProducerId, and whatever a client sends before it has read Metadata. They an
   correlation id. Produce with acks=0 gets no answer upstream, and none here.
 * Metadata is the one answer changed on the way: its broker list is this worker's view of every worker (for a
   wildcard listener, the address the client reached here, not the loopback address the relay used).
-* When worker 0 cannot be reached or the upstream connection breaks, the client connection is closed, as a
-  broker that goes away would be; clients reconnect and retry.
+* When worker 0 cannot be reached or the upstream connection breaks with requests in flight, the client
+  connection is closed, as a broker that goes away would be; clients reconnect and retry. An upstream that
+  worker 0 closes while idle (connections.max.idle.ms) is just replaced on the next request.
 
 Lag and admin resets of groups owned here need log-end offsets and partition counts, which the embedded plane
 knows synchronously. Here they come from a cache refreshed every second with a Metadata and a ListOffsets
@@ -107,7 +108,9 @@ class UpstreamError(ConnectionError):
 class Upstream:
     """One connection to worker 0: requests written in call order, answers matched by correlation id."""
 
-    def __init__(self, address: tuple[str, int], max_bytes: int, on_broken: Callable[[], None]) -> None:
+    def __init__(self, address: tuple[str, int], max_bytes: int, on_broken: Callable[[Upstream, bool], None]
+                 ) -> None:
+        """`on_broken(self, lost)` when the connection ends by itself; `lost`: requests had no answer yet."""
         self._address = address
         self._max_bytes = max_bytes
         self._on_broken = on_broken
@@ -153,8 +156,9 @@ class Upstream:
             self._fail(UpstreamError("closed"))
             raise
         except Exception as exc:  # noqa: BLE001 - any failure ends this connection the same way
+            lost = bool(self._pending or self._queued)
             self._fail(exc)
-            self._on_broken()
+            self._on_broken(self, lost)
         finally:
             if self._writer is not None:
                 self._writer.close()
@@ -231,10 +235,13 @@ class ForwardingDataPlane:
             self._upstreams[connection_id] = upstream
         return upstream
 
-    def _broken(self, connection_id: int) -> None:
-        """The upstream of a client connection failed: drop both (the client reconnects)."""
-        self._upstreams.pop(connection_id, None)
-        conn = self._server.connections.get(connection_id)
+    def _broken(self, connection_id: int, upstream: Upstream, lost: bool) -> None:
+        """The upstream of a client connection ended. With nothing in flight (worker 0 closed it as idle, say)
+        the next request opens a new one; with answers lost, the client connection is closed too (the client
+        reconnects and retries, as after losing a broker)."""
+        if self._upstreams.get(connection_id) is upstream:
+            del self._upstreams[connection_id]
+        conn = self._server.connections.get(connection_id) if lost else None
         if conn is not None:
             log.info("closing connection %d: its relay to worker 0 failed", connection_id)
             asyncio.create_task(conn.abort())
