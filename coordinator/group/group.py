@@ -133,6 +133,7 @@ class ClassicGroup:
         # New members whose JoinGroup waits for an expansion window to end; not members of the group yet.
         self.expansion_joiners: dict[str, ClassicGroupMember] = {}
         self.expansion_opened_ms = 0  # when the first of them joined
+        self._offline: dict[str, None] = {}  # static members offline inside their registration window
 
     def __repr__(self) -> str:
         return (f"ClassicGroup({self.group_id!r}, {self.state}, generation={self.generation_id}, "
@@ -229,6 +230,7 @@ class ClassicGroup:
             self.leader_id = next(iter(self._members), None)
         self._pending_join_members.pop(member_id, None)
         self._pending_sync_members.pop(member_id, None)
+        self._offline.pop(member_id, None)
 
     def update_member(
         self,
@@ -281,6 +283,7 @@ class ClassicGroup:
         if self.is_leader(old_member_id):
             self.leader_id = new_member_id
         self._static_members[group_instance_id] = new_member_id
+        self._offline.pop(old_member_id, None)
         if old_member_id in self._pending_sync_members:
             # The new id still owes the SyncGroup the old one did (Kafka leaves the old id pending, so the
             # sync expiry would rebalance even after the new id synced).
@@ -316,10 +319,20 @@ class ClassicGroup:
         )
 
     def offline_members(self) -> list[ClassicGroupMember]:
-        return [m for m in self._members.values() if m.offline_since_ms is not None]
+        return [self._members[member_id] for member_id in self._offline]
 
     def num_offline_members(self) -> int:
-        return sum(1 for m in self._members.values() if m.offline_since_ms is not None)
+        return len(self._offline)
+
+    def mark_offline(self, member: ClassicGroupMember, now_ms: int) -> None:
+        if member.member_id not in self._members:
+            raise ValueError(f"{member.member_id} is not a member of group {self.group_id}")
+        member.offline_since_ms = now_ms
+        self._offline[member.member_id] = None
+
+    def mark_online(self, member: ClassicGroupMember) -> None:
+        member.offline_since_ms = None
+        self._offline.pop(member.member_id, None)
 
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self._members.values()), default=0)

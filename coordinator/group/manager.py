@@ -1107,7 +1107,7 @@ class GroupMetadataManager:
             and not member.is_new
             and self._group_setting(group_id, REGISTRATION_TIMEOUT) > 0
         ):
-            member.offline_since_ms = self.clock.monotonic_ms()
+            group.mark_offline(member, self.clock.monotonic_ms())
             log.info("static member %s (%s) of group %s failed its session timeout; it keeps its place for its "
                      "registration window", member.group_instance_id, member_id, group_id)
             self._schedule_registration_end(group)
@@ -1824,7 +1824,7 @@ class GroupMetadataManager:
     def _mark_online(self, group: ClassicGroup, member: ClassicGroupMember) -> None:
         if member.offline_since_ms is not None:
             offline_ms = self.clock.monotonic_ms() - member.offline_since_ms
-            member.offline_since_ms = None
+            group.mark_online(member)
             log.info("static member %s (%s) of group %s is back after %d ms offline", member.group_instance_id,
                      member.member_id, group.group_id, offline_ms)
             self._reschedule_heartbeat(group, member)  # its session timer fired and was not renewed
