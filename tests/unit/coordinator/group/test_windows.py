@@ -344,3 +344,25 @@ def test_a_per_group_window_applies_and_setting_it_to_zero_ends_it_now():
     assert ctx.group().state.value == "PreparingRebalance"
     ctx.join_group(GROUP, leader_id, **kwargs)
     assert joiner.error == ErrorCode.none and joiner.response.generation_id == 2
+
+
+def test_an_offline_leader_is_replaced_as_leader_by_the_next_rebalance_and_removed_at_the_window_end():
+    ctx = GroupTestContext(group_static_registration_timeout_ms=20000)
+    members = static_group(ctx, ["L", "A"])
+    events = Events()
+    ctx.manager.add_listener(events)
+    start = ctx.clock.monotonic_ms()
+    members.run_until(start + 3000, {"A"})
+    group = ctx.group()
+    assert group.member(members.ids["L"]).is_offline and group.is_leader(members.ids["L"])
+    rejoin = ctx.join_group(GROUP, members.ids["A"], group_instance_id="A",
+                            **{**STATIC, "protocols": (("range", b"\x00\x00changed"),)})
+    # A changed its metadata: a rebalance, which completes without waiting for the offline leader.
+    assert rejoin.error == ErrorCode.none and rejoin.response.leader == members.ids["A"]
+    assert group.num_members() == 2 and group.pending_sync_members() == [members.ids["A"]]
+    ctx.sync_group(GROUP, members.ids["A"], 2, group_instance_id="A",
+                   assignments={members.ids["A"]: b"A", members.ids["L"]: b"L"})
+    assert group.state.value == "Stable" and group.member(members.ids["L"]).assignment == b"L"
+    members.run_until(start + 3000 + 20000, {"A"})
+    assert [e.member.group_instance_id for e in events.removed()] == ["L"]
+    assert len(events.rebalances()) == 2 and events.rebalances()[1].monotonic_ms == start + 23000
