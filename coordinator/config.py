@@ -96,6 +96,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("listeners", (), _list,
             "Kafka listeners, `NAME://HOST:PORT,...` (names mapped by listener.security.protocol.map; port 0 picks "
             "a free port). Empty: the one PLAINTEXT listener of --listen. The first is announced as kafka=."),
+    Setting("advertised.listeners", (), _list,
+            "`NAME://HOST:PORT,...`: the address Metadata and FindCoordinator give clients that came in on listener "
+            "NAME (default: the address they reached). Port 0: the bound port."),
     Setting("listener.security.protocol.map",
             ("PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"), _list,
             "Listener name to security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL): `NAME:PROTOCOL,...`."),

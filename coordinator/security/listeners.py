@@ -69,6 +69,22 @@ def parse_listeners(entries: tuple[str, ...], protocol_map: tuple[str, ...]) -> 
     return specs
 
 
+def parse_advertised(entries: tuple[str, ...], listeners: list[ListenerSpec]) -> dict[str, tuple[str, int]]:
+    """`advertised.listeners=NAME://HOST:PORT,...` -> {NAME: (HOST, PORT)}; every NAME must be a listener."""
+    names = {spec.name for spec in listeners}
+    out: dict[str, tuple[str, int]] = {}
+    for entry in entries:
+        name, sep, address = entry.partition("://")
+        host, colon, port = address.rpartition(":")
+        name = name.strip().upper()
+        if not sep or not colon:
+            raise ListenerConfigError(f"advertised.listeners: expected NAME://HOST:PORT, got {entry!r}")
+        if name not in names:
+            raise ListenerConfigError(f"advertised.listeners: {name} is not one of the listeners")
+        out[name] = (host.strip("[]"), int(port))
+    return out
+
+
 def _pem_file(text: str, directory: str | None) -> str:
     fd, path = tempfile.mkstemp(suffix=".pem", dir=directory)
     with os.fdopen(fd, "w") as fh:

@@ -19,7 +19,7 @@ from prometheus_client import Counter
 from .acl import Authorizer, parse_principals
 from .apis import SecurityApis
 from .enforce import Enforcer
-from .listeners import ListenerSpec, certificate_principal, parse_listeners, server_ssl_context
+from .listeners import ListenerSpec, certificate_principal, parse_advertised, parse_listeners, server_ssl_context
 from .sasl import SaslApis, SecuritySession
 from .scram import MECHANISM_CODES, ScramCredential
 from .store import SecurityStore
@@ -32,6 +32,7 @@ class Security:
         self.config = config
         self.listeners: list[ListenerSpec] = parse_listeners(config["listeners"],
                                                              config["listener.security.protocol.map"])
+        self.advertised = parse_advertised(config["advertised.listeners"], self.listeners)
         self.authorizer_enabled = bool(str(config["authorizer.class.name"]).strip())
         self.authorizer = Authorizer(parse_principals(config["super.users"]),
                                      config["allow.everyone.if.no.acl.found"])

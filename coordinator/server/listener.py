@@ -82,9 +82,19 @@ class Server:
         local address of the connection the current request came in on; else the bound address."""
         node_id = self.config["node.id"]
         local = local_address.get(None)
-        for _, _, (extra_host, extra_port) in self.extra_listeners:
-            if local is not None and local[1] == extra_port:  # the client came in on another listener
-                return Broker(node_id, local[0] if extra_host in _WILDCARDS else extra_host, extra_port)
+        if self.security is not None and self.primary_listener is not None:
+            # `listeners`: answer with the listener the client came in on (`advertised.listeners` first).
+            name = self.primary_listener.name
+            for spec, _, (extra_host, extra_port) in self.extra_listeners:
+                if local is not None and local[1] == extra_port:
+                    name = spec.name
+                    advertised = self.security.advertised.get(name)
+                    if advertised is not None:
+                        return Broker(node_id, advertised[0], advertised[1] or extra_port)
+                    return Broker(node_id, local[0] if extra_host in _WILDCARDS else extra_host, extra_port)
+            advertised = self.security.advertised.get(name)
+            if advertised is not None:
+                return Broker(node_id, advertised[0], advertised[1] or self.bound[1])
         if self.advertised_listener is not None:
             host, port = self.advertised_listener
             return Broker(node_id, host, port or self.bound[1])

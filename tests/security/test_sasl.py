@@ -199,3 +199,21 @@ def test_kafka_python_and_aiokafka_log_in_with_scram_and_plain(server) -> None: 
 
     for mechanism in ("SCRAM-SHA-512", "PLAIN"):
         assert asyncio.run(aio(mechanism)) == 0
+
+
+def test_advertised_listeners_per_listener(secure_servers: SecureServers) -> None:
+    server = secure_servers(acl_server_settings(**{
+        "advertised.listeners": "SASL_PLAINTEXT://kafka.example:9999,PLAINTEXT://localhost:0",
+        "allow.everyone.if.no.acl.found": "true"}))
+    meta_request = MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                   include_topic_authorized_operations=False)
+    phost, pport = _host_port(server.listeners["PLAINTEXT"])
+    with WireClient(phost, pport) as client:
+        broker = client.call(meta_request).brokers[0]
+        assert (broker.host, broker.port) == ("localhost", pport)  # port 0: the bound port
+    host, port = _host_port(server.listeners["SASL_PLAINTEXT"])
+    with WireClient(host, port) as client:
+        assert client.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
+        assert client.call(SaslAuthenticateRequest(auth_bytes=b"\x00bob\x00bob-secret")).error_code == 0
+        broker = client.call(meta_request).brokers[0]
+        assert (broker.host, broker.port) == ("kafka.example", 9999)
