@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from typing import Any
 
 from prometheus_client import Counter
@@ -53,6 +54,7 @@ class Security:
         self.enforcer = Enforcer(self.authorizer, dataplane, self._denied,
                                  auto_create=lambda: bool(config["auto.create.topics.enable"]))
         self._table: Any = None
+        self._compaction: asyncio.Task[None] | None = None
 
     @property
     def configured(self) -> bool:
@@ -78,9 +80,30 @@ class Security:
         await self._bootstrap_users()
         if self.authorizer_enabled and self._table is not None:
             self.enforcer.install(self._table)
+        if self.store.log is not None:
+            self._compaction = asyncio.create_task(self._compact_periodically())
 
     async def close(self) -> None:
+        if self._compaction is not None:
+            self._compaction.cancel()
+            try:
+                await self._compaction
+            except asyncio.CancelledError:
+                pass
         await asyncio.to_thread(self.store.close)
+
+    async def _compact_periodically(self) -> None:
+        """Keep the security log to the live ACLs and credentials (the group log's interval and tombstone
+        retention)."""
+        interval_s = self.config["offsets.topic.compaction.interval.ms"] / 1000
+        retention_ms = self.config["log.cleaner.delete.retention.ms"]
+        while True:
+            await asyncio.sleep(interval_s)
+            assert self.store.log is not None
+            try:
+                await asyncio.wrap_future(self.store.log.compact(int(time.time() * 1000), retention_ms))
+            except Exception:
+                log.exception("security log compaction failed; will retry")
 
     async def _bootstrap_users(self) -> None:
         records = []
