@@ -349,17 +349,29 @@ class Enforcer:
         if replica is not None and replica >= 0 and not self.cluster(ctx, Operation.CLUSTER_ACTION):
             return {"throttle_time": 0, "error_code": CAF, "session_id": 0, "responses": ()}
         allowed, denied = self._split(ctx, req.topics, Operation.READ)
-        if not denied:
-            return await inner(ctx, req)
         errors = [_topic_key(t, "topic") | {"partitions": [
-            {"partition_index": p.partition, "error_code": TAF, "high_watermark": -1, "last_stable_offset": -1,
-             "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
-            for p in t.partitions]} for t in denied]
-        if not allowed:
-            return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": req.session_id
-                    if req.session_epoch > 0 else 0, "responses": errors}
-        answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, topics=tuple(allowed))))
-        return dataclasses.replace(answer, responses=tuple(answer.responses) + tuple(
+            _fetch_denied(p.partition) for p in t.partitions]} for t in denied]
+        in_session = req.session_id != 0 or req.session_epoch > 0
+        if denied and not allowed and not in_session:
+            return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": errors}
+        answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, topics=tuple(allowed)) if denied else req))
+        # A fetch session also answers for partitions the request does not list: check every topic answered
+        # (an ACL removed since the partition joined the session must stop its data, as Kafka checks the whole
+        # session's partitions).
+        responses = []
+        changed = False
+        for topic in answer.responses:
+            name = self.topic_name(topic)
+            if name is not None and not self.ok(ctx, Operation.READ, ResourceType.TOPIC, name, False):
+                changed = True
+                topic = build(type(topic), {"topic": getattr(topic, "topic", None),
+                                            "topic_id": getattr(topic, "topic_id", None),
+                                            "partitions": [_fetch_denied(p.partition_index)
+                                                           for p in topic.partitions]})
+            responses.append(topic)
+        if not denied and not changed:
+            return answer
+        return dataclasses.replace(answer, responses=tuple(responses) + tuple(
             _resp_list(ctx, answer, "responses", errors)))
 
     async def list_offsets(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
@@ -487,6 +499,11 @@ def _bind(wrapper: Wrapped) -> Callable[[Handler], Handler]:
             return await wrapper(inner, ctx, req)
         return handler
     return wrap
+
+
+def _fetch_denied(partition: int) -> dict[str, Any]:
+    return {"partition_index": partition, "error_code": TAF, "high_watermark": -1, "last_stable_offset": -1,
+            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
 
 
 def _partition_errors(name: str, partitions: Any, code: ErrorCode) -> dict[str, Any]:
