@@ -119,3 +119,10 @@ def test_every_api_answers_like_kafka(secure_servers: SecureServers) -> None:
         acls = c.call(req(29, 3, resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
                           principal_filter=None, host_filter=None, operation=1, permission_type=1))
         assert acls.error_code == CAF and acls.resources == ()
+    # The refusals are counted by API and operation.
+    import urllib.request
+
+    with urllib.request.urlopen(server.admin_url + "/metrics", timeout=30) as resp:
+        metrics = resp.read().decode()
+    assert 'kafka_group_coordinator_authorization_failures_total{api="JoinGroup",operation="READ"} 1.0' in metrics
+    assert 'kafka_group_coordinator_authorization_failures_total{api="DeleteGroups",operation="DELETE"} 1.0' in metrics
