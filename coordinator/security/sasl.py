@@ -1,4 +1,4 @@
-"""A connection's security session and the SASL APIs: SaslHandshake (17, v0-1) and SaslAuthenticate (36, v0-2).
+"""A connection's security session and the SASL APIs: SaslHandshake (17, v1) and SaslAuthenticate (36, v0-2).
 
 Every connection gets a `SecuritySession` from its listener. Its principal starts as `User:ANONYMOUS` (or the
 client certificate's `User:<DN>` on SSL listeners) and, on SASL listeners, becomes `User:<name>` once the client
@@ -12,8 +12,10 @@ mechanism's messages (PLAIN: one; SCRAM: client-first, client-final). A failed e
 SASL_AUTHENTICATION_FAILED with Kafka's message and closes the connection after the answer is written. On a
 non-SASL listener, or after authentication, both APIs answer ILLEGAL_SASL_STATE (Kafka's KafkaApis does).
 
-Not implemented: handshake v0's unframed tokens (clients use v1 when SaslAuthenticate is advertised, which it is);
-re-authentication (KIP-368: the session lifetime answered is 0, so clients never re-authenticate).
+SaslHandshake v0 is not advertised: after a v0 handshake Kafka reads the mechanism's tokens as bare length-prefixed
+frames instead of SaslAuthenticate requests, which this server does not implement (every client since Kafka 1.0
+uses v1 with SaslAuthenticate; a v0 request answers UNSUPPORTED_VERSION). Not implemented either: re-authentication
+(KIP-368: the session lifetime answered is 0, so clients never re-authenticate).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class SaslApis:
         self._on_failure = on_failure
 
     def register(self, table: Any) -> None:
-        table.register(SASL_HANDSHAKE, 0, 1, self.handshake)
+        table.register(SASL_HANDSHAKE, 1, 1, self.handshake)
         table.register(SASL_AUTHENTICATE, 0, 2, self.authenticate)
 
     async def handshake(self, ctx: RequestContext, request: Any) -> dict[str, Any]:

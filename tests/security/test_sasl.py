@@ -80,7 +80,7 @@ def test_wire_sasl_errors_and_pre_auth_gate(server) -> None:  # type: ignore[no-
     with WireClient(host, port) as client:
         versions = client.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
         keys = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
-        assert keys[17] == (0, 1) and keys[36] == (0, 2) and keys[50] == (0, 0) and keys[51] == (0, 0)
+        assert keys[17] == (1, 1) and keys[36] == (0, 2) and keys[50] == (0, 0) and keys[51] == (0, 0)
         client.send(MetadataRequest(topics=None, allow_auto_topic_creation=False,
                                     include_topic_authorized_operations=False))
         assert _closed(client.sock)
