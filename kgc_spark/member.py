@@ -1,0 +1,192 @@
+"""The Spark driver's group membership: a confluent-kafka consumer that joins the group and never fetches.
+
+A streaming query's driver (the long-lived Python process that holds the DataSourceStreamReader between
+micro-batches) owns one GroupMember. It subscribes to the query's topics with the group's id, so the
+coordinator sees an ordinary consumer-group member (and, with a group.instance.id, a static one), and the
+group's assignor decides which partitions this query plans. The consumer pauses every partition it is given:
+the rows are read by the executors with their own assign()-mode consumers, so fetching here would only waste
+memory and bandwidth.
+
+One background thread owns the consumer: it calls poll() for as long as the member lives, and runs every other
+call on the consumer (offsets, commits, close) between two polls. librdkafka heartbeats on its own thread, but
+it serves rebalances (and resets its max.poll.interval.ms clock) only inside poll(), and Spark calls into the
+reader only when it plans a batch, which can be minutes apart with a long trigger interval. Calls are not
+made from Spark's thread while another thread polls: with confluent-kafka 2.16, get_watermark_offsets() from
+one thread never returns (its timeout included) while a second thread sits in poll().
+
+Spark does not call the reader's stop() when a query stops (the planner process simply ends), so a member
+usually disappears without a LeaveGroup: a static member is then replaced in place when the query restarts
+under the same name, and a dynamic one is removed when its session times out.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from typing import TypeVar
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+
+log = logging.getLogger("kgc_spark.member")
+
+TP = tuple[str, int]
+T = TypeVar("T")
+
+
+class GroupMember:
+    """A confluent-kafka Consumer in the group, with its assignment kept current by a polling thread."""
+
+    def __init__(self, config: Mapping[str, object], topics: Iterable[str], poll_interval_s: float = 0.05) -> None:
+        conf = dict(config)
+        conf.setdefault("enable.auto.commit", False)
+        conf.setdefault("enable.auto.offset.store", False)
+        self._consumer = Consumer(conf)
+        self._topics = list(topics)
+        self._poll_interval_s = poll_interval_s
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._assignment: frozenset[TP] = frozenset()
+        self._assigned_once = False
+        self._closed = False
+        self._calls: queue.SimpleQueue[tuple[Callable[[], object], Future]] = queue.SimpleQueue()
+        self.rebalances = 0
+        self.last_error: KafkaError | None = None
+        self._consumer.subscribe(self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self._thread = threading.Thread(target=self._run, name="kgc-spark-group-member", daemon=True)
+        self._thread.start()
+
+    # -- rebalance callbacks (run inside poll(), on the polling thread) --------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Assign, then pause at once: this consumer only holds the membership; executors read the data.
+        consumer.assign(partitions)
+        if partitions:
+            consumer.pause(partitions)
+        with self._changed:
+            self._assignment = frozenset((tp.topic, tp.partition) for tp in partitions)
+            self._assigned_once = True
+            self.rebalances += 1
+            self._changed.notify_all()
+        log.info("assigned %s", sorted(self._assignment))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self._changed:
+            self._assignment = frozenset()
+            self._changed.notify_all()
+        consumer.unassign()
+        log.info("revoked %s", sorted((tp.topic, tp.partition) for tp in partitions))
+
+    def _run(self) -> None:
+        while not self._closed:
+            self._serve_calls()
+            if self._closed:
+                break
+            msg = self._consumer.poll(self._poll_interval_s)
+            if msg is not None and msg.error() is not None:
+                # Errors are informational in librdkafka (it retries by itself); keep the last for diagnostics.
+                self.last_error = msg.error()
+                log.warning("group member: %s", msg.error())
+        self._serve_calls()  # fail whatever is still queued
+
+    def _serve_calls(self) -> None:
+        while True:
+            try:
+                fn, fut = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            if not fut.set_running_or_notify_cancel():
+                continue
+            if self._closed and fn is not self._close_now:
+                fut.set_exception(RuntimeError("the group member is closed"))
+                continue
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # handed to the caller
+                fut.set_exception(exc)
+
+    def _call(self, fn: Callable[[], T], timeout_s: float) -> T:
+        """Run fn on the polling thread (the consumer's only user) and wait for its result."""
+        if threading.current_thread() is self._thread:
+            return fn()
+        fut: Future = Future()
+        self._calls.put((fn, fut))
+        return fut.result(timeout=timeout_s + 10.0 * self._poll_interval_s + 5.0)
+
+    # -- what the stream reader asks --------------------------------------------------------------------------
+
+    @property
+    def assigned_once(self) -> bool:
+        with self._lock:
+            return self._assigned_once
+
+    def assignment(self) -> frozenset[TP]:
+        with self._lock:
+            return self._assignment
+
+    def wait_for_assignment(self, timeout_s: float) -> frozenset[TP]:
+        """The current assignment, once the first rebalance finished (or whatever it is after timeout_s)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._assigned_once and bool(self._assignment), timeout=timeout_s)
+            return self._assignment
+
+    def high_watermarks(self, partitions: Iterable[TP], timeout_s: float) -> dict[TP, int]:
+        """The log-end offset of each partition, asked of the broker now (ListOffsets), not from a cache."""
+        return {tp: high for tp, (_low, high) in self.watermarks(partitions, timeout_s).items()}
+
+    def low_watermarks(self, partitions: Iterable[TP], timeout_s: float) -> dict[TP, int]:
+        return {tp: low for tp, (low, _high) in self.watermarks(partitions, timeout_s).items()}
+
+    def watermarks(self, partitions: Iterable[TP], timeout_s: float) -> dict[TP, tuple[int, int]]:
+        tps = list(partitions)
+
+        def query() -> dict[TP, tuple[int, int]]:
+            out = {}
+            for topic, partition in tps:
+                out[(topic, partition)] = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=timeout_s, cached=False
+                )
+            return out
+
+        return self._call(query, timeout_s * max(1, len(tps)))
+
+    def committed(self, partitions: Iterable[TP], timeout_s: float) -> dict[TP, int]:
+        """The group's committed offsets (OffsetFetch) for these partitions; partitions without one are left out."""
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if not tps:
+            return {}
+        result = self._call(lambda: self._consumer.committed(tps, timeout=timeout_s), timeout_s)
+        return {(tp.topic, tp.partition): tp.offset for tp in result if tp.error is None and tp.offset != OFFSET_INVALID and tp.offset >= 0}
+
+    def commit(self, offsets: Mapping[TP, int]) -> dict[TP, int]:
+        """Commit these offsets for the partitions this member owns now; return what was committed.
+
+        Offsets of partitions that moved to another member are not committed: their new owner's progress is
+        the group's progress, and this member's late commit would move it backwards or forwards under its feet.
+        A commit refused because a rebalance is under way is dropped, not raised: the next batch's commit
+        carries the same or later offsets.
+        """
+        owned = self.assignment()
+        mine = {tp: off for tp, off in offsets.items() if tp in owned}
+        if not mine:
+            return {}
+        tps = [TopicPartition(t, p, off) for (t, p), off in sorted(mine.items())]
+        try:
+            self._call(lambda: self._consumer.commit(offsets=tps, asynchronous=False), 60.0)
+        except KafkaException as exc:
+            log.warning("commit of %s failed: %s", mine, exc)
+            return {}
+        return mine
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Leave the group (a static member only closes: the coordinator keeps its place until session timeout)."""
+        if self._closed:
+            return
+        self._call(self._close_now, timeout_s)
+        self._thread.join(timeout_s)
+
+    def _close_now(self) -> None:
+        self._closed = True
+        self._consumer.close()

@@ -1,0 +1,355 @@
+"""`kgc`: a PySpark streaming source whose driver is a consumer-group member and whose progress is the group's.
+
+    spark.dataSource.register(KgcDataSource)
+    df = (spark.readStream.format("kgc")
+          .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+          .option("subscribe", "orders,refunds")
+          .option("kafka.group.id", "billing")
+          .option("queryName", "billing-v1")        # -> group.instance.id kgc-spark-billing-v1 (static member)
+          .load())
+
+Rows: topic string, partition int, offset long, timestamp timestamp, key binary, value binary.
+
+How a micro-batch is made (pyspark.sql.datasource.DataSourceStreamReader, Spark 4.0+):
+
+- The driver's reader holds a GroupMember (kgc_spark.member): a confluent-kafka consumer subscribed to the topics
+  with the group's id (and, given `queryName`, a group.instance.id derived from it, so a restarted query takes its
+  old place without a rebalance). Its assignment is what this query reads; another query or any other consumer
+  with the same group id gets the rest.
+- initialOffset: for each assigned partition, the group's committed offset, else `startingOffsets`
+  (earliest | latest, default earliest).
+- latestOffset: the log-end offsets (ListOffsets) of the partitions assigned now. While a rebalance is under way
+  (nothing assigned) it answers the previous value, so Spark plans no batch from a half-made assignment.
+  Spark asks for it only once the previous batch is complete, so it first commits that batch's end offsets.
+- partitions(start, end): one InputPartition per assigned partition with data in [start, end). A partition no
+  longer assigned is left out (its new owner reads it, from the group's committed offset); a partition new to
+  this member starts at the group's committed offset, or `startingOffsets`.
+- read (on the executors): a plain confluent-kafka consumer, assign()ed to one partition at `start`, no
+  subscribe and no commits, returns exactly the records with start <= offset < end, as Arrow record batches.
+- Commits: each completed batch's end offsets go to the group (OffsetCommit, with this member's generation) for
+  the partitions the driver still owns, so lag tools and the coordinator's metrics show the query's real
+  progress. Spark's own commit(end) for batch N arrives only after it planned batch N+1, and never for the last
+  batch before the data stops; so latestOffset, which Spark calls only after the previous batch completed,
+  commits that batch first, and commit(end) commits whatever is still behind.
+
+Offsets are JSON {topic: {partition: offset}} (partition as a string key: JSON has no integer keys).
+
+Spark constructs the reader twice (the planner process and the read-function planner) and pickles it to the
+executors, so the consumer is created on first use and is never pickled. Spark does not call stop() when a query
+stops; the driver process ends and a static member keeps its place until its session times out.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from kgc_spark.member import TP, GroupMember
+
+log = logging.getLogger("kgc_spark.source")
+
+FORMAT = "kgc"
+SCHEMA = "topic string, partition int, offset long, timestamp timestamp, key binary, value binary"
+ARROW_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+    ]
+)
+INSTANCE_ID_PREFIX = "kgc-spark-"
+
+# Consumer settings that belong to the driver's membership only; the executors' readers never join.
+_GROUP_ONLY = {
+    "group.instance.id",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "partition.assignment.strategy",
+    "group.protocol",
+    "group.remote.assignor",
+    "enable.auto.commit",
+    "auto.commit.interval.ms",
+    "enable.auto.offset.store",
+    "auto.offset.reset",
+}
+
+Offsets = dict[str, dict[str, int]]
+
+
+def instance_id_for(query_name: str) -> str:
+    """The group.instance.id a query of this name holds (the same name -> the same static member)."""
+    return INSTANCE_ID_PREFIX + query_name
+
+
+def offsets_to_json(offsets: Mapping[TP, int]) -> Offsets:
+    out: Offsets = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = int(offset)
+    return out
+
+
+def offsets_from_json(doc: Mapping[str, Mapping[str, int]] | None) -> dict[TP, int]:
+    return {(topic, int(p)): int(off) for topic, parts in (doc or {}).items() for p, off in parts.items()}
+
+
+class KafkaRange(InputPartition):
+    """Records start <= offset < end of one topic partition: one Spark task."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+    def __repr__(self) -> str:
+        return f"KafkaRange({self.topic}:{self.partition} [{self.start}, {self.end}))"
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    kafka: dict[str, str]  # librdkafka settings: the `kafka.`-prefixed options, prefix removed
+    topics: tuple[str, ...]
+    group_id: str
+    instance_id: str | None
+    starting_offsets: str
+    assignment_timeout_s: float
+    request_timeout_s: float
+    read_timeout_s: float
+    read_batch_size: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        kafka = {k[len("kafka.") :]: str(v) for k, v in options.items() if k.lower().startswith("kafka.")}
+        if "bootstrap.servers" not in kafka:
+            raise ValueError("the kgc source needs option kafka.bootstrap.servers")
+        topics = tuple(t.strip() for t in str(options.get("subscribe", "")).split(",") if t.strip())
+        if not topics:
+            raise ValueError("the kgc source needs option subscribe (comma-separated topics)")
+        group_id = kafka.pop("group.id", None) or options.get("groupId")
+        if not group_id:
+            raise ValueError("the kgc source needs option kafka.group.id: the group this query is a member of")
+        instance_id = kafka.pop("group.instance.id", None)
+        query_name = options.get("queryName")
+        if instance_id is None and query_name:
+            instance_id = instance_id_for(str(query_name))
+        starting = str(options.get("startingOffsets", "earliest")).lower()
+        if starting not in ("earliest", "latest"):
+            raise ValueError(f"startingOffsets must be earliest or latest, not {starting!r}")
+        return cls(
+            kafka=kafka,
+            topics=topics,
+            group_id=str(group_id),
+            instance_id=instance_id,
+            starting_offsets=starting,
+            assignment_timeout_s=float(options.get("assignmentTimeoutMs", "60000")) / 1000.0,
+            request_timeout_s=float(options.get("requestTimeoutMs", "30000")) / 1000.0,
+            read_timeout_s=float(options.get("readTimeoutMs", "120000")) / 1000.0,
+            read_batch_size=int(options.get("readBatchSize", "10000")),
+        )
+
+    def member_config(self) -> dict[str, object]:
+        conf: dict[str, object] = {"client.id": "kgc-spark-driver", **self.kafka, "group.id": self.group_id}
+        if self.instance_id:
+            conf["group.instance.id"] = self.instance_id
+        return conf
+
+    def reader_config(self) -> dict[str, object]:
+        conf: dict[str, object] = {"client.id": "kgc-spark-reader"}
+        conf.update({k: v for k, v in self.kafka.items() if k not in _GROUP_ONLY})
+        # librdkafka wants a group.id even for assign(); with no subscribe and no commits it sends no group
+        # request other than FindCoordinator.
+        conf.update(
+            {
+                "group.id": self.group_id,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+            }
+        )
+        return conf
+
+
+class KgcStreamReader(DataSourceStreamReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.opts = SourceOptions.parse(options)
+        self._member: GroupMember | None = None
+        self._latest: dict[TP, int] = {}  # the last latestOffset answer
+        self._planned: dict[TP, int] = {}  # end offsets of the ranges planned last, not yet committed
+        self._committed: dict[TP, int] = {}  # what this reader committed to the group
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_member"] = None  # a consumer (and its thread) stays in the process that made it
+        return state
+
+    # -- driver side ------------------------------------------------------------------------------------------
+
+    @property
+    def member(self) -> GroupMember:
+        if self._member is None:
+            self._member = GroupMember(self.opts.member_config(), self.opts.topics)
+        return self._member
+
+    def _starting_positions(self, partitions: frozenset[TP] | set[TP]) -> dict[TP, int]:
+        """Where a partition new to this member starts: the group's committed offset, else startingOffsets."""
+        if not partitions:
+            return {}
+        timeout = self.opts.request_timeout_s
+        positions = self.member.committed(partitions, timeout)
+        missing = [tp for tp in partitions if tp not in positions]
+        if missing:
+            if self.opts.starting_offsets == "latest":
+                positions.update(self.member.high_watermarks(missing, timeout))
+            else:
+                positions.update(self.member.low_watermarks(missing, timeout))
+        return positions
+
+    def _assignment(self) -> frozenset[TP]:
+        if not self.member.assigned_once:
+            # Spark asks for the latest offset before the initial one: wait for the first assignment in both.
+            return self.member.wait_for_assignment(self.opts.assignment_timeout_s)
+        return self.member.assignment()
+
+    def initialOffset(self) -> dict:
+        start = self._starting_positions(self._assignment())
+        log.info("initial offsets %s", start)
+        return offsets_to_json(start)
+
+    def latestOffset(self) -> dict:
+        # Spark plans batch N+1 only once batch N is done (its output and Spark's commit log are written), so
+        # the batch planned last is complete now: commit it here rather than wait for commit(end), which comes
+        # only after batch N+1 is planned, so never for the last batch before the data stops.
+        self._commit_planned()
+        assigned = self._assignment()
+        if not assigned:
+            # Mid-rebalance (or more members than partitions): plan nothing new.
+            return offsets_to_json(self._latest)
+        self._latest = self.member.high_watermarks(sorted(assigned), self.opts.request_timeout_s)
+        return offsets_to_json(self._latest)
+
+    def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
+        start_at = offsets_from_json(start)
+        end_at = offsets_from_json(end)
+        assigned = self.member.assignment()
+        new = {tp for tp in end_at if tp in assigned and tp not in start_at}
+        start_at.update(self._starting_positions(new))
+        ranges = []
+        for tp, stop in sorted(end_at.items()):
+            if tp not in assigned:
+                continue  # moved to another member, which reads it from the group's committed offset
+            begin = start_at[tp]
+            if begin < stop:
+                ranges.append(KafkaRange(tp[0], tp[1], begin, stop))
+                self._planned[tp] = stop
+        return ranges
+
+    def commit(self, end: dict) -> None:
+        self._commit(offsets_from_json(end))
+
+    def _commit_planned(self) -> None:
+        if self._planned:
+            planned, self._planned = self._planned, {}
+            self._commit(planned)
+
+    def _commit(self, offsets: Mapping[TP, int]) -> None:
+        todo = {tp: off for tp, off in offsets.items() if self._committed.get(tp, -1) < off}
+        if not todo:
+            return
+        done = self.member.commit(todo)
+        self._committed.update(done)
+        if done:
+            log.info("committed %s", done)
+
+    def stop(self) -> None:
+        if self._member is not None:
+            self._member.close()
+            self._member = None
+
+    # -- executor side ----------------------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaRange), partition
+        return read_range(self.opts, partition)
+
+
+def read_range(opts: SourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch]:
+    """Records part.start <= offset < part.end of one partition, in Arrow record batches."""
+    if part.start >= part.end:
+        return
+    conf = opts.reader_config()
+    conf["client.id"] = f"{conf['client.id']}-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer(conf)
+    try:
+        consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+        position = part.start
+        deadline = time.monotonic() + opts.read_timeout_s
+        columns: dict[str, list] = {name: [] for name in ARROW_SCHEMA.names}
+        while position < part.end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"kgc: read {part.topic}:{part.partition} [{part.start}, {part.end}) stalled at offset "
+                    f"{position} for {opts.read_timeout_s:.0f}s"
+                )
+            messages = consumer.consume(num_messages=min(opts.read_batch_size, part.end - position), timeout=1.0)
+            for msg in messages:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        # The end of the log; it is short of `end` only if the log was truncated under us.
+                        position = max(position, msg.offset())
+                        if position < part.end:
+                            raise RuntimeError(
+                                f"kgc: {part.topic}:{part.partition} ends at {msg.offset()}, before the planned "
+                                f"end {part.end}"
+                            )
+                        break
+                    raise KafkaException(err)
+                offset = msg.offset()
+                if offset < position:
+                    continue
+                if offset >= part.end:
+                    position = part.end
+                    break
+                _ts_type, ts_ms = msg.timestamp()
+                columns["topic"].append(part.topic)
+                columns["partition"].append(part.partition)
+                columns["offset"].append(offset)
+                columns["timestamp"].append(
+                    _dt.datetime.fromtimestamp(ts_ms / 1000.0, tz=_dt.UTC) if ts_ms is not None and ts_ms >= 0 else None
+                )
+                columns["key"].append(msg.key())
+                columns["value"].append(msg.value())
+                position = offset + 1
+            if len(columns["offset"]) >= opts.read_batch_size or (position >= part.end and columns["offset"]):
+                yield pa.RecordBatch.from_pydict(columns, schema=ARROW_SCHEMA)
+                columns = {name: [] for name in ARROW_SCHEMA.names}
+    finally:
+        consumer.close()
+
+
+class KgcDataSource(DataSource):
+    """format("kgc"): see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KgcStreamReader(self.options)
