@@ -1,0 +1,208 @@
+"""This project's PySpark streaming source, format("kgc") (kgc_spark), against a real server.
+
+The query's driver holds a real group membership through confluent-kafka, plans each micro-batch from its
+assignment, the executors read with assign()-mode consumers, and each completed batch's end offsets are committed
+to the group. Checked from outside with stock tools: DescribeGroups and OffsetFetch through confluent-kafka's
+AdminClient, ListOffsets for the log ends, and the server's admin HTTP API for the group's generation.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from spark_support import (
+    Collector,
+    admin_get,
+    admin_post,
+    committed_offsets,
+    create_topic,
+    high_watermarks,
+    member_assignments,
+    produce,
+    stop_all,
+    wait_until,
+)
+
+from kgc_spark import FORMAT, instance_id_for
+
+pytestmark = pytest.mark.spark
+
+PARTITIONS = 3
+PER_PARTITION = 40
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _kgc_query(spark, bootstrap, topic, group, query_name, collector, checkpoint=None):
+    df = (
+        spark.readStream.format(FORMAT)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("kafka.group.id", group)
+        .option("queryName", query_name)
+        .load()
+    )
+    writer = (
+        df.selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
+        .writeStream.queryName(query_name)
+        .foreachBatch(collector)
+        .trigger(processingTime="500 milliseconds")
+    )
+    if checkpoint is not None:
+        writer = writer.option("checkpointLocation", str(checkpoint))
+    return writer.start()
+
+
+def _all_committed(bootstrap, group, topic, partitions):
+    ends = high_watermarks(bootstrap, topic, partitions)
+    committed = committed_offsets(bootstrap, group)
+    return committed if all(committed.get((topic, p)) == ends[p] for p in range(partitions)) else None
+
+
+def _values(rows):
+    return [(p, v) for p, _offset, v in rows]
+
+
+def test_one_query_reads_everything_and_commits_the_log_end(spark, server):
+    topic, group, name = _name("kgc-one"), _name("kgc-one-group"), _name("one")
+    create_topic(server.bootstrap, topic, PARTITIONS)
+    sent = produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "first")
+    rows = Collector()
+    query = None
+    try:
+        query = _kgc_query(spark, server.bootstrap, topic, group, name, rows)
+        wait_until(lambda: len(rows.snapshot()) >= len(sent), "the first wave")
+        # The driver is a static member of the group named after the query, holding every partition.
+        members = wait_until(lambda: member_assignments(server.bootstrap, group), "a Stable group")
+        assert members == {instance_id_for(name): {(topic, p) for p in range(PARTITIONS)}}
+
+        sent |= produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "second")
+        wait_until(lambda: len(rows.snapshot()) >= len(sent), "the second wave")
+        committed = wait_until(
+            lambda: _all_committed(server.bootstrap, group, topic, PARTITIONS),
+            "the group's committed offsets to reach the log end",
+        )
+        got = rows.snapshot()
+        assert len(got) == len(sent) and set(_values(got)) == sent, "every record exactly once"
+        assert sorted((p, o) for p, o, _v in got) == sorted(
+            (p, o) for p in range(PARTITIONS) for o in range(2 * PER_PARTITION)
+        )
+        assert committed == {(topic, p): 2 * PER_PARTITION for p in range(PARTITIONS)}
+        assert query.isActive and query.exception() is None
+        # The server's own view: zero lag for the group.
+        status, doc = admin_get(server.admin_url, f"/v1/groups/{group}")
+        assert status == 200 and doc["lag"] == 0, doc
+    finally:
+        stop_all(query)
+
+
+def test_two_queries_split_the_partitions_and_read_each_record_once(spark, server):
+    topic, group = _name("kgc-two"), _name("kgc-two-group")
+    partitions = 4
+    create_topic(server.bootstrap, topic, partitions)
+    a, b = Collector(), Collector()
+    qa = qb = None
+    try:
+        qa = _kgc_query(spark, server.bootstrap, topic, group, "two-a-" + group, a)
+        qb = _kgc_query(spark, server.bootstrap, topic, group, "two-b-" + group, b)
+
+        def split():
+            members = member_assignments(server.bootstrap, group)
+            return members if len(members) == 2 and all(members.values()) else None
+
+        members = wait_until(split, "two kgc drivers in the group, each with partitions")
+        owned_a = members[instance_id_for("two-a-" + group)]
+        owned_b = members[instance_id_for("two-b-" + group)]
+        assert owned_a.isdisjoint(owned_b) and owned_a | owned_b == {(topic, p) for p in range(partitions)}
+
+        sent = produce(server.bootstrap, topic, partitions, PER_PARTITION, "split")
+        wait_until(lambda: len(a.snapshot()) + len(b.snapshot()) >= len(sent), "both queries to read every record")
+        committed = wait_until(
+            lambda: _all_committed(server.bootstrap, group, topic, partitions), "both queries' commits"
+        )
+        rows_a, rows_b = a.snapshot(), b.snapshot()
+        got = _values(rows_a) + _values(rows_b)
+        assert len(got) == len(sent) and set(got) == sent, "every record read exactly once by the two queries"
+        assert {(topic, p) for p, _o, _v in rows_a} == owned_a
+        assert {(topic, p) for p, _o, _v in rows_b} == owned_b
+        assert committed == {(topic, p): PER_PARTITION for p in range(partitions)}
+    finally:
+        stop_all(qa, qb)
+
+
+def test_restarting_a_query_by_name_keeps_its_place_without_a_rebalance(spark, server, tmp_path):
+    topic, group, name = _name("kgc-restart"), _name("kgc-restart-group"), _name("restart")
+    create_topic(server.bootstrap, topic, PARTITIONS)
+    checkpoint = tmp_path / "checkpoint"
+    first, second = Collector(), Collector()
+    query = None
+    try:
+        sent1 = produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "before")
+        query = _kgc_query(spark, server.bootstrap, topic, group, name, first, checkpoint)
+        wait_until(lambda: len(first.snapshot()) >= len(sent1), "the first run to read its records")
+        wait_until(lambda: _all_committed(server.bootstrap, group, topic, PARTITIONS), "the first run's commits")
+        status, before = admin_get(server.admin_url, f"/v1/groups/{group}")
+        assert status == 200 and before["state"] == "Stable", before
+        [old_member] = before["members"]
+        query.stop()
+        query = None
+
+        # The same name: the same group.instance.id. Spark sends no LeaveGroup on stop, so the coordinator
+        # still holds the static member; the new driver takes its place (KIP-345) with no rebalance.
+        query = _kgc_query(spark, server.bootstrap, topic, group, name, second, checkpoint)
+        sent2 = produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "after")
+        wait_until(lambda: len(second.snapshot()) >= len(sent2), "the restarted run to read the new records")
+        wait_until(lambda: _all_committed(server.bootstrap, group, topic, PARTITIONS), "the second run's commits")
+        status, after = admin_get(server.admin_url, f"/v1/groups/{group}")
+        assert status == 200 and after["state"] == "Stable", after
+        [new_member] = after["members"]
+        assert after["generation"] == before["generation"], (before["last_rebalance"], after["last_rebalance"])
+        assert new_member["group_instance_id"] == old_member["group_instance_id"] == instance_id_for(name)
+        assert new_member["member_id"] != old_member["member_id"]
+        # The checkpoint carried the position: the second run read only what came after.
+        assert set(_values(second.snapshot())) == sent2
+        assert set(_values(first.snapshot())) == sent1
+    finally:
+        stop_all(query)
+
+
+def test_pausing_the_group_stops_the_reading(spark, server):
+    topic, group, name = _name("kgc-pause"), _name("kgc-pause-group"), _name("pause")
+    create_topic(server.bootstrap, topic, PARTITIONS)
+    rows = Collector()
+    query = None
+    try:
+        sent1 = produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "running")
+        query = _kgc_query(spark, server.bootstrap, topic, group, name, rows)
+        wait_until(lambda: len(rows.snapshot()) >= len(sent1), "the records before the pause")
+
+        status, _doc = admin_post(server.admin_url, f"/v1/groups/{group}/pause", {"topics": [topic]})
+        if status == 404:
+            pytest.skip("the server has no POST /v1/groups/{group}/pause yet")
+        assert status == 200, status
+        # Paused partitions are withheld from the assignment: the driver plans nothing for them.
+        wait_until(
+            lambda: member_assignments(server.bootstrap, group) == {instance_id_for(name): set()},
+            "the paused topic to leave the member's assignment",
+        )
+        sent2 = produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "paused")
+        ends = high_watermarks(server.bootstrap, topic, PARTITIONS)
+        assert ends == {p: 2 * PER_PARTITION for p in range(PARTITIONS)}
+        # Let the query run for a number of triggers (500 ms each): nothing of the second wave may arrive.
+        time.sleep(8)
+        assert query.isActive and query.exception() is None
+        assert set(_values(rows.snapshot())) == sent1
+        committed = committed_offsets(server.bootstrap, group)
+        assert all(committed.get((topic, p), 0) <= PER_PARTITION for p in range(PARTITIONS)), committed
+
+        status, _doc = admin_post(server.admin_url, f"/v1/groups/{group}/resume", {"topics": [topic]})
+        assert status == 200, status
+        wait_until(lambda: len(rows.snapshot()) >= len(sent1 | sent2), "the records produced during the pause")
+        assert set(_values(rows.snapshot())) == sent1 | sent2
+        assert len(rows.snapshot()) == len(sent1 | sent2)
+    finally:
+        stop_all(query)
