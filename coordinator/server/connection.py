@@ -56,7 +56,7 @@ class Connection:
         # connections.max.idle.ms: loop time of the last complete request or answer, and requests not yet answered
         self._loop = asyncio.get_running_loop()
         self.last_active = self._loop.time()
-        self.in_flight = 0
+        self.awaiting_answer = False  # the writer waits for a handler (a parked JoinGroup, a long poll)
 
     async def run(self) -> None:
         local_address.set(self.local)
@@ -82,10 +82,11 @@ class Connection:
             self._reader_task.cancel()
 
     def idle_for(self, now: float) -> float:
-        """Seconds without a complete request or an answer at loop time `now`; 0 while a request is in flight
-        (a parked JoinGroup or a long poll is not idleness). Bytes of an unfinished request do not count, so a
-        peer trickling a request a byte at a time is idle."""
-        return 0.0 if self.in_flight else now - self.last_active
+        """Seconds without a complete request or an answer at loop time `now`; 0 while the writer waits for a
+        handler (a parked JoinGroup or a long poll is not idleness). Bytes of an unfinished request do not count,
+        so a peer trickling a request a byte at a time is idle; nor does an answer stuck behind a peer that never
+        reads (the writer waits for the socket, not for a handler), so that peer is closed too, as in Kafka."""
+        return 0.0 if self.awaiting_answer else now - self.last_active
 
     def close_idle(self) -> None:
         self.stop_reading()
@@ -105,7 +106,6 @@ class Connection:
                 size = frame_length(prefix, max_bytes)
                 frame = await self.reader.readexactly(size)
                 started = time.perf_counter()
-                self.in_flight += 1
                 self.last_active = self._loop.time()
                 decoded = table.decode(frame, self.peer_host, self.connection_id)
                 if self.session is not None:
@@ -148,12 +148,13 @@ class Connection:
             if item is _CLOSE:
                 break
             decoded, task, started = item
+            self.awaiting_answer = True
             try:
                 response = await task
             except asyncio.CancelledError:
                 break
             finally:
-                self.in_flight -= 1
+                self.awaiting_answer = False
                 self.last_active = self._loop.time()  # not get_running_loop(): this also runs when GC closes us
             if response is _CLOSE:
                 break

@@ -35,9 +35,12 @@ def _serves(sock: socket.socket) -> bool:
 
 
 def _closed_by_server(sock: socket.socket) -> bool:
+    """Reads (and drops) whatever is pending until the server's close shows: EOF or a reset."""
     sock.settimeout(WAIT_S)
     try:
-        return sock.recv(1) == b""
+        while sock.recv(65536):
+            pass
+        return True
     except ConnectionError:
         return True
 
@@ -206,3 +209,34 @@ def test_queued_max_requests_per_connection_stops_reading_until_answers_leave():
                 payload = recv_frame(sock)
                 answered.append(struct.unpack_from(">i", payload)[0])
             assert answered == list(range(1, total + 1))  # in order, none lost
+
+
+def test_a_peer_that_never_reads_its_answers_is_idle():
+    """Its answers back up until the writer waits on the socket (not on a handler): that is idleness, and
+    expiry closes it, as Kafka closes a connection with no read or write activity whatever is queued on it."""
+    with running(queued_max_requests_per_connection=4) as server:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(server.bound)
+        sock.setblocking(False)
+        burst = encode_request(ApiVersionsRequestV0(), 1) * 512
+        try:
+            blocked = 0
+            deadline = time.monotonic() + WAIT_S
+            while blocked < 20:  # 20 sends in a row refused: the server stopped reading
+                assert time.monotonic() < deadline
+                try:
+                    sock.send(burst)
+                    blocked = 0
+                except BlockingIOError:
+                    blocked += 1
+                    time.sleep(0.05)
+            conn = next(iter(server.connections.values()))
+            # The server answers until its socket buffer is full, then its writer waits on the socket for good.
+            _wait_until(lambda: _on_loop(server, lambda loop: not conn.awaiting_answer
+                                         and loop.time() - conn.last_active > 0.5))
+            assert _on_loop(server, lambda loop: server.expire_idle(loop.time() + 601.0)) == 1
+            sock.setblocking(True)
+            assert _closed_by_server(sock)
+        finally:
+            sock.close()
