@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 SERVE_ARGS ?=
 
-.PHONY: serve test install install-test system-deps unit e2e bench lint clean
+.PHONY: serve test install install-test system-deps unit e2e bench lint clean spark example
 
 $(VENV)/.runtime: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,7 +14,7 @@ $(VENV)/.runtime: pyproject.toml
 	touch $@
 
 $(VENV)/.test: pyproject.toml $(VENV)/.runtime
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,spark]'
 	touch $@
 
 install: $(VENV)/.runtime
@@ -34,6 +34,14 @@ unit: install-test
 
 e2e: install-test
 	$(PY) -m pytest -q -m e2e
+
+spark: install-test
+	$(PY) -m pytest -q -m spark tests/spark
+
+# The PySpark pipeline of examples/ against a running `make serve` (EXAMPLE_ARGS="--bootstrap HOST:PORT ...").
+EXAMPLE_ARGS ?= --bootstrap 127.0.0.1:9092 --demo-events 500
+example: $(VENV)/.test
+	$(PY) examples/pipeline.py $(EXAMPLE_ARGS)
 
 bench: install-test
 	$(PY) bench/dataplane.py
