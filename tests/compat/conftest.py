@@ -1,6 +1,8 @@
 """Fixtures for the Java compatibility tests: real Apache Kafka Java clients and tools against the server.
 
-    server, server_factory   the e2e server fixtures (tests/e2e/conftest.py, reused as is)
+    server_factory           the e2e fixture (tests/e2e/conftest.py, reused as is)
+    server                   the e2e server behind a compat_matrix.RecordingProxy: its .bootstrap is the
+                             proxy, which records the API versions each client.id used (the README's table)
     members                  a groups_support.Members pool (members still running at teardown are killed
                              first)
     java_clients             session-scoped, parametrized over kafka-clients 3.9.x and 4.x: a JavaClients
@@ -13,6 +15,7 @@ into .deps/jars/ (git-ignored), or KGC_JARS_DIR. The tests skip when java or jav
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import subprocess
 import sys
@@ -27,6 +30,7 @@ for _p in (COMPAT, TESTS / "e2e", TESTS / "e2e" / "groups"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+import compat_matrix  # noqa: E402
 from compat_support import CLIENT_SETS, JAVA_SOURCES, JavaClients, fetch_jar_set, need_tools  # noqa: E402
 from groups_support import Members  # noqa: E402
 
@@ -45,7 +49,33 @@ def _load_e2e_conftest():
 
 _e2e = _load_e2e_conftest()
 server_factory = _e2e.server_factory
-server = _e2e.server
+
+
+@pytest.fixture
+def server(server_factory, request, monkeypatch):
+    # The server advertises the proxy (Metadata, FindCoordinator): all of a client's connections use it.
+    proxy = compat_matrix.RecordingProxy()
+    with monkeypatch.context() as mp:
+        mp.setenv("KGC_ADVERTISED_LISTENER", proxy.address)
+        real = server_factory()
+    proxy.start(real.bootstrap)
+    request.node.compat_proxy = proxy
+    yield dataclasses.replace(real, bootstrap=proxy.address)
+    proxy.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    # Everything under tests/compat is the (slow) compatibility matrix: `pytest -m "not compat"` skips it.
+    for item in items:
+        if COMPAT in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.compat)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # Outcomes of the tests that stand for matrix scenarios (compat_matrix.TEST_SCENARIOS) go to the results.
+    outcome = yield
+    compat_matrix.record_report(item, outcome.get_result())
 
 
 @pytest.fixture(scope="session", params=CLIENT_SETS)
