@@ -82,7 +82,8 @@ NON_EMPTY_GROUP = 68
 
 
 def need(tool: str) -> str:
-    path = shutil.which(tool)
+    # The official Go tarball installs to /usr/local/go, which a non-login shell may not have on PATH.
+    path = shutil.which(tool) or shutil.which(tool, path="/usr/local/go/bin")
     if path is None:
         if os.environ.get("CI"):
             pytest.fail(f"{tool} is not on PATH (CI runs every compatibility test)", pytrace=False)
