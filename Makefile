@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 SERVE_ARGS ?=
 
-.PHONY: serve test install install-test system-deps unit e2e bench lint clean spark example
+.PHONY: serve test install install-test system-deps unit e2e bench bench-compare lint clean spark example
 
 $(VENV)/.runtime: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,18 @@ example: $(VENV)/.test
 
 bench: install-test
 	$(PY) bench/dataplane.py
+
+# Side by side with Apache Kafka (jars from Maven Central), librdkafka's mock cluster and Tansu: bench/README.md.
+# BENCH_ARGS=--quick for a small run; results in bench/results/.
+BENCH_ARGS ?=
+$(VENV)/.bench: pyproject.toml $(VENV)/.test
+	$(PIP) install -q -e '.[test,bench]'
+	touch $@
+
+bench-compare: $(VENV)/.bench
+	bash scripts/fetch-jars.sh .deps/jars kafka-server
+	bash scripts/fetch-tansu.sh
+	$(PY) bench/compare.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .hypothesis

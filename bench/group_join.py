@@ -32,8 +32,6 @@ Run: .venv/bin/python bench/group_join.py [--rounds 5] [--consumers 10] [--targe
 from __future__ import annotations
 
 import argparse
-import ctypes
-import glob
 import json
 import os
 import queue
@@ -47,6 +45,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from targets import MockCluster  # noqa: E402  (librdkafka's mock cluster through ctypes, shared with compare.py)
 
 CONSUMER_CONF = {
     "partition.assignment.strategy": "range",
@@ -108,54 +109,6 @@ def worker(args: argparse.Namespace) -> None:
 
 
 # -- targets ---------------------------------------------------------------------------------------------
-
-class MockCluster:
-    """librdkafka's mock cluster, owned by a producer handle created here through ctypes."""
-
-    def __init__(self, brokers: int = 1) -> None:
-        import confluent_kafka
-
-        libdir = Path(confluent_kafka.__file__).resolve().parent.parent / "confluent_kafka.libs"
-        candidates = sorted(glob.glob(str(libdir / "librdkafka*.so*"))) or sorted(
-            glob.glob(str(Path(confluent_kafka.__file__).resolve().parent / "librdkafka*.so*")))
-        if not candidates:
-            raise RuntimeError(f"no bundled librdkafka found next to {confluent_kafka.__file__}")
-        self.library = candidates[0]
-        lib = self.lib = ctypes.CDLL(self.library)
-        vp, cp = ctypes.c_void_p, ctypes.c_char_p
-        lib.rd_kafka_conf_new.restype = vp
-        lib.rd_kafka_conf_set.argtypes = [vp, cp, cp, cp, ctypes.c_size_t]
-        lib.rd_kafka_new.restype = vp
-        lib.rd_kafka_new.argtypes = [ctypes.c_int, vp, cp, ctypes.c_size_t]
-        lib.rd_kafka_destroy.argtypes = [vp]
-        lib.rd_kafka_mock_cluster_new.restype = vp
-        lib.rd_kafka_mock_cluster_new.argtypes = [vp, ctypes.c_int]
-        lib.rd_kafka_mock_cluster_destroy.argtypes = [vp]
-        lib.rd_kafka_mock_cluster_bootstraps.restype = cp
-        lib.rd_kafka_mock_cluster_bootstraps.argtypes = [vp]
-        lib.rd_kafka_mock_group_initial_rebalance_delay_ms.argtypes = [vp, ctypes.c_int32]
-        lib.rd_kafka_mock_topic_create.argtypes = [vp, cp, ctypes.c_int, ctypes.c_int]
-        errstr = ctypes.create_string_buffer(512)
-        conf = lib.rd_kafka_conf_new()
-        lib.rd_kafka_conf_set(conf, b"log_level", b"3", errstr, len(errstr))  # no "no bootstrap.servers" warning
-        self.rk = lib.rd_kafka_new(0, conf, errstr, len(errstr))  # 0 = RD_KAFKA_PRODUCER
-        if not self.rk:
-            raise RuntimeError(f"rd_kafka_new: {errstr.value.decode()}")
-        self.mcluster = lib.rd_kafka_mock_cluster_new(self.rk, brokers)
-        if not self.mcluster:
-            raise RuntimeError("rd_kafka_mock_cluster_new failed")
-        lib.rd_kafka_mock_group_initial_rebalance_delay_ms(self.mcluster, 0)
-        self.bootstrap = lib.rd_kafka_mock_cluster_bootstraps(self.mcluster).decode()
-
-    def create_topic(self, name: str, partitions: int) -> None:
-        err = self.lib.rd_kafka_mock_topic_create(self.mcluster, name.encode(), partitions, 1)
-        if err != 0:
-            raise RuntimeError(f"rd_kafka_mock_topic_create({name}) -> error {err}")
-
-    def close(self) -> None:
-        self.lib.rd_kafka_mock_cluster_destroy(self.mcluster)
-        self.lib.rd_kafka_destroy(self.rk)
-
 
 class ServerTarget:
     def __init__(self, run_dir: Path) -> None:

@@ -37,7 +37,6 @@ import re
 import shutil
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
-from e2e_server import PYTHON  # noqa: E402
+from e2e_server import ServerProcess, start_server  # noqa: E402
 
 from coordinator.clock import ManualClock, ManualTimer  # noqa: E402
 from coordinator.config import Config  # noqa: E402
@@ -60,7 +59,6 @@ from storage import Log  # noqa: E402
 
 GOAL_SECONDS = 5.0
 GOAL_MB = 300.0
-_LISTENING = re.compile(r"^listening kafka=(?P<kafka>\S+:\d+) admin=(?P<admin>\S+:\d+)\s*$")
 _LOADED = re.compile(r"group coordinator loaded in ([0-9.]+)s")
 
 
@@ -119,50 +117,27 @@ def readyz(url: str) -> bool:
 
 
 class Run:
+    """One server process on `data_dir`, started with tests/e2e/e2e_server.py's start_server (ServerProcess)."""
+
     def __init__(self, data_dir: Path, run_dir: Path) -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.stdout_path = run_dir / "server.stdout"
-        self.stderr_path = run_dir / "server.stderr"
-        cmd = [
-            PYTHON,
-            "-m",
-            "coordinator",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(data_dir),
-        ]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.t0 = time.perf_counter()
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err
-            )
-        self.listening = self.loaded_line = self.ready = float("nan")
+        self.server: ServerProcess = start_server(run_dir, data_dir=data_dir, ready_timeout=300)
+        self.proc = self.server.proc
+        self.stderr_path = self.server.stderr_path
+        self.listening = time.perf_counter() - self.t0  # start_server polls the listening line every 50 ms
+        self.kafka = (self.server.host, self.server.port)
+        self.loaded_line = self.ready = float("nan")
         self.server_load_s = float("nan")
-        self.kafka = ("", 0)
-        admin = ""
+        admin = self.server.admin_url
         deadline = time.perf_counter() + 300
         while True:
             now = time.perf_counter() - self.t0
-            if admin == "":
-                for line in self.stdout_path.read_text(errors="replace").splitlines():
-                    m = _LISTENING.match(line.strip())
-                    if m:
-                        admin = "http://" + m["admin"]
-                        host, port = m["kafka"].rsplit(":", 1)
-                        self.kafka = (host, int(port))
-                        self.listening = now
             if self.loaded_line != self.loaded_line:  # nan: not seen yet
                 m = _LOADED.search(self.stderr_path.read_text(errors="replace"))
                 if m:
                     self.loaded_line = now
                     self.server_load_s = float(m[1])
-            if admin and readyz(admin):
+            if readyz(admin):
                 self.ready = time.perf_counter() - self.t0
                 if self.loaded_line != self.loaded_line:
                     m = _LOADED.search(self.stderr_path.read_text(errors="replace"))
@@ -182,13 +157,7 @@ class Run:
         self.hwm_mb = vm(self.proc.pid, "VmHWM")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        self.server.stop(timeout=60)
 
 
 # -- 3. commits against the loaded server --------------------------------------------------------------------

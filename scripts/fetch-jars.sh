@@ -8,8 +8,10 @@
 #   kafka-clients-4     org.apache.kafka:kafka-clients:<4.x>            + slf4j-simple
 #   kafka-tools         org.apache.kafka:kafka-tools:<4.x> with its runtime dependencies
 #                       (org.apache.kafka.tools.consumer.group.ConsumerGroupCommand) + slf4j-simple
+#   kafka-server        org.apache.kafka:kafka_2.13:<4.x> with its runtime dependencies (kafka.Kafka, the
+#                       KRaft broker, and kafka.tools.StorageTool) + slf4j-simple; used by bench/compare.py
 # <4.x> is the first of KAFKA4_VERSIONS (default "4.1.1 4.1.0 4.0.1 4.0.0") that resolves.
-# With no SET, all three are fetched.
+# With no SET, the first three are fetched (kafka-server only on request).
 #
 # Idempotent: a set whose directory holds a .complete marker is skipped. Maven caches what it downloads in
 # ~/.m2 (or wherever MAVEN_OPTS/-Dmaven.repo.local points: extra Maven arguments go in FETCH_JARS_MVN_ARGS).
@@ -115,6 +117,7 @@ for set in "${SETS[@]}"; do
             fi
             resolve "$set" kafka-tools "${versions[@]}"
             ;;
-        *) echo "fetch-jars: unknown set '$set' (known: kafka-clients-3.9 kafka-clients-4 kafka-tools)" >&2; exit 2 ;;
+        kafka-server) resolve "$set" kafka_2.13 "${KAFKA4_VERSIONS[@]}" ;;
+        *) echo "fetch-jars: unknown set '$set' (known: kafka-clients-3.9 kafka-clients-4 kafka-tools kafka-server)" >&2; exit 2 ;;
     esac
 done
