@@ -53,6 +53,7 @@ def build_session(app_name: str = "kgc-example-pipeline"):
         SparkSession.builder.master("local[2]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -56,6 +57,20 @@ from pyspark.sql.types import StructType
 from kgc_spark.member import TP, GroupMember
 
 log = logging.getLogger("kgc_spark.source")
+LOG_FILE_ENV = "KGC_SPARK_LOG_FILE"
+
+
+def _log_to_file_if_asked() -> None:
+    """KGC_SPARK_LOG_FILE=PATH: the planner and reader processes Spark starts log kgc_spark's decisions there."""
+    path = os.environ.get(LOG_FILE_ENV)
+    root = logging.getLogger("kgc_spark")
+    if not path or any(getattr(h, "_kgc_spark", False) for h in root.handlers):
+        return
+    handler = logging.FileHandler(path)
+    handler._kgc_spark = True  # type: ignore[attr-defined]
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
 
 FORMAT = "kgc"
 SCHEMA = "topic string, partition int, offset long, timestamp timestamp, key binary, value binary"
@@ -185,6 +200,7 @@ class SourceOptions:
 
 class KgcStreamReader(DataSourceStreamReader):
     def __init__(self, options: Mapping[str, str]) -> None:
+        _log_to_file_if_asked()
         self.opts = SourceOptions.parse(options)
         self._member: GroupMember | None = None
         self._latest: dict[TP, int] = {}  # the last latestOffset answer
@@ -239,6 +255,7 @@ class KgcStreamReader(DataSourceStreamReader):
             # Mid-rebalance (or more members than partitions): plan nothing new.
             return offsets_to_json(self._latest)
         self._latest = self.member.high_watermarks(sorted(assigned), self.opts.request_timeout_s)
+        log.info("latest offsets %s", self._latest)
         return offsets_to_json(self._latest)
 
     def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
@@ -255,6 +272,7 @@ class KgcStreamReader(DataSourceStreamReader):
             if begin < stop:
                 ranges.append(KafkaRange(tp[0], tp[1], begin, stop))
                 self._planned[tp] = stop
+        log.info("planned %s", ranges)
         return ranges
 
     def commit(self, end: dict) -> None:

@@ -33,6 +33,7 @@ def build_session(jars_dir: Path, local_dir: Path):
         .appName("kgc-spark-tests")
         .config("spark.jars", jars)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.local.dir", str(local_dir))
