@@ -52,11 +52,28 @@ from kio.static.primitive import i32Timedelta, i64Timedelta  # noqa: E402
 from protocol.api import ApiTable, request_class  # noqa: E402
 from protocol.errors import ProtocolError  # noqa: E402
 
-_INTERESTING = [0, 1, -1, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF, -0x80000000, 0xFFFFFFFF,
-                2**63 - 1, -(2**63), 2**31, 2**16]
+_INTERESTING = [
+    0,
+    1,
+    -1,
+    0x7F,
+    0x80,
+    0xFF,
+    0x7FFF,
+    0x8000,
+    0xFFFF,
+    0x7FFFFFFF,
+    -0x80000000,
+    0xFFFFFFFF,
+    2**63 - 1,
+    -(2**63),
+    2**31,
+    2**16,
+]
 
 
 # -- the server's table ---------------------------------------------------------------------------------
+
 
 def server_table() -> ApiTable:
     """The API table of the real server (every part registered), built without starting anything."""
@@ -73,6 +90,7 @@ def api_versions(table: ApiTable) -> list[tuple[int, int]]:
 
 
 # -- valid requests from type hints -----------------------------------------------------------------------
+
 
 def _random_value(tp: Any, rng: random.Random, depth: int) -> Any:
     origin = typing.get_origin(tp)
@@ -156,11 +174,22 @@ def request_corpus(table: ApiTable, rng: random.Random, per_version: int = 4) ->
 
 # -- mutations ----------------------------------------------------------------------------------------------
 
-MUTATIONS = ("flip", "interesting", "truncate", "extend", "insert", "delete", "splice", "random_body", "random")
+MUTATIONS = (
+    "flip",
+    "interesting",
+    "truncate",
+    "extend",
+    "insert",
+    "delete",
+    "splice",
+    "random_body",
+    "random",
+)
 
 
-def mutate(data: bytes, rng: random.Random, corpus: list[bytes], kind: str | None = None,
-           keep_prefix: int = 0) -> tuple[str, bytes]:
+def mutate(
+    data: bytes, rng: random.Random, corpus: list[bytes], kind: str | None = None, keep_prefix: int = 0
+) -> tuple[str, bytes]:
     """One mutation of `data`; the first `keep_prefix` bytes are left alone (the api key and version, so that
     the body decoders, not only the key lookup, see the damage)."""
     kind = kind or rng.choice(MUTATIONS)
@@ -179,9 +208,9 @@ def mutate(data: bytes, rng: random.Random, corpus: list[bytes], kind: str | Non
         fmt = {1: ">B", 2: ">H", 4: ">I", 8: ">Q"}[width]
         value = rng.choice(_INTERESTING) % (1 << (8 * width))
         pos = at()
-        buf[pos:pos + width] = struct.pack(fmt, value)
+        buf[pos : pos + width] = struct.pack(fmt, value)
     elif kind == "truncate":
-        del buf[at():]
+        del buf[at() :]
     elif kind == "extend":
         buf += rng.randbytes(rng.choice([1, 3, 16, 100]))
     elif kind == "insert":
@@ -189,13 +218,13 @@ def mutate(data: bytes, rng: random.Random, corpus: list[bytes], kind: str | Non
         buf[pos:pos] = rng.randbytes(rng.choice([1, 2, 4, 9]))
     elif kind == "delete":
         pos = at()
-        del buf[pos:pos + rng.choice([1, 2, 4, 9])]
+        del buf[pos : pos + rng.choice([1, 2, 4, 9])]
     elif kind == "splice":
         other = rng.choice(corpus)
         cut = at()
-        buf = buf[:cut] + other[rng.randint(0, len(other)):]
+        buf = buf[:cut] + other[rng.randint(0, len(other)) :]
     elif kind == "random_body":
-        buf = buf[:max(lo, 8)] + rng.randbytes(rng.choice([0, 1, 5, 30, 200]))
+        buf = buf[: max(lo, 8)] + rng.randbytes(rng.choice([0, 1, 5, 30, 200]))
     elif kind == "random":
         buf = bytearray(rng.randbytes(rng.choice([0, 1, 7, 8, 9, 20, 100, 500])))
     return kind, bytes(buf)
@@ -240,6 +269,7 @@ def process_killers(table: ApiTable, frames: list[bytes]) -> list[int]:
 
 
 # -- the log ------------------------------------------------------------------------------------------------
+
 
 def _log_corpus(rng: random.Random) -> tuple[bytes, list[tuple[int, bytes, bytes | None, int]]]:
     from storage.log import encode_entry
@@ -295,6 +325,7 @@ def fuzz_log_case(rng: random.Random, kind: str | None = None) -> str:
 
 # -- the run ------------------------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class Report:
     cases: int = 0
@@ -325,8 +356,9 @@ class Report:
         }
 
 
-def case_input(case: int, seed: int, storage_share: float, corpus: list[bytes]
-               ) -> tuple[str, random.Random, str, bytes]:
+def case_input(
+    case: int, seed: int, storage_share: float, corpus: list[bytes]
+) -> tuple[str, random.Random, str, bytes]:
     """Case `case` of run `seed`, regenerated from those two numbers alone: (target, its rng, mutation, input);
     for the log target the input is made by `fuzz_log_case` from the rng."""
     case_rng = random.Random(seed * 1_000_003 + case)
@@ -337,9 +369,16 @@ def case_input(case: int, seed: int, storage_share: float, corpus: list[bytes]
     return "request", case_rng, kind, data
 
 
-def run(cases: int, seed: int, storage_share: float = 0.1, table: ApiTable | None = None,
-        progress: bool = False, start: int = 0, skip: frozenset[int] = frozenset(),
-        current: Any = None) -> Report:
+def run(
+    cases: int,
+    seed: int,
+    storage_share: float = 0.1,
+    table: ApiTable | None = None,
+    progress: bool = False,
+    start: int = 0,
+    skip: frozenset[int] = frozenset(),
+    current: Any = None,
+) -> Report:
     """Cases start .. start+cases-1 in this process (`current.value` is set to each case number before it runs,
     for `run_isolated`); cases in `skip` are not run."""
     table = table or server_table()
@@ -397,8 +436,17 @@ def merge(into: Report, part: Report) -> None:
     into.finding_count += part.finding_count
 
 
-def _child(conn: Any, current: Any, table: ApiTable, start: int, cases: int, seed: int, storage_share: float,
-           skip: frozenset[int], stderr_path: str) -> None:
+def _child(
+    conn: Any,
+    current: Any,
+    table: ApiTable,
+    start: int,
+    cases: int,
+    seed: int,
+    storage_share: float,
+    skip: frozenset[int],
+    stderr_path: str,
+) -> None:
     fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 2)  # what a dying process says (a Rust panic message) is kept for the finding
     os.close(fd)
@@ -407,8 +455,9 @@ def _child(conn: Any, current: Any, table: ApiTable, start: int, cases: int, see
     conn.close()
 
 
-def run_isolated(cases: int, seed: int, storage_share: float = 0.1, chunk: int = 5_000,
-                 progress: bool = False) -> Report:
+def run_isolated(
+    cases: int, seed: int, storage_share: float = 0.1, chunk: int = 5_000, progress: bool = False
+) -> Report:
     """`run` in forked children, `chunk` cases each, so that a case that kills the process (a native abort, a
     segfault) is a finding too: the chunk is run again without it and the run goes on."""
     import multiprocessing
@@ -427,8 +476,20 @@ def run_isolated(cases: int, seed: int, storage_share: float = 0.1, chunk: int =
         size = min(chunk, cases - start)
         current = ctx.Value("q", -1, lock=False)
         parent_end, child_end = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(child_end, current, table, start, size, seed, storage_share,
-                                                frozenset(skip), stderr_file.name))
+        proc = ctx.Process(
+            target=_child,
+            args=(
+                child_end,
+                current,
+                table,
+                start,
+                size,
+                seed,
+                storage_share,
+                frozenset(skip),
+                stderr_file.name,
+            ),
+        )
         proc.start()
         child_end.close()
         try:
@@ -440,7 +501,9 @@ def run_isolated(cases: int, seed: int, storage_share: float = 0.1, chunk: int =
         if part is None or proc.exitcode != 0:
             case = current.value
             target, _, kind, data = case_input(case, seed, storage_share, corpus)
-            how = f"signal {-proc.exitcode}" if proc.exitcode and proc.exitcode < 0 else f"exit {proc.exitcode}"
+            how = (
+                f"signal {-proc.exitcode}" if proc.exitcode and proc.exitcode < 0 else f"exit {proc.exitcode}"
+            )
             with open(stderr_file.name, errors="replace") as fh:
                 said = [line.strip() for line in fh if line.strip() and not line.startswith("note:")]
             if said:
@@ -451,14 +514,20 @@ def run_isolated(cases: int, seed: int, storage_share: float = 0.1, chunk: int =
             _finding(total, target, seed, case, kind, RuntimeError(f"the process died ({how})"), data)
             skip.add(case)
             if progress:
-                print(f"  case {case} killed the process ({how}); re-running its chunk without it",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"  case {case} killed the process ({how}); re-running its chunk without it",
+                    file=sys.stderr,
+                    flush=True,
+                )
             continue  # the same chunk again, without that case
         merge(total, part)
         start += size
         if progress:
-            print(f"  {start} cases, {total.finding_count} findings, {time.perf_counter() - started:.0f} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {start} cases, {total.finding_count} findings, {time.perf_counter() - started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     total.seconds = time.perf_counter() - started
     os.unlink(stderr_file.name)
     return total
@@ -474,12 +543,21 @@ def _finding_kind(finding: dict) -> str:
     return f"{finding['target']}: {what}"
 
 
-def _finding(report: Report, target: str, seed: int, case: int, kind: str, exc: BaseException,
-             data: bytes) -> None:
+def _finding(
+    report: Report, target: str, seed: int, case: int, kind: str, exc: BaseException, data: bytes
+) -> None:
     report.finding_count += 1
     if len(report.findings) < 1000:
-        report.findings.append({"target": target, "seed": seed, "case": case, "mutation": kind,
-                                "error": f"{type(exc).__name__}: {exc}"[:300], "input_hex": data[:400].hex()})
+        report.findings.append(
+            {
+                "target": target,
+                "seed": seed,
+                "case": case,
+                "mutation": kind,
+                "error": f"{type(exc).__name__}: {exc}"[:300],
+                "input_hex": data[:400].hex(),
+            }
+        )
 
 
 def main() -> int:

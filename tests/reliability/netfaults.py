@@ -98,8 +98,20 @@ class Netns:
         return self
 
     def _start_impairer(self) -> None:
-        cmd = [sys.executable, str(IMPAIR), "--netns", self.name, "--host-dev", self.host_dev, "--ns-dev",
-               self.ns_dev, "--delay-ms", str(self.delay_ms), "--loss", str(self.loss)]
+        cmd = [
+            sys.executable,
+            str(IMPAIR),
+            "--netns",
+            self.name,
+            "--host-dev",
+            self.host_dev,
+            "--ns-dev",
+            self.ns_dev,
+            "--delay-ms",
+            str(self.delay_ms),
+            "--loss",
+            str(self.loss),
+        ]
         if self.seed is not None:
             cmd += ["--seed", str(self.seed)]
         self.impairer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

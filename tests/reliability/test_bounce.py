@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from e2e_server import PYTHON
 from groups_support import (
+    FENCED_INSTANCE_ID,
     RD_FATAL,
     RD_FENCED,
-    FENCED_INSTANCE_ID,
     Members,
     create_topic,
     wait_for,
@@ -38,16 +38,36 @@ BOUNCES = 2
 
 
 def settings(assignor: str, session_ms: int = 10000) -> dict:
-    return {"partition.assignment.strategy": assignor, "session.timeout.ms": session_ms,
-            "heartbeat.interval.ms": 1000, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500}
+    return {
+        "partition.assignment.strategy": assignor,
+        "session.timeout.ms": session_ms,
+        "heartbeat.interval.ms": 1000,
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 500,
+    }
 
 
 class SteadyProducer:
     def __init__(self, bootstrap: str, topic: str, out: Path, rate: float = 100) -> None:
         self.out = out
-        self.proc = subprocess.Popen([PYTHON, str(CLIENTS / "steady_producer.py"), "--bootstrap", bootstrap,
-                                      "--topic", topic, "--partitions", str(PARTITIONS), "--rate", str(rate),
-                                      "--output", str(out)], stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [
+                PYTHON,
+                str(CLIENTS / "steady_producer.py"),
+                "--bootstrap",
+                bootstrap,
+                "--topic",
+                topic,
+                "--partitions",
+                str(PARTITIONS),
+                "--rate",
+                str(rate),
+                "--output",
+                str(out),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def stop(self) -> dict[tuple[int, int], str]:
         self.proc.send_signal(signal.SIGTERM)
@@ -65,20 +85,37 @@ class SteadyProducer:
 
 def check_all_consumed(pool: Members, delivered: dict[tuple[int, int], str], timeout: float = 60) -> dict:
     """Wait until every delivered record was consumed by some member; return figures (duplicates included)."""
+
     def seen() -> list[tuple[int, int, str | None]]:
         return [r for m in pool.all for r in m.records()]
 
-    wait_for(lambda: {(p, o) for p, o, _ in seen()} >= delivered.keys(), timeout,
-             f"all {len(delivered)} delivered records to be consumed", pool.describe)
+    wait_for(
+        lambda: {(p, o) for p, o, _ in seen()} >= delivered.keys(),
+        timeout,
+        f"all {len(delivered)} delivered records to be consumed",
+        pool.describe,
+    )
     records = seen()
     wrong = [(p, o, k) for p, o, k in records if (p, o) in delivered and delivered[(p, o)] != k]
     assert not wrong, f"records consumed with the wrong key: {wrong[:5]}"
-    return {"delivered": len(delivered), "consumed": len(records),
-            "duplicates": len(records) - len({(p, o) for p, o, _ in records})}
+    return {
+        "delivered": len(delivered),
+        "consumed": len(records),
+        "duplicates": len(records) - len({(p, o) for p, o, _ in records}),
+    }
 
 
-def restart(pool: Members, member, server, group: str, topic: str, name: str, conf: dict,
-            instance_id: str | None = None, clean: bool = True):
+def restart(
+    pool: Members,
+    member,
+    server,
+    group: str,
+    topic: str,
+    name: str,
+    conf: dict,
+    instance_id: str | None = None,
+    clean: bool = True,
+):
     if clean:
         assert member.close() == 0, member.summary()
     else:
@@ -101,24 +138,29 @@ def test_consumer_bounce(members, server, tmp_path, assignor, bounce_mode):
         for bounce in range(BOUNCES):
             if bounce_mode == "rolling":
                 for i in range(3):
-                    group_members[i] = restart(members, group_members[i], server, group, topic,
-                                               f"c{i}-b{bounce}", conf)
+                    group_members[i] = restart(
+                        members, group_members[i], server, group, topic, f"c{i}-b{bounce}", conf
+                    )
                     wait_split(members, group_members, PARTITIONS, [2, 2, 2], timeout=60)
             else:
                 for m in group_members:
                     m.send("close")
                 for m in group_members:
                     assert m.close() == 0, m.summary()
-                group_members = [members.start("ck", f"c{i}-b{bounce}", server, group, topic, settings=conf)
-                                 for i in range(3)]
+                group_members = [
+                    members.start("ck", f"c{i}-b{bounce}", server, group, topic, settings=conf)
+                    for i in range(3)
+                ]
                 wait_split(members, group_members, PARTITIONS, [2, 2, 2], timeout=60)
         bounced_s = time.monotonic() - started
         delivered = producer.stop()
         figures = check_all_consumed(members, delivered)
     finally:
         producer.kill()
-    print(f"\nconsumer bounce ({bounce_mode}, {assignor}): {BOUNCES} bounces of 3 members in {bounced_s:.1f} s; "
-          f"{figures}")
+    print(
+        f"\nconsumer bounce ({bounce_mode}, {assignor}): {BOUNCES} bounces of 3 members in {bounced_s:.1f} s; "
+        f"{figures}"
+    )
 
 
 @pytest.mark.parametrize("assignor", ASSIGNORS)
@@ -128,7 +170,9 @@ def test_server_rolling_bounce(tmp_path, assignor):
     dir); groups come back Stable from the log, so members carry on without a rebalance."""
     group, topic = f"server-bounce-{assignor}", f"server-bounce-{assignor}-t"
     port = free_port()
-    server = CrashServer(tmp_path, port, {"num.partitions": PARTITIONS, "group.initial.rebalance.delay.ms": 0})
+    server = CrashServer(
+        tmp_path, port, {"num.partitions": PARTITIONS, "group.initial.rebalance.delay.ms": 0}
+    )
     endpoint = types.SimpleNamespace(bootstrap=f"127.0.0.1:{port}", output=lambda: server.stderr_tail())
     pool = Members(tmp_path)
     producer = None
@@ -154,9 +198,11 @@ def test_server_rolling_bounce(tmp_path, assignor):
         figures = check_all_consumed(pool, delivered)
         after = [len(m.rebalance_events()) for m in group_members]
         unexpected = [m.rebalance_events()[n:] for m, n in zip(group_members, before, strict=True)]
-        print(f"\nserver rolling bounce ({assignor}): {BOUNCES} restarts, down {max(downtime):.2f} s at most "
-              f"(graceful stop {max(stop_s):.2f} s of it); "
-              f"rebalance callbacks during the bounces: {sum(after) - sum(before)}; {figures}")
+        print(
+            f"\nserver rolling bounce ({assignor}): {BOUNCES} restarts, down {max(downtime):.2f} s at most "
+            f"(graceful stop {max(stop_s):.2f} s of it); "
+            f"rebalance callbacks during the bounces: {sum(after) - sum(before)}; {figures}"
+        )
         assert after == before, f"the server bounces caused rebalances: {unexpected}\n{pool.describe()}"
     finally:
         if producer is not None:
@@ -176,23 +222,40 @@ def test_static_consumer_bounce_with_eager_assignment(members, server, tmp_path,
     producer = SteadyProducer(server.bootstrap, topic, tmp_path / "delivered.json")
     try:
         conf = settings("range", session_ms=60000)
-        group_members = [members.start("ck", f"s{i}", server, group, topic, instance_id=f"static-{i}",
-                                       settings=conf) for i in range(3)]
+        group_members = [
+            members.start("ck", f"s{i}", server, group, topic, instance_id=f"static-{i}", settings=conf)
+            for i in range(3)
+        ]
         split = wait_split(members, group_members, PARTITIONS, [2, 2, 2], timeout=60, stable_for=2)
         keeper = group_members[0]
         keeper_events = len(keeper.rebalance_events())
         for bounce in range(BOUNCES):
             if bounce_mode == "rolling":
                 for i in (1, 2):
-                    group_members[i] = restart(members, group_members[i], server, group, topic, f"s{i}-b{bounce}",
-                                               conf, instance_id=f"static-{i}")
+                    group_members[i] = restart(
+                        members,
+                        group_members[i],
+                        server,
+                        group,
+                        topic,
+                        f"s{i}-b{bounce}",
+                        conf,
+                        instance_id=f"static-{i}",
+                    )
                     wait_split(members, group_members, PARTITIONS, [2, 2, 2], timeout=60)
             else:
                 for i in (1, 2):
                     assert group_members[i].close() == 0
                 for i in (1, 2):
-                    group_members[i] = members.start("ck", f"s{i}-b{bounce}", server, group, topic,
-                                                     instance_id=f"static-{i}", settings=conf)
+                    group_members[i] = members.start(
+                        "ck",
+                        f"s{i}-b{bounce}",
+                        server,
+                        group,
+                        topic,
+                        instance_id=f"static-{i}",
+                        settings=conf,
+                    )
                 wait_split(members, group_members, PARTITIONS, [2, 2, 2], timeout=60)
         revokes = [e for e in keeper.rebalance_events()[keeper_events:] if e["ev"] in ("revoked", "lost")]
         delivered = producer.stop()
@@ -200,8 +263,10 @@ def test_static_consumer_bounce_with_eager_assignment(members, server, tmp_path,
         same = {m.name.split("-")[0]: sorted(m.held()) for m in group_members}
     finally:
         producer.kill()
-    print(f"\nstatic consumer bounce ({bounce_mode}, range): {BOUNCES} bounces of 2 of 3 static members; revocations "
-          f"seen by the member kept alive: {len(revokes)}; assignment before {split}, after {same}; {figures}")
+    print(
+        f"\nstatic consumer bounce ({bounce_mode}, range): {BOUNCES} bounces of 2 of 3 static members; revocations "
+        f"seen by the member kept alive: {len(revokes)}; assignment before {split}, after {same}; {figures}"
+    )
     assert not revokes, f"the member kept alive was revoked: {revokes}\n{members.describe()}"
 
 
@@ -212,24 +277,38 @@ def test_fencing_static_consumer(members, server, tmp_path):
     group, topic = "fencing-all", "fencing-all-t"
     create_topic(server, topic, PARTITIONS)
     conf = settings("range", session_ms=60000)
-    normal = [members.start("ck", f"n{i}", server, group, topic, instance_id=f"fence-{i}", settings=conf)
-              for i in range(3)]
-    conflict = [members.start("ck", f"x{i}", server, group, topic, instance_id=f"fence-{i}", settings=conf)
-                for i in range(2)]
+    normal = [
+        members.start("ck", f"n{i}", server, group, topic, instance_id=f"fence-{i}", settings=conf)
+        for i in range(3)
+    ]
+    conflict = [
+        members.start("ck", f"x{i}", server, group, topic, instance_id=f"fence-{i}", settings=conf)
+        for i in range(2)
+    ]
     everyone = normal + conflict
 
     def fenced(member) -> bool:
         return any(e["code"] in (FENCED_INSTANCE_ID, RD_FENCED, RD_FATAL) for e in member.events("error"))
 
-    wait_for(lambda: sum(1 for m in everyone if not m.alive()) == 2, 90,
-             "exactly two members (the fenced ones) to exit", members.describe)
+    wait_for(
+        lambda: sum(1 for m in everyone if not m.alive()) == 2,
+        90,
+        "exactly two members (the fenced ones) to exit",
+        members.describe,
+    )
     alive = [m for m in everyone if m.alive()]
     dead = [m for m in everyone if not m.alive()]
     wait_split(members, alive, PARTITIONS, [2, 2, 2], timeout=60, stable_for=2)
     assert all(fenced(m) for m in dead), members.describe(dead)
-    assert sorted({m.cmd[m.cmd.index("--instance-id") + 1] for m in alive}) == ["fence-0", "fence-1", "fence-2"]
-    print(f"\nfencing (stage all, 2 conflicts): fenced and exited: {[m.name for m in dead]}; "
-          f"in the group: {[m.name for m in alive]}")
+    assert sorted({m.cmd[m.cmd.index("--instance-id") + 1] for m in alive}) == [
+        "fence-0",
+        "fence-1",
+        "fence-2",
+    ]
+    print(
+        f"\nfencing (stage all, 2 conflicts): fenced and exited: {[m.name for m in dead]}; "
+        f"in the group: {[m.name for m in alive]}"
+    )
 
 
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "hard"])
@@ -259,7 +338,9 @@ def test_consumer_failure(members, server, tmp_path, clean):
         figures = check_all_consumed(members, delivered)
     finally:
         producer.kill()
-    print(f"\nconsumer failure ({'clean close' if clean else 'SIGKILL'}): partitions moved after {took:.1f} s; "
-          f"{figures}")
+    print(
+        f"\nconsumer failure ({'clean close' if clean else 'SIGKILL'}): partitions moved after {took:.1f} s; "
+        f"{figures}"
+    )
     if clean:
         assert took < session_ms / 1000, "a clean close (LeaveGroup) should not wait for the session timeout"

@@ -49,7 +49,9 @@ def test_sigkill_during_rebalances_loses_no_commit_and_groups_converge(tmp_path)
 
     rng = random.Random()
     port = free_port()
-    server = CrashServer(tmp_path, port, {"num.partitions": PARTITIONS, "group.initial.rebalance.delay.ms": 0})
+    server = CrashServer(
+        tmp_path, port, {"num.partitions": PARTITIONS, "group.initial.rebalance.delay.ms": 0}
+    )
     bootstrap = f"127.0.0.1:{port}"
     pool = Members(tmp_path)
     pool.server = types.SimpleNamespace(output=lambda: server.stderr_tail())
@@ -61,15 +63,35 @@ def test_sigkill_during_rebalances_loses_no_commit_and_groups_converge(tmp_path)
     counter = {"joins": 0, "leaves": 0}
 
     def new_admin() -> AdminClient:
-        return AdminClient({"bootstrap.servers": bootstrap, "reconnect.backoff.ms": 50,
-                            "reconnect.backoff.max.ms": 500, "log_level": 2})
+        return AdminClient(
+            {
+                "bootstrap.servers": bootstrap,
+                "reconnect.backoff.ms": 50,
+                "reconnect.backoff.max.ms": 500,
+                "log_level": 2,
+            }
+        )
 
     def join(group: str) -> None:
-        settings = {"partition.assignment.strategy": GROUPS[group], "session.timeout.ms": 10000,
-                    "heartbeat.interval.ms": 1000, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500}
+        settings = {
+            "partition.assignment.strategy": GROUPS[group],
+            "session.timeout.ms": 10000,
+            "heartbeat.interval.ms": 1000,
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 500,
+        }
         counter["joins"] += 1
-        live[group].append(pool.start("ck", f"{group}-{counter['joins']}", endpoint, group, TOPIC,
-                                      settings=settings, max_runtime=600))
+        live[group].append(
+            pool.start(
+                "ck",
+                f"{group}-{counter['joins']}",
+                endpoint,
+                group,
+                TOPIC,
+                settings=settings,
+                max_runtime=600,
+            )
+        )
 
     def churn() -> None:
         while not stop_churn.wait(rng.uniform(0.7, 1.5)):
@@ -94,10 +116,26 @@ def test_sigkill_during_rebalances_loses_no_commit_and_groups_converge(tmp_path)
         acked_path = tmp_path / "committer.acked"
         acked_path.touch()
         committer = subprocess.Popen(
-            [PYTHON, str(CRASH_CLIENTS / "committer.py"), "--port", str(port), "--group", COMMITTER_GROUP,
-             "--topic", COMMIT_TOPIC, "--partitions", ",".join(map(str, range(PARTITIONS))), "--acked",
-             str(acked_path), "--depth", "4"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                PYTHON,
+                str(CRASH_CLIENTS / "committer.py"),
+                "--port",
+                str(port),
+                "--group",
+                COMMITTER_GROUP,
+                "--topic",
+                COMMIT_TOPIC,
+                "--partitions",
+                ",".join(map(str, range(PARTITIONS))),
+                "--acked",
+                str(acked_path),
+                "--depth",
+                "4",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for group in GROUPS:
             join(group)
             join(group)
@@ -129,8 +167,9 @@ def test_sigkill_during_rebalances_loses_no_commit_and_groups_converge(tmp_path)
         for group in GROUPS:
             members = [m for m in live[group] if m.alive()]
             assert members, f"no member of {group} left alive\n{pool.describe()}"
-            final[group] = wait_split(pool, members, PARTITIONS, even_sizes(PARTITIONS, len(members)),
-                                      timeout=120, stable_for=2)
+            final[group] = wait_split(
+                pool, members, PARTITIONS, even_sizes(PARTITIONS, len(members)), timeout=120, stable_for=2
+            )
         converged_s = time.monotonic() - converge_started
         generations = {g: group_generation(server.admin_url, g) for g in GROUPS}
 
@@ -142,14 +181,18 @@ def test_sigkill_during_rebalances_loses_no_commit_and_groups_converge(tmp_path)
         lost = {p: (committed.get(p), o) for p, o in last.items() if committed.get(p, -1) < o}
         assignments = sum(len(m.events("assigned")) for m in pool.all)
         revocations = sum(len(m.events(("revoked", "lost"))) for m in pool.all)
-        print(f"\ncrash during rebalances: {KILLS} SIGKILLs; {counter['joins']} member joins and "
-              f"{counter['leaves']} leaves over 2 groups (eager range, cooperative-sticky); "
-              f"{assignments} assignment and {revocations} revoke/lost callbacks seen by members; "
-              f"server generations at the end (= rebalances completed, kept across restarts): {generations}; "
-              f"groups converged {converged_s:.1f} s after the churn stopped: "
-              f"{ {g: {m: sorted(p) for m, p in s.items()} for g, s in final.items()} }")
-        print(f"  acknowledged commits checked: {acked_count}; lost at a restart: {len(losses)} restarts; "
-              f"lost at the end: {len(lost)} partitions")
+        print(
+            f"\ncrash during rebalances: {KILLS} SIGKILLs; {counter['joins']} member joins and "
+            f"{counter['leaves']} leaves over 2 groups (eager range, cooperative-sticky); "
+            f"{assignments} assignment and {revocations} revoke/lost callbacks seen by members; "
+            f"server generations at the end (= rebalances completed, kept across restarts): {generations}; "
+            f"groups converged {converged_s:.1f} s after the churn stopped: "
+            f"{ {g: {m: sorted(p) for m, p in s.items()} for g, s in final.items()} }"
+        )
+        print(
+            f"  acknowledged commits checked: {acked_count}; lost at a restart: {len(losses)} restarts; "
+            f"lost at the end: {len(lost)} partitions"
+        )
         assert not losses, f"acknowledged commits lost at restart: {losses}\n{server.stderr_tail()}"
         assert not lost, f"acknowledged commits lost: {lost}"
         for group in GROUPS:

@@ -47,9 +47,11 @@ def test_fuzz_every_request_decoder_and_the_log_reader():
     known = [f for f in report.findings if KIO_ALLOCATION_ABORT in f["error"]]
     other = [f for f in report.findings if KIO_ALLOCATION_ABORT not in f["error"]]
     print()
-    print(f"fuzz: seed {seed}, {summary['cases']} cases in {summary['seconds']} s "
-          f"({summary['cases_per_s']}/s) over {summary['apis']} APIs / {summary['api_versions']} api versions "
-          f"and the log reader")
+    print(
+        f"fuzz: seed {seed}, {summary['cases']} cases in {summary['seconds']} s "
+        f"({summary['cases_per_s']}/s) over {summary['apis']} APIs / {summary['api_versions']} api versions "
+        f"and the log reader"
+    )
     print(f"  outcomes: {summary['outcomes']}")
     print(f"  slowest case: {summary['slowest_case_ms']} ms ({summary['slowest_case']})")
     print(f"  findings: {report.finding_count} ({len(known)} kio allocation aborts, {len(other)} other)")
@@ -90,15 +92,19 @@ except RequestDecodeError:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="kio 0.6.5 native reader: Vec::with_capacity(array length) aborts the "
-                                        "process on a huge array length (reported to the lead)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="kio 0.6.5 native reader: Vec::with_capacity(array length) aborts the "
+    "process on a huge array length (reported to the lead)",
+)
 def test_kio_huge_array_length_aborts_the_process():
     """A 41-byte JoinGroup v9 request whose `protocols` compact array claims 2**32 elements must be a decode
     error (Kafka: "Tried to allocate a collection of size N, but there are only M bytes remaining"); today
     it kills the process with SIGABRT ("memory allocation of 34359738368 bytes failed"). Run in a child
     process so the abort cannot take pytest down."""
     env = dict(os.environ, RUST_BACKTRACE="0")
-    proc = subprocess.run([sys.executable, "-c", _REPRO, str(REPO)], capture_output=True, text=True, timeout=60,
-                          env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", _REPRO, str(REPO)], capture_output=True, text=True, timeout=60, env=env
+    )
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr.strip()[:300]}"
     assert proc.stdout.strip() == "decode error"

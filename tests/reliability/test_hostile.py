@@ -93,20 +93,28 @@ def closed_by_server(sock: socket.socket, timeout: float) -> bool:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("hostile")
-    server = start_server(run_dir / "server", {
-        "connections.max.idle.ms": IDLE_MS,
-        "socket.request.max.bytes": MAX_BYTES,
-        "group.max.size": GROUP_MAX,
-        "group.initial.rebalance.delay.ms": 3000,
-    })
+    server = start_server(
+        run_dir / "server",
+        {
+            "connections.max.idle.ms": IDLE_MS,
+            "socket.request.max.bytes": MAX_BYTES,
+            "group.max.size": GROUP_MAX,
+            "group.initial.rebalance.delay.ms": 3000,
+        },
+    )
     pool = Members(run_dir / "members")
     (run_dir / "members").mkdir()
     try:
         create_topic(server, LIVE_TOPIC, PARTITIONS)
-        settings = {"partition.assignment.strategy": "range", "session.timeout.ms": 10000,
-                    "heartbeat.interval.ms": 1000}
-        group = [pool.start("ck", f"live-{i}", server, LIVE_GROUP, LIVE_TOPIC, settings=settings,
-                            max_runtime=600) for i in range(2)]
+        settings = {
+            "partition.assignment.strategy": "range",
+            "session.timeout.ms": 10000,
+            "heartbeat.interval.ms": 1000,
+        }
+        group = [
+            pool.start("ck", f"live-{i}", server, LIVE_GROUP, LIVE_TOPIC, settings=settings, max_runtime=600)
+            for i in range(2)
+        ]
         wait_split(pool, group, PARTITIONS, [2, 2], timeout=60)
         placed = produce_batch(server, LIVE_TOPIC, 300, 1, run_dir, partitions=PARTITIONS)
         FIGURES["rss_before_kib"] = rss_kib(server.proc.pid)[0]
@@ -147,10 +155,16 @@ def test_5000_connections_opened_and_dropped(live):
     while (gauge := connections_gauge(server.admin_url)) > 20:
         assert time.monotonic() < deadline, f"{gauge} connections still open 60 s after the churn"
         time.sleep(0.5)
-    FIGURES["churn"] = {"connections": CHURN, "by_kind": counts, "seconds": round(churn_s, 1),
-                        "open_after": gauge}
-    print(f"\nchurn: {CHURN} connections opened and dropped in {churn_s:.1f} s ({counts}); "
-          f"ApiVersions after: {took * 1000:.0f} ms; open connections after: {gauge:.0f}")
+    FIGURES["churn"] = {
+        "connections": CHURN,
+        "by_kind": counts,
+        "seconds": round(churn_s, 1),
+        "open_after": gauge,
+    }
+    print(
+        f"\nchurn: {CHURN} connections opened and dropped in {churn_s:.1f} s ({counts}); "
+        f"ApiVersions after: {took * 1000:.0f} ms; open connections after: {gauge:.0f}"
+    )
 
 
 def test_slow_clients_do_not_block_others_and_are_closed_when_idle(live):
@@ -169,7 +183,7 @@ def test_slow_clients_do_not_block_others_and_are_closed_when_idle(live):
                 if closed_at[i] is not None:
                     continue
                 try:
-                    sock.sendall(request[sent[i] % len(request):sent[i] % len(request) + 1])
+                    sock.sendall(request[sent[i] % len(request) : sent[i] % len(request) + 1])
                     sent[i] += 1
                 except (ConnectionError, OSError):
                     closed_at[i] = time.monotonic() - started
@@ -182,14 +196,19 @@ def test_slow_clients_do_not_block_others_and_are_closed_when_idle(live):
     finally:
         for sock in slow:
             sock.close()
-    FIGURES["slow_clients"] = {"clients": SLOW, "bytes_sent": sum(sent),
-                               "closed": sum(1 for c in closed_at if c is not None),
-                               "closed_after_s": [round(c, 1) for c in closed_at if c is not None][:3],
-                               "others_max_latency_ms": round(max(latencies) * 1000)}
-    print(f"\nslow clients: {SLOW} sending 1 byte/s ({sum(sent)} bytes in all); closed by the server after "
-          f"{min(c for c in closed_at if c is not None):.1f}-{max(c for c in closed_at if c is not None):.1f} s "
-          f"(connections.max.idle.ms={IDLE_MS}); ApiVersions from others meanwhile: max "
-          f"{max(latencies) * 1000:.0f} ms over {len(latencies)} calls")
+    FIGURES["slow_clients"] = {
+        "clients": SLOW,
+        "bytes_sent": sum(sent),
+        "closed": sum(1 for c in closed_at if c is not None),
+        "closed_after_s": [round(c, 1) for c in closed_at if c is not None][:3],
+        "others_max_latency_ms": round(max(latencies) * 1000),
+    }
+    print(
+        f"\nslow clients: {SLOW} sending 1 byte/s ({sum(sent)} bytes in all); closed by the server after "
+        f"{min(c for c in closed_at if c is not None):.1f}-{max(c for c in closed_at if c is not None):.1f} s "
+        f"(connections.max.idle.ms={IDLE_MS}); ApiVersions from others meanwhile: max "
+        f"{max(latencies) * 1000:.0f} ms over {len(latencies)} calls"
+    )
     assert all(c is not None for c in closed_at), f"slow clients still connected: {closed_at}"
     assert min(closed_at) >= IDLE_MS / 1000 - 1  # not before the idle limit
     assert max(latencies) < 5.0, "a slow client held up another connection"
@@ -214,20 +233,107 @@ def test_requests_at_the_size_limit_and_one_byte_over(live):
             over.sendall(_padded_api_versions(MAX_BYTES + 1)[:64])  # the prefix is enough to be refused
             assert closed_by_server(over, 20)
         assert bystander.call(ApiVersionsRequestV0()).error_code == 0  # unaffected
+        # 32 connections each sending a frame at the limit at once: memory is what they carry, no more.
+        rss_before = rss_kib(server.proc.pid)[0]
+        many = [socket.create_connection((server.host, server.port), timeout=60) for _ in range(32)]
+        try:
+            frame = _padded_api_versions(MAX_BYTES)
+            for sock in many:
+                sock.sendall(frame)
+            for sock in many:
+                assert struct.unpack_from(">ih", recv_frame(sock)) == (5, 0)
+        finally:
+            for sock in many:
+                sock.close()
+        rss_after, hwm = rss_kib(server.proc.pid)
     finally:
         bystander.close()
-    FIGURES["size_limit"] = {"at_limit": "answered", "one_over": "closed", "bystander": "answered"}
-    print(f"\nsize limit: a {MAX_BYTES}-byte frame answered, {MAX_BYTES + 1} closed, a bystander unaffected")
+    FIGURES["size_limit"] = {
+        "at_limit": "answered",
+        "one_over": "closed",
+        "bystander": "answered",
+        "32_at_limit_rss_growth_kib": rss_after - rss_before,
+    }
+    print(
+        f"\nsize limit: a {MAX_BYTES}-byte frame answered, {MAX_BYTES + 1} closed, a bystander unaffected; "
+        f"32 frames at the limit at once: RSS {rss_before / 1024:.0f} -> {rss_after / 1024:.0f} MiB "
+        f"(peak so far {hwm / 1024:.0f} MiB)"
+    )
+
+
+def test_a_client_that_never_reads_is_held_back_and_closed_when_idle(live):
+    """30,000 pipelined requests from a client that never reads its answers: once the socket buffers and
+    queued.max.requests.per.connection are full the server stops reading and answering, memory stays flat, and
+    connections.max.idle.ms closes the connection (its writer waits on the socket: that is idleness)."""
+    server = live[0]
+    rss_before = rss_kib(server.proc.pid)[0]
+    request = encode_request(ApiVersionsRequestV0(), 1)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the answers back up soon
+    sock.settimeout(30)
+    sock.connect((server.host, server.port))
+    sock.setblocking(False)
+    sent = 0
+    started = time.monotonic()
+    try:
+        blocked_since = None
+        payload = request * 30_000
+        while sent < len(payload) and time.monotonic() - started < 60:
+            try:
+                sent += sock.send(payload[sent : sent + 65536])
+                blocked_since = None
+            except BlockingIOError:
+                blocked_since = blocked_since or time.monotonic()
+                if time.monotonic() - blocked_since > 2:
+                    break  # the buffers are full and the server stopped reading
+                time.sleep(0.05)
+        pushed_back = blocked_since is not None
+        time.sleep(2)
+        rss_held = rss_kib(server.proc.pid)[0]
+        sock.setblocking(True)
+        closed = closed_by_server(sock, IDLE_MS / 1000 + 20)
+        closed_after = time.monotonic() - started
+    finally:
+        sock.close()
+    FIGURES["never_reads"] = {
+        "requests_accepted_by_tcp": sent // len(request),
+        "pushed_back": pushed_back,
+        "rss_growth_kib": rss_held - rss_before,
+        "closed_after_s": round(closed_after, 1),
+    }
+    print(
+        f"\nclient that never reads: {sent // len(request)} requests sent (TCP pushed back: {pushed_back}); server "
+        f"RSS {rss_before / 1024:.0f} -> {rss_held / 1024:.0f} MiB; closed by the server after {closed_after:.1f} s"
+    )
+    assert closed, "the connection of a client that never reads was not closed"
+    assert rss_held - rss_before < 64 * 1024
 
 
 def test_1000_members_join_a_group_of_max_size_500(live):
     server = live[0]
     group = "rel-max-size"
-    procs = [subprocess.Popen([PYTHON, str(CLIENTS / "joiner.py"), "--port", str(server.port), "--group", group,
-                               "--members", str(JOINS // JOINERS), "--connections", "10",
-                               "--session-ms", "60000"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(JOINERS)]
+    procs = [
+        subprocess.Popen(
+            [
+                PYTHON,
+                str(CLIENTS / "joiner.py"),
+                "--port",
+                str(server.port),
+                "--group",
+                group,
+                "--members",
+                str(JOINS // JOINERS),
+                "--connections",
+                "10",
+                "--session-ms",
+                "60000",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(JOINERS)
+    ]
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=180)
@@ -242,10 +348,16 @@ def test_1000_members_join_a_group_of_max_size_500(live):
         assert r["unanswered"] == 0, r
     with WireClient(server.host, server.port) as client:
         described = client.call(DescribeGroupsRequest(groups=(group,))).groups[0]
-    FIGURES["group_max_size"] = {"joins": JOINS, "codes": codes, "described_members": len(described.members),
-                                 "generations": sorted({g for _, g in admitted})}
-    print(f"\ngroup.max.size={GROUP_MAX}: {JOINS} JoinGroups -> {codes} (0 = admitted, 81 = "
-          f"GROUP_MAX_SIZE_REACHED); DescribeGroups: {described.group_state}, {len(described.members)} members")
+    FIGURES["group_max_size"] = {
+        "joins": JOINS,
+        "codes": codes,
+        "described_members": len(described.members),
+        "generations": sorted({g for _, g in admitted}),
+    }
+    print(
+        f"\ngroup.max.size={GROUP_MAX}: {JOINS} JoinGroups -> {codes} (0 = admitted, 81 = "
+        f"GROUP_MAX_SIZE_REACHED); DescribeGroups: {described.group_state}, {len(described.members)} members"
+    )
     assert codes == {"0": GROUP_MAX, str(GROUP_MAX_SIZE_REACHED): JOINS - GROUP_MAX}, codes
     assert len({m for m, _ in admitted}) == GROUP_MAX
     assert len({g for _, g in admitted}) == 1  # all admitted in one generation
@@ -255,7 +367,7 @@ def test_1000_members_join_a_group_of_max_size_500(live):
 async def _send_frame(host: str, port: int, payload: bytes, outcomes: dict[str, int]) -> None:
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 30)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         outcomes["connect_failed"] += 1
         return
     try:
@@ -266,7 +378,7 @@ async def _send_frame(host: str, port: int, payload: bytes, outcomes: dict[str, 
             outcomes["answered"] += 1 if head else 0
         except asyncio.IncompleteReadError:
             outcomes["closed"] += 1
-        except asyncio.TimeoutError:
+        except TimeoutError:
             outcomes["no_answer_in_2s"] += 1  # parked (a join) or waiting on a long poll
     except (ConnectionError, OSError):
         outcomes["closed"] += 1
@@ -298,11 +410,18 @@ def test_mutated_frames_over_the_wire(live):
     asyncio.run(main())
     took = time.monotonic() - started
     alive = server.alive()
-    FIGURES["wire_fuzz"] = {"frames": FUZZ_FRAMES, "sent": FUZZ_FRAMES - len(killers),
-                            "held_back_kio_abort": len(killers), "outcomes": outcomes, "seed": seed}
-    print(f"\nwire fuzz: seed {seed}, {FUZZ_FRAMES - len(killers)} mutated frames sent in {took:.1f} s: {outcomes}; "
-          f"{len(killers)} held back because decoding them aborts the process (kio allocation bug, see "
-          f"test_fuzz.py)")
+    FIGURES["wire_fuzz"] = {
+        "frames": FUZZ_FRAMES,
+        "sent": FUZZ_FRAMES - len(killers),
+        "held_back_kio_abort": len(killers),
+        "outcomes": outcomes,
+        "seed": seed,
+    }
+    print(
+        f"\nwire fuzz: seed {seed}, {FUZZ_FRAMES - len(killers)} mutated frames sent in {took:.1f} s: {outcomes}; "
+        f"{len(killers)} held back because decoding them aborts the process (kio allocation bug, see "
+        f"test_fuzz.py)"
+    )
     assert alive, f"the server died under mutated frames\n{server.output()}"
     assert outcomes["connect_failed"] == 0
     api_versions_ok(server)
@@ -314,16 +433,22 @@ def test_live_group_kept_consuming_and_memory_stayed_bounded(live):
     everything = {**placed, **more}
     deadline = time.monotonic() + 90
     while not consumed_all(group, everything):
-        assert time.monotonic() < deadline, "the live group did not consume everything\n" + pool.describe(group)
+        assert time.monotonic() < deadline, "the live group did not consume everything\n" + pool.describe(
+            group
+        )
         assert all(m.alive() for m in group), pool.describe(group)
         time.sleep(0.5)
     rss, hwm = rss_kib(server.proc.pid)
     before = FIGURES["rss_before_kib"]
     rebalances = sum(len(m.events("assigned")) for m in group)
-    FIGURES.update(rss_after_kib=rss, rss_peak_kib=hwm, live_records=len(everything), live_assignments=rebalances)
-    print(f"\nlive group: {len(everything)} records produced, all consumed by {len(group)} members "
-          f"({rebalances} assignment callbacks in all); server RSS {before / 1024:.0f} MiB before, "
-          f"{rss / 1024:.0f} MiB after, peak {hwm / 1024:.0f} MiB")
+    FIGURES.update(
+        rss_after_kib=rss, rss_peak_kib=hwm, live_records=len(everything), live_assignments=rebalances
+    )
+    print(
+        f"\nlive group: {len(everything)} records produced, all consumed by {len(group)} members "
+        f"({rebalances} assignment callbacks in all); server RSS {before / 1024:.0f} MiB before, "
+        f"{rss / 1024:.0f} MiB after, peak {hwm / 1024:.0f} MiB"
+    )
     print("hostile figures: " + json.dumps(FIGURES))
     assert all(m.alive() for m in group)
     assert rss - before < 256 * 1024, f"RSS grew by {(rss - before) / 1024:.0f} MiB"

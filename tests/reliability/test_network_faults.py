@@ -27,7 +27,15 @@ import types
 
 import pytest
 from e2e_server import PYTHON, start_server
-from groups_support import GROUP_CLIENTS, Member, Members, consumed_all, create_topic, produce_batch, wait_split
+from groups_support import (
+    GROUP_CLIENTS,
+    Member,
+    Members,
+    consumed_all,
+    create_topic,
+    produce_batch,
+    wait_split,
+)
 from netfaults import Netns, netns_support
 
 pytestmark = [
@@ -38,11 +46,33 @@ pytestmark = [
 SESSION_MS = 6000
 
 
-def start_member(pool: Members, name: str, bootstrap: str, group: str, topic: str, settings: dict,
-                 netns: Netns | None = None, max_runtime: float = 300) -> Member:
+def start_member(
+    pool: Members,
+    name: str,
+    bootstrap: str,
+    group: str,
+    topic: str,
+    settings: dict,
+    netns: Netns | None = None,
+    max_runtime: float = 300,
+) -> Member:
     """A ck_member.py process (tests/e2e/groups/clients), inside `netns` if given."""
-    cmd = [PYTHON, str(GROUP_CLIENTS / "ck_member.py"), "--bootstrap", bootstrap, "--group", group, "--topic",
-           topic, "--events", "", "--name", name, "--max-runtime", str(max_runtime)]
+    cmd = [
+        PYTHON,
+        str(GROUP_CLIENTS / "ck_member.py"),
+        "--bootstrap",
+        bootstrap,
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--events",
+        "",
+        "--name",
+        name,
+        "--max-runtime",
+        str(max_runtime),
+    ]
     for key, value in settings.items():
         cmd += ["--set", f"{key}={value}"]
     if netns is not None:
@@ -54,14 +84,20 @@ def start_member(pool: Members, name: str, bootstrap: str, group: str, topic: st
 
 
 def server_on(ns: Netns, run_dir, **settings):
-    return start_server(run_dir, {"group.initial.rebalance.delay.ms": 0, **settings},
-                        extra_args=["--listen", f"{ns.host_ip}:0"])
+    return start_server(
+        run_dir,
+        {"group.initial.rebalance.delay.ms": 0, **settings},
+        extra_args=["--listen", f"{ns.host_ip}:0"],
+    )
 
 
 def test_cut_member_expires_after_its_session_and_rejoins_when_the_link_heals(tmp_path):
     group, topic, partitions = "net-cut", "net-cut-topic", 6
-    settings = {"partition.assignment.strategy": "range", "session.timeout.ms": SESSION_MS,
-                "heartbeat.interval.ms": 1000}
+    settings = {
+        "partition.assignment.strategy": "range",
+        "session.timeout.ms": SESSION_MS,
+        "heartbeat.interval.ms": 1000,
+    }
     with Netns() as ns:
         server = server_on(ns, tmp_path / "server")
         pool = Members(tmp_path)
@@ -69,8 +105,9 @@ def test_cut_member_expires_after_its_session_and_rejoins_when_the_link_heals(tm
         try:
             create_topic(server, topic, partitions)
             cut_member = start_member(pool, "cut", server.bootstrap, group, topic, settings, netns=ns)
-            host_members = [start_member(pool, f"host-{i}", server.bootstrap, group, topic, settings)
-                            for i in range(2)]
+            host_members = [
+                start_member(pool, f"host-{i}", server.bootstrap, group, topic, settings) for i in range(2)
+            ]
             everyone = [cut_member, *host_members]
             wait_split(pool, everyone, partitions, [2, 2, 2], timeout=60)
             placed = produce_batch(server, topic, 120, 11, tmp_path, partitions=partitions)
@@ -83,8 +120,9 @@ def test_cut_member_expires_after_its_session_and_rejoins_when_the_link_heals(tm
             # The records produced during the cut are consumed by the two members still reachable.
             deadline = time.monotonic() + 60
             while not consumed_all(host_members, during):
-                assert time.monotonic() < deadline, "host members did not consume during the cut\n" + \
-                    pool.describe()
+                assert time.monotonic() < deadline, (
+                    "host members did not consume during the cut\n" + pool.describe()
+                )
                 time.sleep(0.3)
 
             ns.heal()
@@ -95,13 +133,17 @@ def test_cut_member_expires_after_its_session_and_rejoins_when_the_link_heals(tm
             everything = {**placed, **during, **after}
             deadline = time.monotonic() + 60
             while not consumed_all(everyone, everything):
-                assert time.monotonic() < deadline, "not everything consumed after the heal\n" + pool.describe()
+                assert time.monotonic() < deadline, (
+                    "not everything consumed after the heal\n" + pool.describe()
+                )
                 time.sleep(0.3)
             assigned = sum(len(m.events("assigned")) for m in everyone)
-            print(f"\nnetwork cut (veth {ns.host_dev} down for {healed_at - cut_at:.1f} s): partitions moved to "
-                  f"the host members {moved_after:.1f} s after the cut (session.timeout.ms={SESSION_MS}); the cut "
-                  f"member rejoined and the split was 2/2/2 again {rejoined_after:.1f} s after the heal; "
-                  f"{len(everything)} records, all consumed; {assigned} assignment callbacks in all")
+            print(
+                f"\nnetwork cut (veth {ns.host_dev} down for {healed_at - cut_at:.1f} s): partitions moved to "
+                f"the host members {moved_after:.1f} s after the cut (session.timeout.ms={SESSION_MS}); the cut "
+                f"member rejoined and the split was 2/2/2 again {rejoined_after:.1f} s after the heal; "
+                f"{len(everything)} records, all consumed; {assigned} assignment callbacks in all"
+            )
             assert moved_after <= SESSION_MS / 1000 + 10, f"took {moved_after:.1f} s"
             assert all(m.alive() for m in everyone), pool.describe()
             assert server.alive()
@@ -112,8 +154,11 @@ def test_cut_member_expires_after_its_session_and_rejoins_when_the_link_heals(tm
 
 def test_group_of_5_converges_and_consumes_everything_over_200ms_rtt_and_5pct_loss(tmp_path):
     group, topic, partitions, n = "net-lossy", "net-lossy-topic", 10, 5
-    settings = {"partition.assignment.strategy": "range", "session.timeout.ms": 20000,
-                "heartbeat.interval.ms": 2000}
+    settings = {
+        "partition.assignment.strategy": "range",
+        "session.timeout.ms": 20000,
+        "heartbeat.interval.ms": 2000,
+    }
     with Netns(link="impaired", delay_ms=100, loss=0.05) as ns:
         server = server_on(ns, tmp_path / "server", **{"group.initial.rebalance.delay.ms": 3000})
         pool = Members(tmp_path)
@@ -122,8 +167,10 @@ def test_group_of_5_converges_and_consumes_everything_over_200ms_rtt_and_5pct_lo
             create_topic(server, topic, partitions)
             placed = produce_batch(server, topic, 1000, 21, tmp_path, partitions=partitions)
             started = time.monotonic()
-            group_members = [start_member(pool, f"lossy-{i}", server.bootstrap, group, topic, settings, netns=ns)
-                             for i in range(n)]
+            group_members = [
+                start_member(pool, f"lossy-{i}", server.bootstrap, group, topic, settings, netns=ns)
+                for i in range(n)
+            ]
             wait_split(pool, group_members, partitions, [2] * n, timeout=180, stable_for=3)
             converged = time.monotonic() - started
             deadline = time.monotonic() + 180
@@ -137,10 +184,12 @@ def test_group_of_5_converges_and_consumes_everything_over_200ms_rtt_and_5pct_lo
             pool.cleanup()
             server.stop()
     counts = ns.impairer_counts or {}
-    print(f"\nimpaired link (100 ms each way, 5% loss each way, userspace netem): {n} members converged to "
-          f"2 partitions each in {converged:.1f} s and consumed all {len(placed)} records in {consumed:.1f} s; "
-          f"{assigned} assignment callbacks; packets carried {counts.get('to_ns', 0) + counts.get('to_host', 0)}, "
-          f"dropped {counts.get('dropped', 0)}")
+    print(
+        f"\nimpaired link (100 ms each way, 5% loss each way, userspace netem): {n} members converged to "
+        f"2 partitions each in {converged:.1f} s and consumed all {len(placed)} records in {consumed:.1f} s; "
+        f"{assigned} assignment callbacks; packets carried {counts.get('to_ns', 0) + counts.get('to_host', 0)}, "
+        f"dropped {counts.get('dropped', 0)}"
+    )
     assert counts.get("dropped", 0) > 0
 
 
@@ -175,16 +224,21 @@ def test_per_ip_limit_contains_a_connection_flood_from_one_address(tmp_path):
         server = server_on(ns, tmp_path / "server", **{"max.connections.per.ip": limit})
         flooder = None
         try:
-            flooder = subprocess.Popen(ns.exec_prefix + [PYTHON, "-c", _FLOOD, ns.host_ip, str(server.port),
-                                                         str(flood)],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       text=True)
+            flooder = subprocess.Popen(
+                ns.exec_prefix + [PYTHON, "-c", _FLOOD, ns.host_ip, str(server.port), str(flood)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             result = json.loads(flooder.stdout.readline())
             # While the flood holds its 20, the host (another address) produces through the same listener.
             create_topic(server, "per-ip", 2)
             placed = produce_batch(server, "per-ip", 50, 31, tmp_path, partitions=2)
-            print(f"\nper-ip limit {limit}: {flood} connections from {ns.ns_ip}: {result}; meanwhile "
-                  f"{len(placed)} records produced from the host")
+            print(
+                f"\nper-ip limit {limit}: {flood} connections from {ns.ns_ip}: {result}; meanwhile "
+                f"{len(placed)} records produced from the host"
+            )
             assert result == {"answered": limit, "closed": flood - limit}
             assert len(placed) == 50
         finally:

@@ -39,8 +39,10 @@ def main() -> None:
     args = ap.parse_args()
 
     sel = selectors.DefaultSelector()
-    per_conn = [args.members // args.connections + (1 if i < args.members % args.connections else 0)
-                for i in range(args.connections)]
+    per_conn = [
+        args.members // args.connections + (1 if i < args.members % args.connections else 0)
+        for i in range(args.connections)
+    ]
     pending: dict[socket.socket, dict] = {}
     for count in per_conn:
         sock = socket.create_connection((args.host, args.port), timeout=30)
@@ -52,7 +54,11 @@ def main() -> None:
                 rebalance_timeout=datetime.timedelta(milliseconds=args.session_ms),
                 member_id="",
                 protocol_type="consumer",
-                protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"),),
+                protocols=(
+                    JoinGroupRequestProtocol(
+                        name="range", metadata=b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+                    ),
+                ),
             )
             payload += encode_request(request, i + 1, client_id="joiner")
         sock.sendall(payload)
@@ -86,8 +92,8 @@ def main() -> None:
                 size = int.from_bytes(buf[:4], "big", signed=True)
                 if len(buf) < 4 + size:
                     break
-                _, body = decode_response(11, 3, buf[4:4 + size])
-                buf = buf[4 + size:]
+                _, body = decode_response(11, 3, buf[4 : 4 + size])
+                buf = buf[4 + size :]
                 state["left"] -= 1
                 codes[int(body.error_code)] += 1
                 if int(body.error_code) == 0:
@@ -96,8 +102,11 @@ def main() -> None:
     for sock in pending:
         sock.close()
     unanswered = sum(p["left"] for p in pending.values())
-    print(json.dumps({"codes": {str(k): v for k, v in codes.items()}, "unanswered": unanswered,
-                      "admitted": admitted}))
+    print(
+        json.dumps(
+            {"codes": {str(k): v for k, v in codes.items()}, "unanswered": unanswered, "admitted": admitted}
+        )
+    )
 
 
 if __name__ == "__main__":

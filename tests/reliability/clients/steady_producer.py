@@ -43,17 +43,31 @@ def main() -> None:
         else:
             failed[0] += 1
 
-    producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 5, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
-                         "message.timeout.ms": 120000, "log_level": 2})
+    producer = Producer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 500,
+            "message.timeout.ms": 120000,
+            "log_level": 2,
+        }
+    )
     i = 0
     started = time.monotonic()
     while not stop:
         due = int((time.monotonic() - started) * args.rate)
         while i < due and not stop:
             try:
-                producer.produce(args.topic, key=f"steady-{i}".encode(), value=b"v" * 32,
-                                 partition=i % args.partitions, on_delivery=report)
+                producer.produce(
+                    args.topic,
+                    key=f"steady-{i}".encode(),
+                    value=b"v" * 32,
+                    partition=i % args.partitions,
+                    on_delivery=report,
+                )
                 i += 1
             except BufferError:
                 break

@@ -195,12 +195,18 @@ def test_queued_max_requests_per_connection_stops_reading_until_answers_leave():
     with running(_parked_heartbeat(release), queued_max_requests_per_connection=queued) as server:
         with socket.create_connection(server.bound, timeout=WAIT_S) as sock:
             total = 40
-            sock.sendall(b"".join(encode_request(HeartbeatV0(group_id="g", generation_id=1, member_id="m"), i)
-                                  for i in range(1, total + 1)))
+            sock.sendall(
+                b"".join(
+                    encode_request(HeartbeatV0(group_id="g", generation_id=1, member_id="m"), i)
+                    for i in range(1, total + 1)
+                )
+            )
             # Started: the one the writer is waiting on, `queued` in the queue, and one decoded by the reader that
             # waits for room in the queue; then the reader stops reading.
             _wait_until(lambda: len(release) >= queued + 2)
-            time.sleep(0.2)  # more would only show up if reading went on (a wrong pass is possible, never a wrong fail)
+            time.sleep(
+                0.2
+            )  # more would only show up if reading went on (a wrong pass is possible, never a wrong fail)
             assert len(release) == queued + 2
             answered = []
             while len(answered) < total:
@@ -233,8 +239,11 @@ def test_a_peer_that_never_reads_its_answers_is_idle():
                     time.sleep(0.05)
             conn = next(iter(server.connections.values()))
             # The server answers until its socket buffer is full, then its writer waits on the socket for good.
-            _wait_until(lambda: _on_loop(server, lambda loop: not conn.awaiting_answer
-                                         and loop.time() - conn.last_active > 0.5))
+            _wait_until(
+                lambda: _on_loop(
+                    server, lambda loop: not conn.awaiting_answer and loop.time() - conn.last_active > 0.5
+                )
+            )
             assert _on_loop(server, lambda loop: server.expire_idle(loop.time() + 601.0)) == 1
             sock.setblocking(True)
             assert _closed_by_server(sock)
