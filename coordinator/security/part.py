@@ -20,7 +20,13 @@ from prometheus_client import Counter
 from .acl import Authorizer, parse_principals
 from .apis import SecurityApis
 from .enforce import Enforcer
-from .listeners import ListenerSpec, certificate_principal, parse_advertised, parse_listeners, server_ssl_context
+from .listeners import (
+    ListenerSpec,
+    certificate_principal,
+    parse_advertised,
+    parse_listeners,
+    server_ssl_context,
+)
 from .sasl import SaslApis, SecuritySession
 from .scram import MECHANISM_CODES, ScramCredential
 from .store import SecurityStore

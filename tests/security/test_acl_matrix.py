@@ -8,6 +8,8 @@ listener (principal User:ANONYMOUS), and Kafka's authorizer with allow.everyone.
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka.admin import AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 from security_clients import (
     admin,
     all_acls,
@@ -21,8 +23,6 @@ from security_clients import (
     produce,
     sasl,
 )
-from confluent_kafka import KafkaError, TopicPartition
-from confluent_kafka.admin import AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 from security_support import SecureServers, acl_server_settings
 
 pytestmark = pytest.mark.e2e

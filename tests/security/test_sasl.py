@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from security_clients import admin, binding, create_acls, produce, sasl
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (
     AclOperation,
@@ -20,11 +19,12 @@ from confluent_kafka.admin import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
-from security_support import SecureServers, acl_server_settings
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from security_clients import admin, binding, create_acls, produce, sasl
+from security_support import SecureServers, acl_server_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.wire import WireClient  # noqa: E402

@@ -11,9 +11,9 @@ import urllib.request
 from typing import Any
 
 import pytest
-from security_clients import binding, create_acls, create_topic, produce
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AclOperation, AdminClient, ResourceType
+from security_clients import binding, create_acls, create_topic, produce
 from security_support import ALICE_PRINCIPAL, USERS, Pki, SecureServers, acl_server_settings
 
 pytestmark = pytest.mark.e2e
