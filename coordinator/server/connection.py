@@ -36,6 +36,7 @@ local_address: contextvars.ContextVar[tuple[str, int]] = contextvars.ContextVar(
 
 _LEN = struct.Struct(">i")
 _CLOSE = object()
+WRITE_BATCH = 64  # answers written in one send at most
 
 
 class Connection:
@@ -76,6 +77,29 @@ class Connection:
             except (ConnectionError, OSError):
                 pass
             self.done.set()
+
+    def _next_is_ready(self) -> bool:
+        pending = self._queue._queue  # type: ignore[attr-defined]  # asyncio.Queue's deque, peeked, not taken
+        if not pending:
+            return False
+        head = pending[0]
+        return head is _CLOSE or head[1].done()
+
+    async def _write(self, out: list[bytes], unwritten: list[tuple[Any, Any, float]]) -> bool:
+        """Write the encoded answers; False if the connection is gone."""
+        try:
+            self.writer.write(out[0] if len(out) == 1 else b"".join(out))
+            out.clear()
+            await self.writer.drain()
+        except (ConnectionError, OSError, RuntimeError):  # uvloop: RuntimeError on a closed transport
+            out.clear()
+            return False
+        now = time.perf_counter()
+        observe = self.server.metrics.observe_request
+        for ctx, response, started in unwritten:
+            observe(ctx.api_key, ctx.api_version, response, now - started)
+        unwritten.clear()
+        return True
 
     def stop_reading(self) -> None:
         if self._reader_task is not None and not self._reader_task.done():
@@ -143,6 +167,11 @@ class Connection:
     async def _write_loop(self) -> None:
         table = self.server.table
         metrics = self.server.metrics
+        # Answers are written in one send while the next one in line is ready too (pipelined heartbeats and
+        # commits): one syscall per burst instead of one per answer. A ready answer never waits for one that is not.
+        out: list[bytes] = []
+        unwritten: list[tuple[Any, Any, float]] = []
+        closing = False
         while True:
             item = await self._queue.get()
             if item is _CLOSE:
@@ -161,21 +190,25 @@ class Connection:
             ctx = decoded.context
             if response is None:
                 metrics.observe_request(ctx.api_key, ctx.api_version, None, time.perf_counter() - started)
-                continue  # Produce with acks=0
-            try:
-                payload = table.encode_response(decoded.context, response)
-            except Exception:
-                log.exception("cannot encode the answer to api %d v%d", decoded.context.api_key,
-                              decoded.context.api_version)
+            else:
+                try:
+                    payload = table.encode_response(decoded.context, response)
+                except Exception:
+                    log.exception("cannot encode the answer to api %d v%d", decoded.context.api_key,
+                                  decoded.context.api_version)
+                    break
+                out.append(_LEN.pack(len(payload)) + payload)
+                unwritten.append((ctx, response, started))
+                if self.session is not None and self.session.close_after_response:
+                    closing = True  # a failed SASL exchange: closed once its answer is written, as Kafka does
+            if not closing and len(out) < WRITE_BATCH and self._next_is_ready():
+                continue
+            if out and not await self._write(out, unwritten):
                 break
-            try:
-                self.writer.write(_LEN.pack(len(payload)) + payload)
-                await self.writer.drain()
-            except (ConnectionError, OSError, RuntimeError):  # uvloop: RuntimeError on a closed transport
+            if closing:
                 break
-            metrics.observe_request(ctx.api_key, ctx.api_version, response, time.perf_counter() - started)
-            if self.session is not None and self.session.close_after_response:
-                break  # a failed SASL exchange: closed once its answer is written, as Kafka does
+        if out:
+            await self._write(out, unwritten)
         # Whatever is still queued will never be written: cancel it so nothing waits on a dead connection.
         self.stop_reading()
         while not self._queue.empty():

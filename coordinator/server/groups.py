@@ -80,6 +80,7 @@ LOAD_PROGRESS_INTERVAL_S = 2.0
 
 LAYOUT_FILE = "layout.json"
 MONITOR_INTERVAL_S = 0.25
+QUICK_LOAD_WAIT_S = 1.0
 
 
 class ShardState(enum.Enum):
@@ -254,6 +255,11 @@ class GroupCoordinator:
         if self.data_dir is not None:
             self._check_layout()
         self._load_task = asyncio.create_task(self._load())
+        # A small log loads in well under a second: wait for it before the listener opens, so a fresh server is
+        # ready when it says it is listening. A big one goes on loading while clients get LOAD_IN_PROGRESS.
+        await asyncio.wait({self._load_task}, timeout=QUICK_LOAD_WAIT_S)
+        if self._load_task.done() and self._load_task.exception() is not None:
+            raise self._load_task.exception()  # type: ignore[misc]
 
     def _check_layout(self) -> None:
         directory = os.path.join(self.data_dir or ".", "groups")

@@ -62,6 +62,7 @@ class ServerMetrics:
             buckets=COMPACTION_BUCKETS_S, registry=self.registry,
         )
         self._collectors: list[Collector] = []
+        self._children: dict[tuple[int, int, int], tuple[Any, Any]] = {}
 
     def add_collector(self, collector: Collector) -> None:
         self.registry.register(collector)
@@ -73,9 +74,13 @@ class ServerMetrics:
         self._collectors.clear()
 
     def observe_request(self, api_key: int, api_version: int, response: Any, seconds: float) -> None:
-        labels = (api_name(api_key), str(api_version), error_name(response_error(response)))
-        self.requests.labels(*labels).inc()
-        self.request_duration.labels(*labels).observe(seconds)
+        key = (api_key, api_version, response_error(response))
+        children = self._children.get(key)
+        if children is None:  # labels() costs a lock and a dict walk per call: once per label set is enough
+            labels = (api_name(api_key), str(api_version), error_name(key[2]))
+            children = self._children[key] = (self.requests.labels(*labels), self.request_duration.labels(*labels))
+        children[0].inc()
+        children[1].observe(seconds)
 
 
 @functools.cache

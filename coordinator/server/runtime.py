@@ -44,41 +44,69 @@ class Applier(Protocol):
 
 
 class AsyncioTimer:
-    """coordinator.clock.Timer: one pending operation per key; scheduling a key again replaces it."""
+    """coordinator.clock.Timer: one pending operation per key; scheduling a key again replaces it.
+
+    Rescheduling a key to a later time (a session timeout pushed back by every heartbeat) only records the new
+    deadline and operation: the armed loop timer, when it fires early, re-arms itself for the recorded deadline.
+    That saves a cancel and a new loop timer per heartbeat.
+    """
 
     def __init__(self, runtime: Applier) -> None:
         self._runtime = runtime
-        self._handles: dict[str, asyncio.TimerHandle] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # key -> [loop timer, when it fires (loop time), deadline (loop time), operation]
+        self._entries: dict[str, list[Any]] = {}
         self._deferred: dict[str, asyncio.Task[None]] = {}
 
     def schedule(self, key: str, delay_ms: int, op: Callable[[], Any]) -> None:
-        self.cancel(key)
-        loop = asyncio.get_running_loop()
-        self._handles[key] = loop.call_later(max(delay_ms, 0) / 1000, self._fire, key, op)
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(delay_ms, 0) / 1000
+        deferred = self._deferred.pop(key, None)
+        if deferred is not None:
+            deferred.cancel()
+        entry = self._entries.get(key)
+        if entry is not None:
+            if entry[1] <= deadline:
+                entry[2] = deadline
+                entry[3] = op
+                return
+            entry[0].cancel()
+        self._entries[key] = [loop.call_at(deadline, self._fire, key), deadline, deadline, op]
 
     def cancel(self, key: str) -> None:
-        handle = self._handles.pop(key, None)
-        if handle is not None:
-            handle.cancel()
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            entry[0].cancel()
         deferred = self._deferred.pop(key, None)
         if deferred is not None:
             deferred.cancel()
 
     def is_scheduled(self, key: str) -> bool:
-        return key in self._handles or key in self._deferred
+        return key in self._entries or key in self._deferred
 
     def cancel_all(self) -> None:
-        for handle in self._handles.values():
-            handle.cancel()
-        self._handles.clear()
+        for entry in self._entries.values():
+            entry[0].cancel()
+        self._entries.clear()
         for task in self._deferred.values():
             task.cancel()
         self._deferred.clear()
 
-    def _fire(self, key: str, op: Callable[[], Any]) -> None:
-        self._handles.pop(key, None)
+    def _fire(self, key: str) -> None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        loop = self._loop or asyncio.get_running_loop()
+        if entry[2] > entry[1]:  # pushed back since it was armed
+            entry[1] = entry[2]
+            entry[0] = loop.call_at(entry[2], self._fire, key)
+            return
+        del self._entries[key]
+        op = entry[3]
         if self._runtime.barriers:
-            self._deferred[key] = asyncio.get_running_loop().create_task(self._fire_later(key, op))
+            self._deferred[key] = loop.create_task(self._fire_later(key, op))
             return
         self._run(key, op)
 
@@ -121,6 +149,9 @@ class ShardRuntime:
         self.failure_error = failure_error  # COORDINATOR_NOT_AVAILABLE
         self._futures: dict[object, asyncio.Future[Any]] = {}
         self._writes: set[asyncio.Task[None]] = set()
+        # The newest write: each write waits for the one before it, so waiting for the newest waits for all
+        # (passing every write in flight to each new one made a burst of n writes cost O(n^2)).
+        self._last: asyncio.Task[None] | None = None
         self._barrier = barrier or (lambda record: False)
         self.barriers: set[asyncio.Task[None]] = set()
         self.append_failures = 0
@@ -157,23 +188,30 @@ class ShardRuntime:
         if result is None or self.aborted:
             return
         if result.records and self.log is not None:
-            if self.hung and self._writes:
+            if self.hung and self._earlier():
                 self.fast_failures += 1
-                task = asyncio.get_running_loop().create_task(self._fail(result, list(self._writes)))
+                task = asyncio.get_running_loop().create_task(self._fail(result, self._earlier()))
             else:
-                task = asyncio.get_running_loop().create_task(self._persist(result, list(self._writes)))
+                task = asyncio.get_running_loop().create_task(self._persist(result, self._earlier()))
+            self._last = task
             self._writes.add(task)
             task.add_done_callback(self._writes.discard)
             if any(self._barrier(record) for record in result.records):
                 self.barriers.add(task)
                 task.add_done_callback(self.barriers.discard)
             return
-        if self._writes:
-            task = asyncio.get_running_loop().create_task(self._after(result, list(self._writes)))
+        earlier = self._earlier()
+        if earlier:
+            task = asyncio.get_running_loop().create_task(self._after(result, earlier))
+            self._last = task
             self._writes.add(task)
             task.add_done_callback(self._writes.discard)
             return
         self._deliver(result)
+
+    def _earlier(self) -> list[asyncio.Task[None]]:
+        last = self._last
+        return [last] if last is not None and not last.done() else []
 
     def _deliver(self, result: Any) -> None:
         for record in result.records:
@@ -187,7 +225,8 @@ class ShardRuntime:
                 future.set_result(response)
 
     async def _after(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
-        await asyncio.wait(earlier)
+        if earlier:
+            await asyncio.wait(earlier)
         if not self.aborted:
             self._deliver(result)
 
