@@ -105,7 +105,8 @@ class CoordinatorCollector(Collector):
             "kafka_consumergroup_generation", "The group's generation id.", labels=group_labels)
         paused = GaugeMetricFamily(
             "kafka_consumergroup_paused_partitions",
-            "Partitions paused server-side (not implemented yet: 0).", labels=group_labels)
+            "Partitions of the group's assignments withheld because they are paused on the coordinator.",
+            labels=group_labels)
         lag_seconds = GaugeMetricFamily(
             "kafka_consumergroup_group_lag_seconds",
             "Estimated age of the oldest record not yet consumed, from the history of log-end offsets.",
@@ -141,7 +142,7 @@ class CoordinatorCollector(Collector):
                 continue
             members.add_metric([gid], group.num_members())
             generation.add_metric([gid], group.generation_id)
-            paused.add_metric([gid], 0)
+            paused.add_metric([gid], view.paused_partitions(group))
             current = str(group.state)
             for name in GROUP_STATES:
                 state.add_metric([gid, name, "classic"], 1 if name == current else 0)

@@ -47,7 +47,7 @@ class RebalanceReason(enum.Enum):
     ADMIN = "admin"
     """An administrator removed members (LeaveGroup by group instance id)."""
     PAUSE = "pause"
-    """Reserved for server-side pause state (a later issue); never emitted yet."""
+    """The group or some of its topics was paused or resumed on the coordinator (admin API or CLI)."""
     COORDINATOR = "coordinator"
     """The coordinator's own reasons: a group loaded over group.max.size, or a failed write of an assignment."""
 

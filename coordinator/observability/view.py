@@ -13,6 +13,7 @@ from typing import Any
 
 from coordinator.group.group import ClassicGroup, ClassicGroupMember
 from coordinator.group.manager import GroupMetadataManager
+from protocol.consumer import decode_assignment
 
 from .consumer import parse_assignment, parse_subscription_topics
 from .history import GroupHistory, member_json
@@ -168,13 +169,29 @@ class CoordinatorView:
             "leader": group.leader_id,
             "members": members,
             "pending_members": group.num_pending_join_members(),
-            "paused": [],
+            "paused": self.manager.pause_state(group.group_id).to_json(),
             "offsets": offsets,
             "lag": lag.lag_sum() if lag.has_lag() else None,
             "uncommitted_partitions": dict(lag.uncommitted),
             "last_rebalance": last.to_json(wall_now_ms) if last is not None else None,
             "rebalances": self.history.rebalances(group.group_id),
         }
+
+    def paused_partitions(self, group: Any) -> int:
+        """Partitions of the group's stored assignments that the coordinator withholds because they are paused."""
+        state = self.manager.pause_state(group.group_id)
+        if not state.is_paused or not group.uses_consumer_protocol():
+            return 0
+        count = 0
+        for member in group.all_members():
+            if not member.assignment:
+                continue
+            try:
+                assignment = decode_assignment(member.assignment)
+            except ValueError:
+                continue
+            count += sum(len(partitions) for topic, partitions in assignment.partitions if state.withholds(topic))
+        return count
 
     def timeline_json(self, group_id: str, limit: int | None = None,
                       wall_now_ms: int | None = None) -> list[dict[str, Any]]:

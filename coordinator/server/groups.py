@@ -40,6 +40,7 @@ from coordinator.group.manager import (
     GROUP_METADATA_KEY_PREFIX,
     GROUP_PAUSE_KEY_PREFIX,
     GROUP_SETTINGS_KEY_PREFIX,
+    NOT_PAUSED,
     GroupMetadataManager,
 )
 from coordinator.records import CoordinatorRecord
@@ -512,6 +513,10 @@ class ShardedView:
 
     def add_listener(self, listener: Any) -> None:
         self._coordinator.add_listener(listener)
+
+    def pause_state(self, group_id: str) -> Any:
+        shard = self._coordinator.shard_for(group_id)
+        return NOT_PAUSED if shard is None else shard.manager.pause_state(group_id)
 
 
 class _MergedGroups(Mapping[str, Any]):

@@ -166,3 +166,16 @@ def test_request_metric_helpers():
         {"partition_index": 0, "error_code": 0}, {"partition_index": 1, "error_code": 22}]}]}
     assert response_error(nested) == 22
     assert response_error({"topics": []}) == 0 and response_error(None) == 0
+
+
+def test_paused_partitions_count_the_assigned_partitions_the_coordinator_withholds():
+    from .group.test_pause import GROUP, pause, resume, stable_pair
+
+    ctx, history = setup()
+    stable_pair(ctx)  # foo-0/bar-0 to the leader, foo-1/bar-1 to the follower
+    pause(ctx, GROUP, ["foo"])
+    _, families = scrape(ctx, history)
+    assert samples(families, "kafka_consumergroup_paused_partitions")[(("consumergroup", GROUP),)] == 2
+    resume(ctx, GROUP, ["foo"])
+    _, families = scrape(ctx, history)
+    assert samples(families, "kafka_consumergroup_paused_partitions")[(("consumergroup", GROUP),)] == 0
