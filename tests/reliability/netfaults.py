@@ -16,6 +16,7 @@ unknown"), so delay and loss come from clients/impair.py, a userspace netem betw
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -35,6 +36,7 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
 
 
+@functools.cache
 def netns_support() -> str | None:
     """None if this process can create namespaces and veth pairs, else why not."""
     if shutil.which("ip") is None:
