@@ -2058,7 +2058,10 @@ class GroupMetadataManager:
                     f"{group.num_members()}) is over capacity "
                     f"{self.settings.group_max_size}",
                 )
-        log.info("loaded %d groups and %d offsets", len(self.groups), self.offsets.store.num_offsets())
+        offsets = self.offsets.store.num_offsets()
+        # One line per shard: only the shards that hold something are worth an info line.
+        log.log(logging.INFO if self.groups or offsets else logging.DEBUG, "loaded %d groups and %d offsets",
+                len(self.groups), offsets)
 
     @_entry
     def on_unloaded(self) -> None:
