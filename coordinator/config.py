@@ -76,6 +76,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("queued.max.requests.per.connection", 100, int,
             "Requests in flight on one connection before reading from it pauses (backpressure).",
             kafka=False, minimum=1),
+    Setting("queued.max.request.bytes", -1, int,
+            "Bytes of requests read but not yet handled, across all connections, before the server stops reading "
+            "requests until handlers finish; -1: no bound (memory is then bounded only by connections times "
+            "socket.request.max.bytes).", "bytes", minimum=-1),
     Setting("connections.max.idle.ms", 600000, int,
             "Close a connection that has had no complete request and no answer for this long and has nothing "
             "in flight (a peer trickling a partial request counts as idle); -1: never.", "ms", minimum=-1),

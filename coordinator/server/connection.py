@@ -20,6 +20,7 @@ import contextvars
 import logging
 import struct
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from protocol.api import DecodedRequest
@@ -37,6 +38,38 @@ local_address: contextvars.ContextVar[tuple[str, int]] = contextvars.ContextVar(
 _LEN = struct.Struct(">i")
 _CLOSE = object()
 WRITE_BATCH = 64  # answers written in one send at most
+
+
+class RequestMemory:
+    """`queued.max.request.bytes`: bytes of requests read but not yet handled, across all connections. A reader
+    waits for room before it reads a request's body, so when the bound is reached no connection reads more until
+    handlers finish (Kafka's memory pool in front of its socket server). -1: no bound. A request larger than the
+    bound is still read when nothing else is held, so the bound cannot deadlock a connection."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.waiting = 0
+        self._freed = asyncio.Event()
+
+    async def acquire(self, size: int) -> None:
+        if self.limit >= 0:
+            while self.used and self.used + size > self.limit:
+                self._freed.clear()
+                self.waiting += 1
+                try:
+                    await self._freed.wait()
+                finally:
+                    self.waiting -= 1
+        self.used += size
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        self._freed.set()
+
+    def releaser(self, size: int) -> Callable[[Any], None]:
+        """A done-callback for the request's handler task: its bytes are free once it has run."""
+        return lambda _task: self.release(size)
 
 
 class Connection:
@@ -124,10 +157,14 @@ class Connection:
     async def _read_loop(self) -> None:
         max_bytes = self.server.config["socket.request.max.bytes"]
         table = self.server.table
+        memory = self.server.request_memory
+        held = 0  # bytes taken from queued.max.request.bytes for a request not yet handed to its handler
         try:
             while True:
                 prefix = await self.reader.readexactly(4)
                 size = frame_length(prefix, max_bytes)
+                await memory.acquire(size)
+                held = size
                 frame = await self.reader.readexactly(size)
                 started = time.perf_counter()
                 self.last_active = self._loop.time()
@@ -135,6 +172,8 @@ class Connection:
                 if self.session is not None:
                     self._authenticate(decoded)
                 task = asyncio.create_task(self._handle(decoded))
+                task.add_done_callback(memory.releaser(size))
+                held = 0
                 await self._queue.put((decoded, task, started))
         except (asyncio.IncompleteReadError, ConnectionError):
             return  # peer went away
@@ -142,6 +181,9 @@ class Connection:
             log.info("closing connection %d from %s: %s", self.connection_id, self.peer_host, exc)
             await self._queue.put(_CLOSE)
             self.server.metrics.protocol_errors.inc()
+        finally:
+            if held:
+                memory.release(held)
 
     def _authenticate(self, decoded: DecodedRequest) -> None:
         """Give the request its principal; before SASL authentication only ApiVersions and the SASL APIs pass

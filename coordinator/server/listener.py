@@ -19,7 +19,7 @@ from coordinator.dataplane import Broker, DataPlane
 from protocol.api import ApiTable
 
 from . import admin
-from .connection import Connection, local_address
+from .connection import Connection, RequestMemory, local_address
 from .metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,7 @@ class Server:
         self.dataplane: DataPlane | None = None
         self.groups: Any = None
         self.connections_per_ip: dict[str, int] = {}  # max.connections.per.ip bookkeeping
+        self.request_memory = RequestMemory(config["queued.max.request.bytes"])
         self._idle_sweeper: asyncio.Task[None] | None = None
         # Set by coordinator.server.workers: sockets its supervisor bound, the workers' layout, and the admin
         # middleware of worker 0 that fronts the other workers.

@@ -99,6 +99,7 @@ def live(tmp_path_factory):
             "connections.max.idle.ms": IDLE_MS,
             "socket.request.max.bytes": MAX_BYTES,
             "group.max.size": GROUP_MAX,
+            "queued.max.request.bytes": 4 * MAX_BYTES,  # at most 4 requests at the size limit held at once
             # KIP-134: the first rebalance of the 1,000-join group waits this long after the latest join, so
             # the four joiner processes' bursts land in one generation even on a loaded machine.
             "group.initial.rebalance.delay.ms": 6000,

@@ -249,3 +249,43 @@ def test_a_peer_that_never_reads_its_answers_is_idle():
             assert _closed_by_server(sock)
         finally:
             sock.close()
+
+
+def _padded_heartbeat(correlation: int, frame_size: int) -> bytes:
+    """A Heartbeat v0 request whose frame is `frame_size` bytes: the decoder ignores bytes after the body."""
+    raw = encode_request(HeartbeatV0(group_id="g", generation_id=1, member_id="m"), correlation)[4:]
+    return struct.pack(">i", frame_size) + raw + b"\x00" * (frame_size - len(raw))
+
+
+def test_queued_max_request_bytes_stops_all_reading_until_handlers_finish():
+    release: list[asyncio.Event] = []
+    frame = 100_000
+    with running(_parked_heartbeat(release), queued_max_request_bytes=frame * 2 + 8) as server:
+        socks = [_connect(server) for _ in range(4)]
+        try:
+            for i, sock in enumerate(socks[:3]):
+                sock.sendall(_padded_heartbeat(i + 1, frame))
+            _wait_until(lambda: len(release) == 2 and server.request_memory.waiting == 1)
+            assert server.request_memory.used == 2 * frame  # the third waits before reading its body
+            socks[3].sendall(encode_request(ApiVersionsRequestV0(), 9))  # small, but over the bound too
+            _wait_until(lambda: server.request_memory.waiting == 2)
+            assert len(release) == 2
+            _on_loop(server, lambda loop: release[0].set())  # one handler finishes: room for the third
+            assert struct.unpack_from(">i", recv_frame(socks[0]))[0] == 1
+            _wait_until(lambda: len(release) == 3)
+            _on_loop(server, lambda loop: [e.set() for e in release])
+            for i, sock in enumerate(socks[1:3]):
+                assert struct.unpack_from(">i", recv_frame(sock))[0] == i + 2
+            assert struct.unpack_from(">i", recv_frame(socks[3]))[0] == 9
+            _wait_until(lambda: server.request_memory.used == 0)
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+def test_a_request_over_queued_max_request_bytes_is_read_when_nothing_else_is_held():
+    with running(queued_max_request_bytes=1000) as server, _connect(server) as sock:
+        head = struct.pack(">hhi", 18, 0, 3) + struct.pack(">h", 1) + b"x"
+        sock.sendall(struct.pack(">i", 5000) + head + b"\x00" * (5000 - len(head)))
+        assert struct.unpack_from(">i", recv_frame(sock))[0] == 3
+        _wait_until(lambda: server.request_memory.used == 0)
