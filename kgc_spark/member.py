@@ -54,6 +54,7 @@ class GroupMember:
         self._calls: queue.SimpleQueue[tuple[Callable[[], object], Future]] = queue.SimpleQueue()
         self.rebalances = 0
         self.last_error: KafkaError | None = None
+        self.fatal_error: KafkaError | None = None  # e.g. FENCED_INSTANCE_ID: another process took our place
         self._consumer.subscribe(self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
         self._thread = threading.Thread(target=self._run, name="kgc-spark-group-member", daemon=True)
         self._thread.start()
@@ -86,9 +87,19 @@ class GroupMember:
                 break
             msg = self._consumer.poll(self._poll_interval_s)
             if msg is not None and msg.error() is not None:
-                # Errors are informational in librdkafka (it retries by itself); keep the last for diagnostics.
-                self.last_error = msg.error()
-                log.warning("group member: %s", msg.error())
+                err = msg.error()
+                self.last_error = err
+                if err.fatal() or err.code() == KafkaError._FATAL:
+                    # The consumer is unusable (librdkafka's fatal errors): fail every later call, so the query
+                    # stops with the reason instead of planning partitions it no longer owns.
+                    log.error("group member failed: %s", err)
+                    with self._changed:
+                        self.fatal_error = err
+                        self._assignment = frozenset()
+                        self._changed.notify_all()
+                    break
+                # Other errors are informational (librdkafka retries by itself).
+                log.warning("group member: %s", err)
         self._serve_calls()  # fail whatever is still queued
 
     def _serve_calls(self) -> None:
@@ -99,7 +110,10 @@ class GroupMember:
                 return
             if not fut.set_running_or_notify_cancel():
                 continue
-            if self._closed and fn is not self._close_now:
+            if self.fatal_error is not None and fn != self._close_now:
+                fut.set_exception(KafkaException(self.fatal_error))
+                continue
+            if self._closed and fn != self._close_now:
                 fut.set_exception(RuntimeError("the group member is closed"))
                 continue
             try:
@@ -111,6 +125,10 @@ class GroupMember:
         """Run fn on the polling thread (the consumer's only user) and wait for its result."""
         if threading.current_thread() is self._thread:
             return fn()
+        if self.fatal_error is not None:
+            raise KafkaException(self.fatal_error)
+        if not self._thread.is_alive():
+            raise RuntimeError("the group member is closed")
         fut: Future = Future()
         self._calls.put((fn, fut))
         return fut.result(timeout=timeout_s + 10.0 * self._poll_interval_s + 5.0)
@@ -129,7 +147,10 @@ class GroupMember:
     def wait_for_assignment(self, timeout_s: float) -> frozenset[TP]:
         """The current assignment, once the first rebalance finished (or whatever it is after timeout_s)."""
         with self._changed:
-            self._changed.wait_for(lambda: self._assigned_once and bool(self._assignment), timeout=timeout_s)
+            self._changed.wait_for(
+                lambda: (self._assigned_once and bool(self._assignment)) or self.fatal_error is not None,
+                timeout=timeout_s,
+            )
             return self._assignment
 
     def high_watermarks(self, partitions: Iterable[TP], timeout_s: float) -> dict[TP, int]:
@@ -184,8 +205,11 @@ class GroupMember:
         """Leave the group (a static member only closes: the coordinator keeps its place until session timeout)."""
         if self._closed:
             return
-        self._call(self._close_now, timeout_s)
-        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self._call(self._close_now, timeout_s)
+            self._thread.join(timeout_s)
+        else:
+            self._close_now()
 
     def _close_now(self) -> None:
         self._closed = True

@@ -235,10 +235,14 @@ class KgcStreamReader(DataSourceStreamReader):
         return positions
 
     def _assignment(self) -> frozenset[TP]:
-        if not self.member.assigned_once:
+        member = self.member
+        if not member.assigned_once:
             # Spark asks for the latest offset before the initial one: wait for the first assignment in both.
-            return self.member.wait_for_assignment(self.opts.assignment_timeout_s)
-        return self.member.assignment()
+            member.wait_for_assignment(self.opts.assignment_timeout_s)
+        if member.fatal_error is not None:
+            # Typically FENCED_INSTANCE_ID: a newer query with this query's name holds its place in the group.
+            raise KafkaException(member.fatal_error)
+        return member.assignment()
 
     def initialOffset(self) -> dict:
         start = self._starting_positions(self._assignment())

@@ -37,7 +37,7 @@ def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def _kgc_query(spark, bootstrap, topic, group, query_name, collector, checkpoint=None):
+def _kgc_query(spark, bootstrap, topic, group, query_name, collector, checkpoint=None, spark_name=None):
     df = (
         spark.readStream.format(FORMAT)
         .option("kafka.bootstrap.servers", bootstrap)
@@ -48,7 +48,7 @@ def _kgc_query(spark, bootstrap, topic, group, query_name, collector, checkpoint
     )
     writer = (
         df.selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
-        .writeStream.queryName(query_name)
+        .writeStream.queryName(spark_name or query_name)
         .foreachBatch(collector)
         .trigger(processingTime="500 milliseconds")
     )
@@ -206,3 +206,39 @@ def test_pausing_the_group_stops_the_reading(spark, server):
         assert len(rows.snapshot()) == len(sent1 | sent2)
     finally:
         stop_all(query)
+
+
+def test_a_second_query_with_the_same_name_fences_the_first(spark, server):
+    # KIP-345: one group.instance.id, one live member. The newer driver takes the place; the older one's consumer
+    # gets FENCED_INSTANCE_ID (fatal in librdkafka) and its query stops with that error instead of reading on.
+    topic, group, name = _name("kgc-fence"), _name("kgc-fence-group"), _name("fence")
+    create_topic(server.bootstrap, topic, PARTITIONS)
+    old_rows, new_rows = Collector(), Collector()
+    old = new = None
+    try:
+        sent1 = produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "old")
+        old = _kgc_query(spark, server.bootstrap, topic, group, name, old_rows)
+        wait_until(lambda: len(old_rows.snapshot()) >= len(sent1), "the first query to read its records")
+        wait_until(lambda: _all_committed(server.bootstrap, group, topic, PARTITIONS), "the first query's commits")
+        status, before = admin_get(server.admin_url, f"/v1/groups/{group}")
+        [old_member] = before["members"]
+
+        # (Spark refuses two active queries of one name in a session: the same source queryName, another
+        # Spark query name, as two Spark applications would run it.)
+        new = _kgc_query(spark, server.bootstrap, topic, group, name, new_rows, spark_name=name + "-new")
+        wait_until(lambda: not old.isActive, "the fenced query to stop")
+        error = old.exception()
+        message = str(error)
+        assert "latestOffset" in message and "fenced by other consumer" in message, message[-3000:]
+
+        sent2 = produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "new")
+        # The new query starts from the group's committed offsets: only the new records, each once.
+        wait_until(lambda: len(new_rows.snapshot()) >= len(sent2), "the new query to read the new records")
+        assert set(_values(new_rows.snapshot())) == sent2 and len(new_rows.snapshot()) == len(sent2)
+        status, after = admin_get(server.admin_url, f"/v1/groups/{group}")
+        [new_member] = after["members"]
+        assert new_member["group_instance_id"] == instance_id_for(name)
+        assert new_member["member_id"] != old_member["member_id"]
+        assert new.isActive and new.exception() is None
+    finally:
+        stop_all(old, new)
