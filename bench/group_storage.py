@@ -4,7 +4,7 @@ holds.
 
 
 1. Writes a group log of --groups x --partitions committed offsets (default 10,000 x 100 = 1,000,000) straight
-   into DATA_DIR/groups/shard-0 with storage.Log and coordinator.records.new_offset_commit_record (one topic
+   into DATA_DIR/groups/shard-N (each group in its shard) with storage.Log and coordinator.records.new_offset_commit_record (one topic
    per group, partitions 0..N-1; batches of 10,000 entries, one fsync each).
 2. Starts the server on that data dir (--runs times, default 3; a fresh process each time, the log in the page
    cache) and measures
@@ -40,6 +40,7 @@ import struct
 import sys
 import tempfile
 import time
+from typing import Any
 import tracemalloc
 import urllib.error
 import urllib.request
@@ -55,6 +56,7 @@ from coordinator.clock import ManualClock, ManualTimer  # noqa: E402
 from coordinator.config import Config  # noqa: E402
 from coordinator.group.manager import GroupMetadataManager  # noqa: E402
 from coordinator.records import CoordinatorRecord, decode_record, new_offset_commit_record  # noqa: E402
+from coordinator.sharding import shard_of  # noqa: E402
 from storage import Log  # noqa: E402
 
 GOAL_SECONDS = 5.0
@@ -66,16 +68,24 @@ _LOADED = re.compile(r"group coordinator loaded in ([0-9.]+)s")
 
 
 def write_log(data_dir: Path, groups: int, partitions: int) -> tuple[int, float, int]:
-    directory = data_dir / "groups" / "shard-0"
-    directory.mkdir(parents=True, exist_ok=True)
+    """Each group's records go to its shard's log (coordinator.sharding, the default 50 shards), as the server
+    writes them."""
+    shards = Config()["offsets.topic.num.partitions"]
     started = time.perf_counter()
     now = int(time.time() * 1000)
     count = 0
-    with Log.open(str(directory), linger_ms=0) as log:
-        futures = []
-        batch: list[tuple[bytes, bytes | None]] = []
+    logs: dict[int, Log] = {}
+    batches: dict[int, list[tuple[bytes, bytes | None]]] = {}
+    futures = []
+    try:
         for g in range(groups):
             group, topic = f"consumer-group-{g:05d}", f"topic-{g % 50:02d}"
+            shard = shard_of(group, shards)
+            if shard not in logs:
+                directory = data_dir / "groups" / f"shard-{shard}"
+                directory.mkdir(parents=True, exist_ok=True)
+                logs[shard] = Log.open(str(directory), linger_ms=0)
+            batch = batches.setdefault(shard, [])
             for p in range(partitions):
                 record = new_offset_commit_record(
                     group, topic, p, 1_000_000 + g * 1000 + p, commit_timestamp_ms=now + count // 1000
@@ -83,13 +93,17 @@ def write_log(data_dir: Path, groups: int, partitions: int) -> tuple[int, float,
                 batch.append((record.key, record.value))
                 count += 1
             if len(batch) >= 10_000:
-                futures.append(log.append(batch))
-                batch = []
-        if batch:
-            futures.append(log.append(batch))
+                futures.append(logs[shard].append(batch))
+                batches[shard] = []
+        for shard, batch in batches.items():
+            if batch:
+                futures.append(logs[shard].append(batch))
         for f in futures:
             f.result()
-    size = sum(p.stat().st_size for p in directory.glob("*.log"))
+    finally:
+        for log in logs.values():
+            log.close()
+    size = sum(p.stat().st_size for p in (data_dir / "groups").glob("shard-*/*.log"))
     return count, time.perf_counter() - started, size
 
 
@@ -230,21 +244,35 @@ def new_manager() -> GroupMetadataManager:
 
 
 def replay_into(manager: GroupMetadataManager, log: Log) -> int:
-    """What GroupCoordinator._replay_all does."""
-    replay = manager.replay
+    """What the server's Shard._replay_all does."""
+    replay = manager.replay_entry
     n = 0
-    for entry in log.replay():
-        replay(CoordinatorRecord(entry.key, entry.value))
+    for _seq, key, value, _timestamp_ms in log.replay():
+        replay(key, value)
         n += 1
     return n
 
 
+class _AllShards:
+    """Every shard's log, replayed one after the other (as the server loads them)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.logs = [Log.open(str(d)) for d in sorted((data_dir / "groups").glob("shard-*"))]
+
+    def replay(self) -> Any:
+        for log in self.logs:
+            yield from log.replay()
+
+    def close(self) -> None:
+        for log in self.logs:
+            log.close()
+
+
 def profile(data_dir: Path, groups: int, partitions: int) -> None:
-    directory = str(data_dir / "groups" / "shard-0")
-    print("\n== Profile of the replay path (in this process, same log) ==")
+    print("\n== Profile of the replay path (in this process, same logs) ==")
 
     t = time.perf_counter()
-    log = Log.open(directory)
+    log = _AllShards(data_dir)
     t_open = time.perf_counter() - t
     t = time.perf_counter()
     n = sum(1 for _ in log.replay())

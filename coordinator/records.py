@@ -691,6 +691,25 @@ def _decode_value(key: RecordKey, data: bytes) -> RecordValue:
     return value
 
 
+def simple_offset_commit(key: bytes, value: bytes) -> tuple[str, str, int, int, int, int] | None:
+    """(group, topic, partition, offset, leader epoch, commit timestamp) of an OffsetCommit record whose value is
+    v3 without metadata (what this coordinator writes for a client that sends none: nearly every record of a
+    big log), read without building key and value objects; None for any other record (use decode_record).
+    Loading a log calls this once per entry."""
+    if len(value) != 24:
+        return None
+    version, offset, leader_epoch, metadata_length, commit_timestamp_ms = _VALUE_V3_NO_METADATA.unpack_from(value)
+    if version != 3 or metadata_length != 0:
+        return None
+    prefix, end, group, topic = _last_key_prefix
+    if len(key) == end + 4 and key.startswith(prefix):
+        return group, topic, _I32.unpack_from(key, end)[0], offset, leader_epoch, commit_timestamp_ms
+    decoded = _fast_offset_commit_key(key)
+    if decoded is None:
+        return None
+    return decoded.group, decoded.topic, decoded.partition, offset, leader_epoch, commit_timestamp_ms
+
+
 def decode_record(record: CoordinatorRecord) -> tuple[RecordKey, RecordValue | None]:
     """decode_key and decode_value of a record. Loading a log calls this once per entry, so the fast paths
     are taken here directly, the most common case of _fast_offset_commit_key (a key that continues the run of

@@ -108,6 +108,7 @@ from coordinator.records import (
     new_group_metadata_tombstone,
     new_group_pause_record,
     new_group_settings_record,
+    simple_offset_commit,
 )
 from protocol.build import build, ms
 from protocol.consumer import filter_assignment
@@ -1979,6 +1980,19 @@ class GroupMetadataManager:
     # ========================================================================================================
     # Loading: replay, on_loaded, on_unloaded
     # ========================================================================================================
+
+    def replay_entry(self, key: bytes, value: bytes | None) -> None:
+        """`replay(CoordinatorRecord(key, value))`, with a shortcut for the record a big log is made of: an
+        offset commit without metadata is stored from its fields, without building key and value objects
+        (loading a log of 1,000,000 offsets calls this once per entry)."""
+        if value is not None:
+            fields = simple_offset_commit(key, value)
+            if fields is not None:
+                if fields[0] not in self.groups:
+                    self._create_group(fields[0])
+                self.offsets.store.replay_simple(*fields)
+                return
+        self.replay(CoordinatorRecord(key, value))
 
     def replay(self, record: CoordinatorRecord) -> None:
         """Apply a durable record (see the module doc): offsets always; a GroupMetadata record only if this

@@ -180,6 +180,28 @@ class OffsetStore:
             return
         self._delete(key)
 
+    def replay_simple(self, group: str, topic: str, partition: int, offset: int, leader_epoch: int,
+                      commit_timestamp_ms: int) -> None:
+        """`replay_commit` of a commit without metadata, from its fields (records.simple_offset_commit)."""
+        if self._pending:
+            self.remove_pending(group, topic, partition)
+        last = self._last
+        if last is not None and last[0] is group and last[1] is topic:
+            partitions = last[2]
+        else:
+            topics = self._offsets.get(group)
+            if topics is None:
+                topics = self._offsets[group] = {}
+            found = topics.get(topic)
+            if found is None:
+                found = topics[topic] = {}
+            partitions = found
+            self._last = (group, topic, partitions)
+        if 0 <= offset < _LIMIT_63 and 0 <= commit_timestamp_ms < _LIMIT_63 and -1 <= leader_epoch < _LIMIT_63:
+            partitions[partition] = ((leader_epoch + 1) << 128) | (commit_timestamp_ms << 64) | offset
+        else:
+            partitions[partition] = OffsetAndMetadata(offset, leader_epoch, "", commit_timestamp_ms, -1)
+
     def replay_commit(self, key: OffsetCommitKey, value: OffsetCommitValue) -> None:
         """Replay a durable commit that may have been pending: `remove_pending`, then `replay`, in one call
         (loading a log makes this call once per offset)."""

@@ -151,9 +151,9 @@ class Shard:
                          entries / (now - started))
 
         count = 0
-        replay = self.manager.replay
-        for entry in the_log.replay(progress=progress):
-            replay(CoordinatorRecord(entry.key, entry.value))
+        replay = self.manager.replay_entry
+        for _seq, key, value, _timestamp_ms in the_log.replay(progress=progress):
+            replay(key, value)
             count += 1
         return count
 
