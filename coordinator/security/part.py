@@ -43,7 +43,7 @@ class Security:
         self.authorizer_enabled = bool(str(config["authorizer.class.name"]).strip())
         self.authorizer = Authorizer(parse_principals(config["super.users"]),
                                      config["allow.everyone.if.no.acl.found"])
-        self.store = SecurityStore(self.authorizer, data_dir)
+        self.store = SecurityStore(self.authorizer, data_dir, config["offsets.commit.timeout.ms"])
         self.dataplane = dataplane
         self.ssl_context: ssl.SSLContext | None = None
         if any(spec.tls for spec in self.listeners):

@@ -42,8 +42,9 @@ def scram_key(mechanism: str, user: str) -> bytes:
 
 
 class SecurityStore:
-    def __init__(self, authorizer: Authorizer, data_dir: str | None) -> None:
+    def __init__(self, authorizer: Authorizer, data_dir: str | None, timeout_ms: int = 5000) -> None:
         self.authorizer = authorizer
+        self.timeout_s = timeout_ms / 1000  # the time budget of one write (offsets.commit.timeout.ms)
         self.directory = os.path.join(data_dir, "security") if data_dir else None
         self.credentials: dict[tuple[str, str], ScramCredential] = {}  # (user, mechanism) -> credential
         self.log: Log | None = None
@@ -92,7 +93,9 @@ class SecurityStore:
         if not batch:
             return
         if self.log is not None:
-            await asyncio.wrap_future(self.log.append(batch))
+            # Under a time budget, like every wait on a log: a hung disk fails the request (its handler answers
+            # an error), it does not hold it forever.
+            await asyncio.wait_for(asyncio.wrap_future(self.log.append(batch)), self.timeout_s)
         for key, value in batch:
             self.replay(key, value)
 
