@@ -4,18 +4,18 @@
         per-key, per-minute count and sum, with a 1-minute watermark on the record timestamp -->
     foreachBatch: confluent-kafka producer --> aggregates topic (key "<key>|<window start>", JSON value)
 
-The query is checkpointed (`--checkpoint`), so a restart under the same name resumes where it stopped and keeps
-its place in the group (its group.instance.id comes from `--query-name`). Every completed micro-batch's end
-offsets are committed to the group, so `kafka-group-coordinator groups describe <group>`, /metrics and any lag
-tool show how far behind the pipeline is.
+The query is checkpointed (`--checkpoint`), so a restart under the same name resumes where it stopped and
+keeps its place in the group (its group.instance.id comes from `--query-name`). Every completed micro-batch's
+end offsets are committed to the group, so `kafka-group-coordinator groups describe <group>`, /metrics and any
+lag tool show how far behind the pipeline is.
 
     make serve                                                  # one shell
     .venv/bin/python examples/pipeline.py --bootstrap 127.0.0.1:9092 --demo-events 500   # another
     make example                                                # the same
 
 Input values are JSON objects with an optional numeric "amount" ({"amount": 12.5}); anything else counts with
-amount 0. Output values: {"key", "window_start", "window_end", "count", "amount"} (update mode: a window's row is
-re-sent, with the same Kafka key, each time a batch changes it; the last one per key is the current total).
+amount 0. Output values: {"key", "window_start", "window_end", "count", "amount"} (update mode: a window's row
+is re-sent, with the same Kafka key, each time a batch changes it; the last one per key is the current total).
 """
 
 from __future__ import annotations
@@ -93,7 +93,9 @@ def aggregate(events, watermark: str = "1 minute", window: str = "1 minute"):
     return (
         parsed.withWatermark("timestamp", watermark)
         .groupBy(F.window("timestamp", window), F.col("key"))
-        .agg(F.count(F.lit(1)).alias("count"), F.sum(F.coalesce(F.col("v.amount"), F.lit(0.0))).alias("amount"))
+        .agg(
+            F.count(F.lit(1)).alias("count"), F.sum(F.coalesce(F.col("v.amount"), F.lit(0.0))).alias("amount")
+        )
         .select(
             "key",
             F.col("window.start").alias("window_start"),
@@ -170,11 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sink", default=DEFAULTS["sink"], help="output topic (created if missing)")
     parser.add_argument("--partitions", type=int, default=3, help="partitions of topics this creates")
     parser.add_argument("--group", default=DEFAULTS["group"], help="the consumer group the pipeline joins")
-    parser.add_argument("--query-name", default=DEFAULTS["query_name"], help="-> group.instance.id kgc-spark-NAME")
+    parser.add_argument(
+        "--query-name", default=DEFAULTS["query_name"], help="-> group.instance.id kgc-spark-NAME"
+    )
     parser.add_argument("--checkpoint", default=DEFAULTS["checkpoint"])
     parser.add_argument("--trigger", default="2 seconds")
     parser.add_argument("--demo-events", type=int, default=0, help="produce this many sample events first")
-    parser.add_argument("--run-for", type=float, default=0.0, help="stop after this many seconds (0: run until ^C)")
+    parser.add_argument(
+        "--run-for", type=float, default=0.0, help="stop after this many seconds (0: run until ^C)"
+    )
     args = parser.parse_args(argv)
 
     ensure_topics(args.bootstrap, {args.source: args.partitions, args.sink: args.partitions})
@@ -193,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         trigger=args.trigger,
         echo=lambda line: print(line, flush=True),
     )
-    print(f"pipeline {args.query_name}: {args.source} -> {args.sink}, group {args.group}; ^C stops", flush=True)
+    print(
+        f"pipeline {args.query_name}: {args.source} -> {args.sink}, group {args.group}; ^C stops", flush=True
+    )
     try:
         if args.run_for > 0:
             query.awaitTermination(args.run_for)

@@ -39,7 +39,9 @@ T = TypeVar("T")
 class GroupMember:
     """A confluent-kafka Consumer in the group, with its assignment kept current by a polling thread."""
 
-    def __init__(self, config: Mapping[str, object], topics: Iterable[str], poll_interval_s: float = 0.05) -> None:
+    def __init__(
+        self, config: Mapping[str, object], topics: Iterable[str], poll_interval_s: float = 0.05
+    ) -> None:
         conf = dict(config)
         conf.setdefault("enable.auto.commit", False)
         conf.setdefault("enable.auto.offset.store", False)
@@ -90,8 +92,8 @@ class GroupMember:
                 err = msg.error()
                 self.last_error = err
                 if err.fatal() or err.code() == KafkaError._FATAL:
-                    # The consumer is unusable (librdkafka's fatal errors): fail every later call, so the query
-                    # stops with the reason instead of planning partitions it no longer owns.
+                    # The consumer is unusable (librdkafka's fatal errors): fail every later call, so the
+                    # query stops with the reason instead of planning partitions it no longer owns.
                     log.error("group member failed: %s", err)
                     with self._changed:
                         self.fatal_error = err
@@ -133,7 +135,7 @@ class GroupMember:
         self._calls.put((fn, fut))
         return fut.result(timeout=timeout_s + 10.0 * self._poll_interval_s + 5.0)
 
-    # -- what the stream reader asks --------------------------------------------------------------------------
+    # -- what the stream reader asks -------------------------------------------------------------------------
 
     @property
     def assigned_once(self) -> bool:
@@ -174,18 +176,23 @@ class GroupMember:
         return self._call(query, timeout_s * max(1, len(tps)))
 
     def committed(self, partitions: Iterable[TP], timeout_s: float) -> dict[TP, int]:
-        """The group's committed offsets (OffsetFetch) for these partitions; partitions without one are left out."""
+        """The group's committed offsets (OffsetFetch) of these partitions (those that have one)."""
         tps = [TopicPartition(t, p) for t, p in partitions]
         if not tps:
             return {}
         result = self._call(lambda: self._consumer.committed(tps, timeout=timeout_s), timeout_s)
-        return {(tp.topic, tp.partition): tp.offset for tp in result if tp.error is None and tp.offset != OFFSET_INVALID and tp.offset >= 0}
+        return {
+            (tp.topic, tp.partition): tp.offset
+            for tp in result
+            if tp.error is None and tp.offset != OFFSET_INVALID and tp.offset >= 0
+        }
 
     def commit(self, offsets: Mapping[TP, int]) -> dict[TP, int]:
         """Commit these offsets for the partitions this member owns now; return what was committed.
 
         Offsets of partitions that moved to another member are not committed: their new owner's progress is
-        the group's progress, and this member's late commit would move it backwards or forwards under its feet.
+        the group's progress, and this member's late commit would move it backwards or forwards under
+        its feet.
         A commit refused because a rebalance is under way is dropped, not raised: the next batch's commit
         carries the same or later offsets.
         """
@@ -202,7 +209,7 @@ class GroupMember:
         return mine
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Leave the group (a static member only closes: the coordinator keeps its place until session timeout)."""
+        """Leave the group (a static member only closes: it stays in the group until its session expires)."""
         if self._closed:
             return
         if self._thread.is_alive():

@@ -1,42 +1,43 @@
-"""`kgc`: a PySpark streaming source whose driver is a consumer-group member and whose progress is the group's.
+"""format("kgc"): a PySpark streaming source whose driver is a group member and whose progress is the group's.
 
     spark.dataSource.register(KgcDataSource)
     df = (spark.readStream.format("kgc")
           .option("kafka.bootstrap.servers", "127.0.0.1:9092")
           .option("subscribe", "orders,refunds")
           .option("kafka.group.id", "billing")
-          .option("queryName", "billing-v1")        # -> group.instance.id kgc-spark-billing-v1 (static member)
+          .option("queryName", "billing-v1")    # -> group.instance.id kgc-spark-billing-v1
           .load())
 
 Rows: topic string, partition int, offset long, timestamp timestamp, key binary, value binary.
 
 How a micro-batch is made (pyspark.sql.datasource.DataSourceStreamReader, Spark 4.0+):
 
-- The driver's reader holds a GroupMember (kgc_spark.member): a confluent-kafka consumer subscribed to the topics
-  with the group's id (and, given `queryName`, a group.instance.id derived from it, so a restarted query takes its
-  old place without a rebalance). Its assignment is what this query reads; another query or any other consumer
-  with the same group id gets the rest.
+- The driver's reader holds a GroupMember (kgc_spark.member): a confluent-kafka consumer subscribed to the
+  topics with the group's id (and, given `queryName`, a group.instance.id derived from it, so a restarted
+  query takes its old place without a rebalance). Its assignment is what this query reads; another query or
+  any other consumer with the same group id gets the rest.
 - initialOffset: for each assigned partition, the group's committed offset, else `startingOffsets`
   (earliest | latest, default earliest).
-- latestOffset: the log-end offsets (ListOffsets) of the partitions assigned now. While a rebalance is under way
-  (nothing assigned) it answers the previous value, so Spark plans no batch from a half-made assignment.
+- latestOffset: the log-end offsets (ListOffsets) of the partitions assigned now. While a rebalance is under
+  way (nothing assigned) it answers the previous value, so Spark plans no batch from a half-made assignment.
   Spark asks for it only once the previous batch is complete, so it first commits that batch's end offsets.
-- partitions(start, end): one InputPartition per assigned partition with data in [start, end). A partition no
-  longer assigned is left out (its new owner reads it, from the group's committed offset); a partition new to
-  this member starts at the group's committed offset, or `startingOffsets`.
+- partitions(start, end): one InputPartition per assigned partition with data in [start, end). A partition
+  no longer assigned is left out (its new owner reads it, from the group's committed offset); a partition new
+  to this member starts at the group's committed offset, or `startingOffsets`.
 - read (on the executors): a plain confluent-kafka consumer, assign()ed to one partition at `start`, no
   subscribe and no commits, returns exactly the records with start <= offset < end, as Arrow record batches.
-- Commits: each completed batch's end offsets go to the group (OffsetCommit, with this member's generation) for
-  the partitions the driver still owns, so lag tools and the coordinator's metrics show the query's real
-  progress. Spark's own commit(end) for batch N arrives only after it planned batch N+1, and never for the last
-  batch before the data stops; so latestOffset, which Spark calls only after the previous batch completed,
-  commits that batch first, and commit(end) commits whatever is still behind.
+- Commits: each completed batch's end offsets go to the group (OffsetCommit, with this member's generation)
+  for the partitions the driver still owns, so lag tools and the coordinator's metrics show the query's real
+  progress. Spark's own commit(end) for batch N arrives only after it planned batch N+1, and never for the
+  last batch before the data stops; so latestOffset, which Spark calls only after the previous batch
+  completed, commits that batch first, and commit(end) commits whatever is still behind.
+- A driver fenced by a newer one with the same group.instance.id (FENCED_INSTANCE_ID) fails its query.
 
 Offsets are JSON {topic: {partition: offset}} (partition as a string key: JSON has no integer keys).
 
 Spark constructs the reader twice (the planner process and the read-function planner) and pickles it to the
-executors, so the consumer is created on first use and is never pickled. Spark does not call stop() when a query
-stops; the driver process ends and a static member keeps its place until its session times out.
+executors, so the consumer is created on first use and is never pickled. Spark does not call stop() when a
+query stops; the driver process ends and a static member keeps its place until its session times out.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ LOG_FILE_ENV = "KGC_SPARK_LOG_FILE"
 
 
 def _log_to_file_if_asked() -> None:
-    """KGC_SPARK_LOG_FILE=PATH: the planner and reader processes Spark starts log kgc_spark's decisions there."""
+    """KGC_SPARK_LOG_FILE=PATH: the Python processes Spark starts log kgc_spark's decisions there."""
     path = os.environ.get(LOG_FILE_ENV)
     root = logging.getLogger("kgc_spark")
     if not path or any(getattr(h, "_kgc_spark", False) for h in root.handlers):
@@ -71,6 +72,7 @@ def _log_to_file_if_asked() -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"))
     root.addHandler(handler)
     root.setLevel(logging.INFO)
+
 
 FORMAT = "kgc"
 SCHEMA = "topic string, partition int, offset long, timestamp timestamp, key binary, value binary"
@@ -156,7 +158,9 @@ class SourceOptions:
             raise ValueError("the kgc source needs option subscribe (comma-separated topics)")
         group_id = kafka.pop("group.id", None) or options.get("groupId")
         if not group_id:
-            raise ValueError("the kgc source needs option kafka.group.id: the group this query is a member of")
+            raise ValueError(
+                "the kgc source needs option kafka.group.id: the group this query is a member of"
+            )
         instance_id = kafka.pop("group.instance.id", None)
         query_name = options.get("queryName")
         if instance_id is None and query_name:
@@ -212,7 +216,7 @@ class KgcStreamReader(DataSourceStreamReader):
         state["_member"] = None  # a consumer (and its thread) stays in the process that made it
         return state
 
-    # -- driver side ------------------------------------------------------------------------------------------
+    # -- driver side -----------------------------------------------------------------------------------------
 
     @property
     def member(self) -> GroupMember:
@@ -301,7 +305,7 @@ class KgcStreamReader(DataSourceStreamReader):
             self._member.close()
             self._member = None
 
-    # -- executor side ----------------------------------------------------------------------------------------
+    # -- executor side ---------------------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange), partition
@@ -326,7 +330,9 @@ def read_range(opts: SourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch
                     f"kgc: read {part.topic}:{part.partition} [{part.start}, {part.end}) stalled at offset "
                     f"{position} for {opts.read_timeout_s:.0f}s"
                 )
-            messages = consumer.consume(num_messages=min(opts.read_batch_size, part.end - position), timeout=1.0)
+            messages = consumer.consume(
+                num_messages=min(opts.read_batch_size, part.end - position), timeout=1.0
+            )
             for msg in messages:
                 err = msg.error()
                 if err is not None:
@@ -335,8 +341,8 @@ def read_range(opts: SourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch
                         position = max(position, msg.offset())
                         if position < part.end:
                             raise RuntimeError(
-                                f"kgc: {part.topic}:{part.partition} ends at {msg.offset()}, before the planned "
-                                f"end {part.end}"
+                                f"kgc: {part.topic}:{part.partition} ends at {msg.offset()}, "
+                                f"before the planned end {part.end}"
                             )
                         break
                     raise KafkaException(err)
@@ -351,7 +357,9 @@ def read_range(opts: SourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch
                 columns["partition"].append(part.partition)
                 columns["offset"].append(offset)
                 columns["timestamp"].append(
-                    _dt.datetime.fromtimestamp(ts_ms / 1000.0, tz=_dt.UTC) if ts_ms is not None and ts_ms >= 0 else None
+                    _dt.datetime.fromtimestamp(ts_ms / 1000.0, tz=_dt.UTC)
+                    if ts_ms is not None and ts_ms >= 0
+                    else None
                 )
                 columns["key"].append(msg.key())
                 columns["value"].append(msg.value())

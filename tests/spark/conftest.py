@@ -1,13 +1,13 @@
 """Fixtures for the PySpark tests: one real SparkSession (local[2]) per test session, real servers per test.
 
-    server, server_factory   the e2e server fixtures (tests/e2e/conftest.py, reused as is); every server starts
-                             with group.initial.rebalance.delay.ms=0 (SPARK-53904: Spark's driver polls for its
-                             first assignment for only 500 ms)
+    server, server_factory   the e2e server fixtures (tests/e2e/conftest.py, reused as is); every server
+                             starts with group.initial.rebalance.delay.ms=0 (SPARK-53904: Spark's driver
+                             polls for its first assignment for only 500 ms)
     spark_kafka_jars         session-scoped: the directory of Spark's Kafka connector jars for the installed
                              pyspark, fetched by scripts/fetch-spark-jars.sh into .deps/jars/ on first use
-    spark                    session-scoped SparkSession: local[2], 2 shuffle partitions, UI off, the connector
-                             jars on spark.jars, the legacy (group-joining) offset fetching of Spark's Kafka source
-                             on, and this project's format("kgc") source registered
+    spark                    session-scoped SparkSession: local[2], 2 shuffle partitions, UI off, the
+                             connector jars on spark.jars, the legacy (group-joining) offset fetching of
+                             Spark's Kafka source on, and this project's format("kgc") source registered
 
 The tests skip when pyspark is not installed or java is not on PATH (and fail if the jars cannot be fetched).
 """
@@ -86,7 +86,8 @@ def spark_kafka_jars() -> Path:
         )
         if proc.returncode != 0:
             pytest.fail(
-                f"scripts/fetch-spark-jars.sh failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}",
+                f"scripts/fetch-spark-jars.sh failed ({proc.returncode}):\n"
+                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}",
                 pytrace=False,
             )
     return out

@@ -1,4 +1,4 @@
-"""Helpers for the PySpark tests: the SparkSession, topics, producing, the group as the server sees it, waiting."""
+"""Helpers for the PySpark tests: the SparkSession, topics, producing, the group as the server sees it."""
 
 from __future__ import annotations
 
@@ -48,7 +48,9 @@ def build_session(jars_dir: Path, local_dir: Path):
     return session
 
 
-def wait_until(predicate: Callable[[], object], what: str, timeout_s: float = WAIT_S, interval_s: float = 0.5):
+def wait_until(
+    predicate: Callable[[], object], what: str, timeout_s: float = WAIT_S, interval_s: float = 0.5
+):
     deadline = time.monotonic() + timeout_s
     last: object = None
     while True:
@@ -66,8 +68,10 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
         future.result(timeout=60)
 
 
-def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, tag: str) -> set[tuple[int, str]]:
-    """per_partition records to each partition, values f"{tag}-{partition}-{i}"; returns {(partition, value)}."""
+def produce(
+    bootstrap: str, topic: str, partitions: int, per_partition: int, tag: str
+) -> set[tuple[int, str]]:
+    """per_partition records to each partition, values f"{tag}-{partition}-{i}"; returns those values."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     sent = set()
     for i in range(per_partition):
@@ -93,7 +97,9 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, in
 def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     """The group's committed offsets (OffsetFetch through the admin client)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout=30)
+    result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(
+        timeout=30
+    )
     return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions if tp.offset >= 0}
 
 
@@ -109,7 +115,9 @@ def member_assignments(bootstrap: str, group: str) -> dict[str, set[tuple[str, i
     if str(desc.state).rsplit(".", 1)[-1] != "STABLE":
         return {}
     return {
-        (m.group_instance_id or m.member_id): {(tp.topic, tp.partition) for tp in m.assignment.topic_partitions}
+        (m.group_instance_id or m.member_id): {
+            (tp.topic, tp.partition) for tp in m.assignment.topic_partitions
+        }
         for m in desc.members
     }
 

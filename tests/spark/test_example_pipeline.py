@@ -1,4 +1,4 @@
-"""examples/pipeline.py end to end: kgc source -> per-key, per-minute aggregation with a watermark -> a topic."""
+"""examples/pipeline.py end to end: kgc source -> per-key, per-minute aggregation, watermarked -> a topic."""
 
 from __future__ import annotations
 
@@ -33,8 +33,12 @@ def _load_example():
 
 def _read_topic(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes, bytes]]:
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "kgc-example-reader", "enable.partition.eof": True,
-         "enable.auto.commit": False}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "kgc-example-reader",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
     )
     out = []
     try:
@@ -68,7 +72,11 @@ def test_example_pipeline_aggregates_per_key_and_minute_into_a_topic(spark, serv
         ts = base + (i % 2) * MINUTE_MS + (i * 500) % MINUTE_MS
         amount = float(i % 10)
         producer.produce(
-            source, key=key.encode(), value=json.dumps({"amount": amount}).encode(), timestamp=ts, partition=i % 3
+            source,
+            key=key.encode(),
+            value=json.dumps({"amount": amount}).encode(),
+            timestamp=ts,
+            partition=i % 3,
         )
         slot = expected[(key, ts - ts % MINUTE_MS)]
         slot[0] += 1
@@ -112,7 +120,9 @@ def test_example_pipeline_aggregates_per_key_and_minute_into_a_topic(spark, serv
             lambda: committed_offsets(server.bootstrap, group) == {(source, p): ends[p] for p in range(3)},
             "the pipeline's group to commit the end of the input",
         )
-        assert (tmp_path / "checkpoint" / "offsets").is_dir() and (tmp_path / "checkpoint" / "commits").is_dir()
+        assert (tmp_path / "checkpoint" / "offsets").is_dir() and (
+            tmp_path / "checkpoint" / "commits"
+        ).is_dir()
         assert query.isActive and query.exception() is None
     finally:
         stop_all(query)

@@ -1,9 +1,10 @@
 """This project's PySpark streaming source, format("kgc") (kgc_spark), against a real server.
 
 The query's driver holds a real group membership through confluent-kafka, plans each micro-batch from its
-assignment, the executors read with assign()-mode consumers, and each completed batch's end offsets are committed
-to the group. Checked from outside with stock tools: DescribeGroups and OffsetFetch through confluent-kafka's
-AdminClient, ListOffsets for the log ends, and the server's admin HTTP API for the group's generation.
+assignment, the executors read with assign()-mode consumers, and each completed batch's end offsets are
+committed to the group. Checked from outside with stock tools: DescribeGroups and OffsetFetch through
+confluent-kafka's AdminClient, ListOffsets for the log ends, and the server's admin HTTP API for the group's
+generation.
 """
 
 from __future__ import annotations
@@ -120,7 +121,9 @@ def test_two_queries_split_the_partitions_and_read_each_record_once(spark, serve
         assert owned_a.isdisjoint(owned_b) and owned_a | owned_b == {(topic, p) for p in range(partitions)}
 
         sent = produce(server.bootstrap, topic, partitions, PER_PARTITION, "split")
-        wait_until(lambda: len(a.snapshot()) + len(b.snapshot()) >= len(sent), "both queries to read every record")
+        wait_until(
+            lambda: len(a.snapshot()) + len(b.snapshot()) >= len(sent), "both queries to read every record"
+        )
         committed = wait_until(
             lambda: _all_committed(server.bootstrap, group, topic, partitions), "both queries' commits"
         )
@@ -144,7 +147,9 @@ def test_restarting_a_query_by_name_keeps_its_place_without_a_rebalance(spark, s
         sent1 = produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "before")
         query = _kgc_query(spark, server.bootstrap, topic, group, name, first, checkpoint)
         wait_until(lambda: len(first.snapshot()) >= len(sent1), "the first run to read its records")
-        wait_until(lambda: _all_committed(server.bootstrap, group, topic, PARTITIONS), "the first run's commits")
+        wait_until(
+            lambda: _all_committed(server.bootstrap, group, topic, PARTITIONS), "the first run's commits"
+        )
         status, before = admin_get(server.admin_url, f"/v1/groups/{group}")
         assert status == 200 and before["state"] == "Stable", before
         [old_member] = before["members"]
@@ -156,11 +161,16 @@ def test_restarting_a_query_by_name_keeps_its_place_without_a_rebalance(spark, s
         query = _kgc_query(spark, server.bootstrap, topic, group, name, second, checkpoint)
         sent2 = produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "after")
         wait_until(lambda: len(second.snapshot()) >= len(sent2), "the restarted run to read the new records")
-        wait_until(lambda: _all_committed(server.bootstrap, group, topic, PARTITIONS), "the second run's commits")
+        wait_until(
+            lambda: _all_committed(server.bootstrap, group, topic, PARTITIONS), "the second run's commits"
+        )
         status, after = admin_get(server.admin_url, f"/v1/groups/{group}")
         assert status == 200 and after["state"] == "Stable", after
         [new_member] = after["members"]
-        assert after["generation"] == before["generation"], (before["last_rebalance"], after["last_rebalance"])
+        assert after["generation"] == before["generation"], (
+            before["last_rebalance"],
+            after["last_rebalance"],
+        )
         assert new_member["group_instance_id"] == old_member["group_instance_id"] == instance_id_for(name)
         assert new_member["member_id"] != old_member["member_id"]
         # The checkpoint carried the position: the second run read only what came after.
@@ -201,7 +211,9 @@ def test_pausing_the_group_stops_the_reading(spark, server):
 
         status, _doc = admin_post(server.admin_url, f"/v1/groups/{group}/resume", {"topics": [topic]})
         assert status == 200, status
-        wait_until(lambda: len(rows.snapshot()) >= len(sent1 | sent2), "the records produced during the pause")
+        wait_until(
+            lambda: len(rows.snapshot()) >= len(sent1 | sent2), "the records produced during the pause"
+        )
         assert set(_values(rows.snapshot())) == sent1 | sent2
         assert len(rows.snapshot()) == len(sent1 | sent2)
     finally:
@@ -209,8 +221,9 @@ def test_pausing_the_group_stops_the_reading(spark, server):
 
 
 def test_a_second_query_with_the_same_name_fences_the_first(spark, server):
-    # KIP-345: one group.instance.id, one live member. The newer driver takes the place; the older one's consumer
-    # gets FENCED_INSTANCE_ID (fatal in librdkafka) and its query stops with that error instead of reading on.
+    # KIP-345: one group.instance.id, one live member. The newer driver takes the place; the older one's
+    # consumer gets FENCED_INSTANCE_ID (fatal in librdkafka) and its query stops with that error instead of
+    # reading on.
     topic, group, name = _name("kgc-fence"), _name("kgc-fence-group"), _name("fence")
     create_topic(server.bootstrap, topic, PARTITIONS)
     old_rows, new_rows = Collector(), Collector()
@@ -219,7 +232,9 @@ def test_a_second_query_with_the_same_name_fences_the_first(spark, server):
         sent1 = produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "old")
         old = _kgc_query(spark, server.bootstrap, topic, group, name, old_rows)
         wait_until(lambda: len(old_rows.snapshot()) >= len(sent1), "the first query to read its records")
-        wait_until(lambda: _all_committed(server.bootstrap, group, topic, PARTITIONS), "the first query's commits")
+        wait_until(
+            lambda: _all_committed(server.bootstrap, group, topic, PARTITIONS), "the first query's commits"
+        )
         status, before = admin_get(server.admin_url, f"/v1/groups/{group}")
         [old_member] = before["members"]
 

@@ -1,16 +1,16 @@
 """Spark's own Kafka source (spark-sql-kafka-0-10) as a member of this server's consumer group.
 
-With spark.sql.streaming.kafka.useDeprecatedOffsetFetching=true, `subscribe` and `kafka.group.id`, the driver of
-each query runs a Java KafkaConsumer that joins the group (JoinGroup/SyncGroup/Heartbeat, kafka-clients 3.9.0 for
-Spark 4.0.0) and plans each batch from its assignment; executors read with assign(). Two queries with one group id
-therefore split the topic's partitions.
+With spark.sql.streaming.kafka.useDeprecatedOffsetFetching=true, `subscribe` and `kafka.group.id`, the driver
+of each query runs a Java KafkaConsumer that joins the group (JoinGroup/SyncGroup/Heartbeat, kafka-clients
+3.9.0 for Spark 4.0.0) and plans each batch from its assignment; executors read with assign(). Two queries
+with one group id therefore split the topic's partitions.
 
 Accommodations (client behaviour, not server bugs), Spark 4.0.0 / kafka-clients 3.9.0:
 - SPARK-53904: the driver polls 500 ms for its first assignment; the server runs with
   group.initial.rebalance.delay.ms=0 so the first join completes in time.
 - A query whose assignment shrinks at the second member's join sees partitions "disappear" and would fail with
-  failOnDataLoss=true; the test sets failOnDataLoss=false (the other query reads those partitions) and produces
-  only once the split is in place, so the first query read nothing from the partitions it gave away.
+  failOnDataLoss=true; the test sets failOnDataLoss=false (the other query reads those partitions) and
+  produces only once the split is in place, so the first query read nothing from the partitions it gave away.
 """
 
 from __future__ import annotations
@@ -80,7 +80,9 @@ def test_two_spark_kafka_queries_share_one_group(spark, server):
         ]
 
         sent = produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "builtin")
-        wait_until(lambda: len(a.snapshot()) + len(b.snapshot()) >= len(sent), "both queries to read every record")
+        wait_until(
+            lambda: len(a.snapshot()) + len(b.snapshot()) >= len(sent), "both queries to read every record"
+        )
 
         rows_a, rows_b = a.snapshot(), b.snapshot()
         got = [(p, v) for p, _off, v in rows_a + rows_b]
