@@ -82,7 +82,7 @@ def main() -> None:
             except BlockingIOError:
                 continue
             if not chunk:
-                codes[-999] += state["left"]  # closed with answers outstanding
+                codes[-999] += state["left"]  # closed with answers outstanding (never 0: see below)
                 state["left"] = 0
                 sel.unregister(sock)
                 continue
@@ -99,6 +99,8 @@ def main() -> None:
                 if int(body.error_code) == 0:
                     admitted.append((body.member_id, body.generation_id))
             state["buf"] = buf
+            if not state["left"]:
+                sel.unregister(sock)  # all answered: what the server does with it now (idle expiry) is no concern
     for sock in pending:
         sock.close()
     unanswered = sum(p["left"] for p in pending.values())
