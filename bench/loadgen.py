@@ -23,6 +23,7 @@ import json
 import os
 import random
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -50,7 +51,8 @@ async def stdin_lines() -> asyncio.Queue[str]:
             loop.call_soon_threadsafe(q.put_nowait, line.strip())
         loop.call_soon_threadsafe(q.put_nowait, "stop")
 
-    loop.run_in_executor(None, reader)
+    # A daemon thread, not the loop's executor: asyncio.run would wait for a blocked stdin read at exit.
+    threading.Thread(target=reader, daemon=True).start()
     return q
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import sys
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ NAMES = {FIND_COORDINATOR: "FindCoordinator", JOIN_GROUP: "JoinGroup", SYNC_GROU
 
 NONE, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 14, 15, 16
 REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, MEMBER_ID_REQUIRED = 27, 25, 22, 79
+INVALID_REQUEST = 42
 RETRIABLE = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
 
 
@@ -63,11 +65,13 @@ def negotiate(bootstrap: str) -> dict[int, int]:
 
 
 def _probe(host: str, port: int, v: dict[int, int]) -> bool:
-    group = "bench-probe"
+    # A fresh group each time: a rejoin into an existing group makes the mock wait session.timeout.ms - 1 s.
+    group = f"bench-probe-{time.time_ns()}"
     steps = [
         (FIND_COORDINATOR, lambda m: find_coordinator_request(v, group)),
         (JOIN_GROUP, lambda m: join_request(v, group, m.get("id", ""), None, 10_000, 10_000, ["bench-probe"])),
-        (JOIN_GROUP, lambda m: join_request(v, group, m.get("id", ""), None, 10_000, 10_000, ["bench-probe"])),
+        (JOIN_GROUP, lambda m: join_request(v, group, m.get("id", ""), None, 10_000, 10_000, ["bench-probe"])
+         if m.get("need_rejoin") else None),
         (SYNC_GROUP, lambda m: sync_request(v, group, m.get("gen", -1), m.get("id", ""), None,
                                             [(m.get("id", ""), assignment({}))])),
         (HEARTBEAT, lambda m: heartbeat_request(v, group, m.get("gen", -1), m.get("id", ""), None)),
@@ -79,14 +83,18 @@ def _probe(host: str, port: int, v: dict[int, int]) -> bool:
     state: dict[str, Any] = {}
     with RawClient(host, port, timeout=30) as c:
         for key, build in steps:
+            body = build(state)
+            if body is None:
+                continue
             try:
-                resp = c.request(build(state))
+                resp = c.request(body)
             except Exception:  # noqa: BLE001 - closed connection or an answer kio cannot parse
                 if v[key] <= OURS[key][0]:
                     raise BenchError(f"the target closes the connection on every {NAMES[key]} version") from None
                 v[key] -= 1
                 return False
             if key == JOIN_GROUP:
+                state["need_rejoin"] = int(resp.error_code) == MEMBER_ID_REQUIRED
                 if resp.member_id:
                     state["id"] = resp.member_id
                 state["gen"] = resp.generation_id
@@ -188,6 +196,22 @@ def first_error(resp: Any) -> int:
     return next((e for e in response_errors(resp) if e), 0)
 
 
+class Undecodable:
+    """An answer kio cannot parse: the mock answers a follower's SyncGroup v3 with a null assignment (-1 length)
+    where the schema has non-nullable bytes. Members that need nothing from the body read the error code."""
+
+    def __init__(self, raw: bytes, exc: Exception) -> None:
+        self.raw, self.exc = raw, exc
+
+    @property
+    def error_code(self) -> int:
+        raise BenchError(f"answer not decodable: {self.exc}")
+
+    def error_code_after_throttle(self) -> int:
+        # correlation id (4), throttle_time_ms (4), error_code (2): non-flexible v1+ responses
+        return int.from_bytes(self.raw[8:10], "big", signed=True)
+
+
 # -- asyncio connection ---------------------------------------------------------------------------------------
 
 class Conn(asyncio.Protocol):
@@ -247,10 +271,11 @@ class Conn(asyncio.Protocol):
             if self.waiters:
                 fut, key, version = self.waiters.popleft()
                 if not fut.done():
+                    raw = bytes(buf[start:pos])
                     try:
-                        fut.set_result(decode_response(bytes(buf[start:pos]), key, version)[1])
+                        fut.set_result(decode_response(raw, key, version)[1])
                     except Exception as exc:  # noqa: BLE001
-                        fut.set_exception(exc)
+                        fut.set_result(Undecodable(raw, exc))
                 continue
             self.answers += 1
             if self.answers % self.check_every == 0:
@@ -311,6 +336,8 @@ class Member:
         self.generation = -1
         self.joins = 0
         self.rebalances_seen = 0
+        self.undecodable = 0
+        self.invalid_syncs = 0
 
     async def find_coordinator(self) -> None:
         await retry_call(self.conn, lambda: find_coordinator_request(self.v, self.group))
@@ -340,10 +367,20 @@ class Member:
                 plan = [(m.member_id, assignment({})) for m in resp.members]
             sresp = await self.conn.call(sync_request(self.v, self.group, self.generation, self.member_id,
                                                       self.instance_id, plan))
-            serr = int(sresp.error_code)
+            if isinstance(sresp, Undecodable):
+                if self.v[SYNC_GROUP] < 1 or self.v[SYNC_GROUP] >= 4:
+                    raise BenchError(f"SyncGroup answer not decodable: {sresp.exc}")
+                self.undecodable += 1
+                serr = sresp.error_code_after_throttle()
+            else:
+                serr = int(sresp.error_code)
             if serr == 0:
                 return
             if serr in (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION) or serr in RETRIABLE:
+                continue
+            if serr == INVALID_REQUEST:  # the mock's answer to a SyncGroup that reaches it outside its sync phase
+                self.invalid_syncs += 1
+                await asyncio.sleep(0.1)
                 continue
             if serr == UNKNOWN_MEMBER_ID:
                 self.member_id = ""
