@@ -26,6 +26,7 @@ from kio.serial.errors import DecodeError
 
 from .build import build, fields_of
 from .errors import ErrorCode, RequestDecodeError, UnknownApiKey
+from .shape import array_check
 
 API_VERSIONS = 18
 
@@ -132,6 +133,9 @@ class ApiTable:
         header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
         try:
             header, offset = _reader(header_cls)(frame, 0)
+            check = array_check(cls)
+            if check is not None:
+                check(frame, offset)  # before kio's reader, which trusts claimed array lengths (protocol.shape)
             body, _ = _reader(cls)(frame, offset)
         except (DecodeError, ValueError, OverflowError, KeyError) as exc:
             # kio raises KeyError for a tagged field it does not know (Kafka would skip it); we close instead.
