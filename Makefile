@@ -27,7 +27,7 @@ serve: install
 	$(PY) -m coordinator serve $(SERVE_ARGS)
 
 test: install-test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 unit: install-test
 	$(PY) -m pytest -q tests/unit
