@@ -214,8 +214,13 @@ class ShardRuntime:
         return [last] if last is not None and not last.done() else []
 
     def _deliver(self, result: Any) -> None:
-        for record in result.records:
-            self.machine.replay(record)
+        replay_entry = getattr(self.machine, "replay_entry", None)
+        if replay_entry is not None:  # GroupMetadataManager: offset commits replayed without decoding objects
+            for record in result.records:
+                replay_entry(record.key, record.value)
+        else:
+            for record in result.records:
+                self.machine.replay(record)
         self._release(result.responses)
 
     def _release(self, responses: Any) -> None:
