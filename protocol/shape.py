@@ -163,18 +163,7 @@ def _entity(cls: type) -> tuple[Step, bool]:
     def walk(data: bytes, pos: int, end: int) -> int:
         for step in steps:
             pos = step(data, pos, end)
-        if flexible:
-            count, pos = _uvarint(data, pos, end)
-            for _ in range(count):
-                tag, pos = _uvarint(data, pos, end)
-                size, pos = _uvarint(data, pos, end)
-                if pos + size > end:
-                    raise _Short
-                known = tagged.get(tag)
-                if known is not None:
-                    known(data, pos, pos + size)
-                pos += size
-        return pos
+        return _skip_tags(data, pos, end, tagged) if flexible else pos
     return walk, has_arrays
 
 

@@ -180,61 +180,41 @@ class OffsetStore:
             return
         self._delete(key)
 
+    def _partitions_of(self, group: str, topic: str) -> dict[int, int | OffsetAndMetadata]:
+        """The partitions of `topic` in `group`, created if missing; the last pair is remembered, since a log
+        holds runs of one group's topic (a commit writes one record per partition)."""
+        last = self._last
+        if last is not None and last[0] is group and last[1] is topic:
+            return last[2]
+        topics = self._offsets.get(group)
+        if topics is None:
+            topics = self._offsets[group] = {}
+        partitions = topics.get(topic)
+        if partitions is None:
+            partitions = topics[topic] = {}
+        self._last = (group, topic, partitions)
+        return partitions
+
     def replay_simple(self, group: str, topic: str, partition: int, offset: int, leader_epoch: int,
                       commit_timestamp_ms: int) -> None:
         """`replay_commit` of a commit without metadata, from its fields (records.simple_offset_commit)."""
         if self._pending:
             self.remove_pending(group, topic, partition)
-        last = self._last
-        if last is not None and last[0] is group and last[1] is topic:
-            partitions = last[2]
-        else:
-            topics = self._offsets.get(group)
-            if topics is None:
-                topics = self._offsets[group] = {}
-            found = topics.get(topic)
-            if found is None:
-                found = topics[topic] = {}
-            partitions = found
-            self._last = (group, topic, partitions)
+        partitions = self._partitions_of(group, topic)
         if 0 <= offset < _LIMIT_63 and 0 <= commit_timestamp_ms < _LIMIT_63 and -1 <= leader_epoch < _LIMIT_63:
-            partitions[partition] = ((leader_epoch + 1) << 128) | (commit_timestamp_ms << 64) | offset
+            partitions[partition] = ((leader_epoch + 1) << 128) | (commit_timestamp_ms << 64) | offset  # = _pack
         else:
             partitions[partition] = OffsetAndMetadata(offset, leader_epoch, "", commit_timestamp_ms, -1)
 
     def replay_commit(self, key: OffsetCommitKey, value: OffsetCommitValue) -> None:
-        """Replay a durable commit that may have been pending: `remove_pending`, then `replay`, in one call
-        (loading a log makes this call once per offset)."""
-        group = key.group
-        topic = key.topic
+        """Replay a durable commit that may have been pending: `remove_pending`, then `replay`, in one call."""
+        if value.metadata == "" and value.expire_timestamp_ms == -1:
+            self.replay_simple(key.group, key.topic, key.partition, value.offset, value.leader_epoch,
+                               value.commit_timestamp_ms)
+            return
         if self._pending:
-            self.remove_pending(group, topic, key.partition)
-        last = self._last
-        if last is not None and last[0] is group and last[1] is topic:
-            partitions = last[2]
-        else:
-            topics = self._offsets.get(group)
-            if topics is None:
-                topics = self._offsets[group] = {}
-            found = topics.get(topic)
-            if found is None:
-                found = topics[topic] = {}
-            partitions = found
-            self._last = (group, topic, partitions)
-        # _pack(value), inline
-        offset = value.offset
-        commit_timestamp_ms = value.commit_timestamp_ms
-        leader_epoch = value.leader_epoch
-        if (
-            0 <= offset < _LIMIT_63
-            and 0 <= commit_timestamp_ms < _LIMIT_63
-            and -1 <= leader_epoch < _LIMIT_63
-            and value.metadata == ""
-            and value.expire_timestamp_ms == -1
-        ):
-            partitions[key.partition] = ((leader_epoch + 1) << 128) | (commit_timestamp_ms << 64) | offset
-        else:
-            partitions[key.partition] = OffsetAndMetadata.from_record(value)
+            self.remove_pending(key.group, key.topic, key.partition)
+        self._partitions_of(key.group, key.topic)[key.partition] = OffsetAndMetadata.from_record(value)
 
     def _delete(self, key: OffsetCommitKey) -> None:
         self._last = None
