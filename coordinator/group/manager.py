@@ -248,6 +248,22 @@ FailureHook = Callable[[ErrorCode], dict[object, Any]]
 """Undo in-memory changes of a result whose append failed; returns replacement answers by token."""
 
 
+def _new_member(member_id: str, join: _JoinRequest, **extra: Any) -> ClassicGroupMember:
+    """A member as a JoinGroup describes it (new: it has not been through a rebalance yet)."""
+    return ClassicGroupMember(
+        member_id=member_id,
+        group_instance_id=join.group_instance_id,
+        client_id=join.client_id,
+        client_host=join.client_host,
+        rebalance_timeout_ms=join.rebalance_timeout_ms,
+        session_timeout_ms=join.session_timeout_ms,
+        protocol_type=join.protocol_type,
+        protocols=join.protocols,
+        is_new=True,
+        **extra,
+    )
+
+
 @dataclasses.dataclass(slots=True)
 class _Effects:
     """What one call into the state machine produces."""
@@ -706,17 +722,7 @@ class GroupMetadataManager:
         if group.is_in_state(STABLE) and self._group_setting(group.group_id, EXPANSION_TIMEOUT) > 0:
             self._hold_joiner(parked, join, group, member_id)
             return
-        member = ClassicGroupMember(
-            member_id=member_id,
-            group_instance_id=join.group_instance_id,
-            client_id=join.client_id,
-            client_host=join.client_host,
-            rebalance_timeout_ms=join.rebalance_timeout_ms,
-            session_timeout_ms=join.session_timeout_ms,
-            protocol_type=join.protocol_type,
-            protocols=join.protocols,
-            is_new=True,
-        )
+        member = _new_member(member_id, join)
         if group.is_in_state(PREPARING_REBALANCE) and group.previous_state is EMPTY:
             group.new_member_added = True  # extends the initial rebalance delay (KIP-134)
         group.add(member, parked)
@@ -1879,19 +1885,7 @@ class GroupMetadataManager:
                     del group.expansion_joiners[other.member_id]
                     self.timer.cancel(session_timeout_key(group.group_id, other.member_id))
                     self._answer_parked_joiner(other, ErrorCode.fenced_instance_id)
-        member = ClassicGroupMember(
-            member_id=member_id,
-            group_instance_id=join.group_instance_id,
-            client_id=join.client_id,
-            client_host=join.client_host,
-            rebalance_timeout_ms=join.rebalance_timeout_ms,
-            session_timeout_ms=join.session_timeout_ms,
-            protocol_type=join.protocol_type,
-            protocols=join.protocols,
-            awaiting_join=parked,
-            is_new=True,
-            joined_at_ms=self.clock.monotonic_ms(),
-        )
+        member = _new_member(member_id, join, awaiting_join=parked, joined_at_ms=self.clock.monotonic_ms())
         group.remove_pending_member(member_id)
         first = not group.expansion_joiners
         group.expansion_joiners[member_id] = member
