@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -308,3 +310,28 @@ def committed_offsets(server: ServerProcess, group: str, topic: str, partitions:
     assert res["error"] is None, res
     assert not res.get("partition_errors"), res
     return {int(k.rsplit(":", 1)[1]): v for k, v in res["offsets"].items() if k.rsplit(":", 1)[0] == topic}
+
+
+def admin_http(server: Any, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    """A JSON request to the server's admin API: (HTTP status, JSON body)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(server.admin_url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.load(exc)
+
+
+def wait_ready(server: Any) -> None:
+    """The admin API answers 503 while the group log loads."""
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(server.admin_url + "/readyz", timeout=10) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    wait_for(ready, 60, "the server to be ready", server.output)

@@ -10,11 +10,8 @@ A group of another protocol type cannot be paused.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +22,13 @@ from groups_support import (
     MEMBER_SCRIPTS,
     Member,
     Members,
+    admin_http,
     check_exactly_once,
     consumed_all,
     create_topic,
     produce_batch,
     wait_for,
+    wait_ready,
 )
 
 pytestmark = pytest.mark.e2e
@@ -43,28 +42,7 @@ QUIET_S = 3.0  # a paused topic's records would have been fetched by then (the m
 # -- helpers -----------------------------------------------------------------------------------------------------
 
 
-def http(server: Any, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(server.admin_url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.load(exc)
-
-
-def wait_ready(server: Any) -> None:
-    """The admin API answers 503 while the group log loads."""
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(server.admin_url + "/readyz", timeout=10) as response:
-                return response.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
-
-    wait_for(ready, 60, "the server to be ready", server.output)
+http = admin_http
 
 
 def cli(server: Any, *args: str) -> subprocess.CompletedProcess:

@@ -12,13 +12,11 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 import pytest
 from e2e_server import PYTHON, REPO
-from groups_support import create_topic, wait_for, wait_split
+from groups_support import admin_http, create_topic, wait_for, wait_ready, wait_split
 
 pytestmark = pytest.mark.e2e
 
@@ -31,28 +29,7 @@ CLIENT = {"partition.assignment.strategy": "range", "session.timeout.ms": SESSIO
 QUIET_S = 3.0
 
 
-def http(server: Any, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(server.admin_url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.load(exc)
-
-
-def wait_ready(server: Any) -> None:
-    """The admin API answers 503 while the group log loads."""
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(server.admin_url + "/readyz", timeout=10) as response:
-                return response.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
-
-    wait_for(ready, 60, "the server to be ready", server.output)
+http = admin_http
 
 
 def timeline(server: Any, group: str) -> list[dict[str, Any]]:
