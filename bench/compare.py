@@ -503,7 +503,11 @@ def static_restart(target, args, run_dir: Path) -> dict:
         pump(children, h, lambda: len(h.subscribed) == n and h.complete(everyone, n), args.phase_timeout)
         start_index = len(h.events)
         t0 = time.time()
+        res["restarted"] = 0
         for m in idx:
+            if time.time() - t0 > args.static_budget:
+                res["note"] = f"stopped after {res['restarted']} of {n} restarts: over the {args.static_budget:.0f}s budget"
+                break
             before = len(h.events)
             children[owner[m]].send(f"restart {m}")
 
@@ -512,6 +516,7 @@ def static_restart(target, args, run_dir: Path) -> dict:
                            for e in h.events[before:]) and h.complete(everyone, n)
 
             pump(children, h, back, args.phase_timeout)
+            res["restarted"] += 1
         res["total_s"] = time.time() - t0
         # Rebalance callbacks on members that were not being restarted at that moment.
         restarting: set[tuple[int, int]] = set()
@@ -545,20 +550,43 @@ def static_restart(target, args, run_dir: Path) -> dict:
 
 # -- workload: scale -----------------------------------------------------------------------------------------
 
+def fresh_baseline(target, v: dict) -> str:
+    """Memory figures are deltas; memory freed by earlier workloads but kept by the allocator (or a JVM heap)
+    would absorb them. Targets that keep state are restarted first (this server, Kafka); the others cannot be."""
+    if hasattr(target, "restart"):
+        target.restart()
+        # Until the group state is loaded again (a Metadata answer is not enough for Kafka's offsets topic).
+        host, port = target.bootstrap.rsplit(":", 1)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                with RawClient(host, int(port), timeout=10) as c:
+                    if rk.first_error(c.request(rk.fetch_request(v, "bench-baseline", TOPIC, 1))) == 0:
+                        break
+            except (OSError, ValueError, EOFError, rk.BenchError):
+                pass
+            time.sleep(0.2)
+        time.sleep(3)
+        return "restarted before measuring"
+    return "not restarted (no persistent state): includes memory kept from earlier workloads"
+
+
 def scale_idle(target, v: dict, args, run_dir: Path) -> dict:
     n, size = args.idle_members, 10
     prefix = f"idle-{int(time.time() * 1000)}"
     groups = n // size
     per_groups = [groups // args.gens + (1 if i < groups % args.gens else 0) for i in range(args.gens)]
+    baseline = fresh_baseline(target, v)
     rss0, cpu0 = rss_bytes(target.pid), cpu_seconds(target.pid)
     t0 = time.perf_counter()
     gens = [Child([PY, str(BENCH / "loadgen.py"), "idle", "--bootstrap", target.bootstrap, "--versions",
                    json.dumps(v), "--members", str(g * size), "--group-size", str(size), "--prefix",
                    f"{prefix}-{i}", "--topic", TOPIC, "--session-ms", "10000", "--join-concurrency", "500"],
                   run_dir / f"loadgen-{prefix}-{i}.log") for i, g in enumerate(per_groups) if g]
-    res: dict = {"members": n, "groups": groups, "interval_ms": 3000}
+    res: dict = {"members": n, "groups": groups, "interval_ms": 3000, "baseline": baseline}
     try:
-        ready = [g.wait_event("ready", args.phase_timeout * 3) for g in gens]
+        deadline = time.monotonic() + args.idle_setup_timeout
+        ready = [g.wait_event("ready", max(1.0, deadline - time.monotonic())) for g in gens]
         res["setup_s"] = time.perf_counter() - t0
         res["setup_cpu_s"] = cpu_seconds(target.pid) - cpu0
         res["rebalances_during_setup"] = sum(r["rebalances"] for r in ready)
@@ -606,13 +634,15 @@ def scale_offsets(target, v: dict, args, run_dir: Path) -> dict:
     groups = args.offsets // parts
     prefix = f"off-{int(time.time() * 1000)}"
     res: dict = {"offsets": groups * parts, "groups": groups, "partitions_per_group": parts}
+    res["baseline"] = fresh_baseline(target, v)
     time.sleep(2)
     rss0 = rss_bytes(target.pid)
     t0 = time.perf_counter()
     bounds = [groups * i // args.gens for i in range(args.gens + 1)]
     gens = [Child([PY, str(BENCH / "loadgen.py"), "commits", "--bootstrap", target.bootstrap, "--versions",
                    json.dumps(v), "--prefix", prefix, "--topic", TOPIC, "--first", str(bounds[i]), "--last",
-                   str(bounds[i + 1]), "--partitions", str(parts), "--conns", "8", "--window", "8"],
+                   str(bounds[i + 1]), "--partitions", str(parts), "--conns", str(args.offsets_conns),
+                   "--window", str(args.offsets_window)],
                   run_dir / f"loadgen-{prefix}-{i}.log") for i in range(args.gens)]
     try:
         results = [g.wait_event("result", 1800) for g in gens]
@@ -763,7 +793,8 @@ def render(results: dict) -> str:
         cells = []
         for n in ok:
             r = T[n].get("throughput", {}).get(k)
-            cells.append(f"{fmt(r['per_s'], '', 0)} ({fmt(r['cpu_s_per_100k'], '', 2)})" if r else "-")
+            cells.append(f"{fmt(r['per_s'], '', 0)} ({fmt(r['cpu_s_per_100k'], '', 2)})" if r and "per_s" in r
+                         else ("error" if r else "-"))
         srv = T.get("server", {}).get("throughput", {}).get(k, {}).get("per_cpu_s")
         rat = [ratio(srv, T[n].get("throughput", {}).get(k, {}).get("per_cpu_s")) for n in others]
         lines.append(f"| {k} conns | " + " | ".join(cells) + " | " + " | ".join(rat) + " |")
@@ -810,8 +841,9 @@ def render(results: dict) -> str:
                 cells.append("-")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
-    row("static restart: rebalances seen / total s",
-        lambda t: f"{t['static']['rebalances']} / {fmt(t['static']['total_s'])}")
+    row("static restart: rebalances seen / total s (restarted)",
+        lambda t: f"{t['static']['rebalances']} / {fmt(t['static']['total_s'])} "
+                  f"({t['static'].get('restarted', '-')} of {t['static']['members']})")
     row("idle members: setup s", lambda t: fmt(t["scale_idle"]["setup_s"]))
     row("idle members: RSS MB (before -> idle)",
         lambda t: f"{fmt(t['scale_idle']['rss_before_mb'], '', 0)} -> {fmt(t['scale_idle']['rss_idle_mb'], '', 0)}")
@@ -865,7 +897,7 @@ def goals(results: dict) -> list[dict]:
         rows = []
         for key, r in s.get("throughput", {}).items():
             o = k.get("throughput", {}).get(key)
-            if isinstance(r, dict) and o:
+            if isinstance(r, dict) and o and "per_cpu_s" in r and "per_cpu_s" in o:
                 rows.append((r["per_cpu_s"] / o["per_cpu_s"], key))
         if rows:
             out.append({"goal": "throughput per server CPU-second at or above Kafka's",
@@ -934,7 +966,7 @@ def charts(results: dict, prefix: Path) -> list[str]:
         for n in names:
             for op, style in (("heartbeat", "-o"), ("commit", "--s")):
                 pts = sorted((r["conns"], r[metric]) for r in T[n].get("throughput", {}).values()
-                             if isinstance(r, dict) and r.get("op") == op)
+                             if isinstance(r, dict) and r.get("op") == op and metric in r)
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=colors.get(n), label=f"{n} {op}")
         ax.set_xscale("log")
@@ -1000,6 +1032,19 @@ def update_readme(md: str, date: str) -> None:
 
 # -- main ----------------------------------------------------------------------------------------------------
 
+def report_only(json_path: Path, no_readme: bool) -> int:
+    results = json.loads(json_path.read_text())
+    results["goals"] = goals(results)
+    results["charts"] = charts(results, json_path.parent / results["date"])
+    md = render(results)
+    json_path.write_text(json.dumps(results, indent=1, default=str))
+    (json_path.parent / f"{results['date']}.md").write_text(md)
+    if not no_readme and results.get("mode") == "full":
+        update_readme(md, results["date"])
+    print(md)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small workloads (a few minutes in all)")
@@ -1021,23 +1066,32 @@ def main() -> int:
     ap.add_argument("--static-members", type=int, default=20)
     ap.add_argument("--static-session-ms", type=int, default=10000)
     ap.add_argument("--phase-timeout", type=float, default=120.0)
+    ap.add_argument("--static-budget", type=float, default=90.0, help="seconds; the rolling restart stops there")
     ap.add_argument("--idle-members", type=int)
     ap.add_argument("--idle-seconds", type=float)
+    ap.add_argument("--idle-setup-timeout", type=float, default=150.0, help="seconds for every idle member to join")
     ap.add_argument("--offsets", type=int)
+    ap.add_argument("--offsets-conns", type=int, default=16, help="connections per generator for the offsets")
+    ap.add_argument("--offsets-window", type=int, default=2, help="commits in flight per connection")
     ap.add_argument("--profile", action="store_true", help="py-spy the server during roundtrip and throughput")
     ap.add_argument("--out", default=str(BENCH / "results"))
     ap.add_argument("--no-readme", action="store_true")
+    ap.add_argument("--report", help="only write the tables, goals and charts again from this results JSON")
     args = ap.parse_args()
+    if args.report:
+        return report_only(Path(args.report), args.no_readme)
     q = args.quick
     defaults = {"rt_calls": 300 if q else 1000, "conns": [50, 200] if q else [100, 1000],
-                "duration": 4.0 if q else 6.0, "members": [5, 10] if q else [10, 100],
-                "idle_members": 500 if q else 10_000, "idle_seconds": 6.0 if q else 20.0,
+                "duration": 4.0 if q else 5.0, "members": [5, 10] if q else [10, 100],
+                "idle_members": 500 if q else 10_000, "idle_seconds": 6.0 if q else 15.0,
                 "offsets": 50_000 if q else 1_000_000}
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
     if q and args.static_members == 20:
         args.static_members = 6
+    if q and args.static_budget == 90.0:
+        args.static_budget = 60.0
     workloads = args.workloads.split(",")
     args.generators = args.generators.split(",")
     go_note = None
@@ -1090,7 +1144,7 @@ def main() -> int:
             if profile_dir:
                 (out_dir / f"{date}-profile").mkdir(exist_ok=True)
             for wname, fn in steps:
-                if wname.split("_")[0] not in workloads:
+                if wname not in workloads and wname.split("_")[0] not in workloads:
                     continue
                 log(f"-- {name}: {wname}")
                 prof = None
