@@ -98,7 +98,7 @@ class Shard:
         self.index = index
         self.config = config
         self.directory = os.path.join(data_dir, "groups", f"shard-{index}") if data_dir else None
-        self.runtime = ShardRuntime(timeout_ms=config["offsets.commit.timeout.ms"], barrier=_is_barrier)
+        self.runtime = ShardRuntime(timeout_ms=config["offsets.commit.timeout.ms"], barrier=_barrier_group)
         self.clock = LoopClock()
         self.timer = AsyncioTimer(self.runtime)
         self.manager = GroupMetadataManager(self.clock, self.timer, config)
@@ -415,9 +415,10 @@ class GroupCoordinator:
 
     async def _call(self, shard: Shard, api_key: int, ctx: RequestContext, request: Any, **kwargs: Any) -> Any:
         method = getattr(shard.manager, METHODS[api_key])
+        group = getattr(request, "group_id", None)
         if api_key in GATED_APIS:
-            await shard.runtime.quiesce()
-        return await shard.runtime.call(method, ctx.api_version, request, **kwargs)
+            await shard.runtime.quiesce(group)
+        return await shard.runtime.call(method, ctx.api_version, request, group=group, **kwargs)
 
     def _handler(self, api_key: int) -> Any:
         if api_key == LIST_GROUPS:
@@ -569,8 +570,12 @@ class _MergedStore:
 _BARRIER_PREFIXES = frozenset({GROUP_METADATA_KEY_PREFIX, GROUP_PAUSE_KEY_PREFIX, GROUP_SETTINGS_KEY_PREFIX})
 
 
-def _is_barrier(record: CoordinatorRecord) -> bool:
-    return record.key[:2] in _BARRIER_PREFIXES
+def _barrier_group(record: CoordinatorRecord) -> str | None:
+    """The group of a barrier record (all three key types are a version and the group id), else None."""
+    key = record.key
+    if key[:2] not in _BARRIER_PREFIXES:
+        return None
+    return key[4:4 + int.from_bytes(key[2:4], "big")].decode("utf-8", "replace")
 
 
 def error_response(api_key: int, version: int, request: Any, code: ErrorCode) -> dict[str, Any]:

@@ -13,6 +13,7 @@ expired operation's result goes through the same path as a request's.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -40,7 +41,7 @@ class Applier(Protocol):
 
     def apply(self, result: Any) -> None: ...
 
-    async def quiesce(self) -> None: ...
+    async def quiesce(self, group_id: str | None = None) -> None: ...
 
 
 class AsyncioTimer:
@@ -138,11 +139,13 @@ class ShardRuntime:
     state machine applies them in memory before they are durable and undoes them if the append fails, so nothing
     may be computed on top of them meanwhile. Membership requests wait for `quiesce()` before they enter the
     state machine, and timer operations that fire meanwhile are deferred until the barrier settles; a follower's
-    SyncGroup therefore sees the leader's assignment only once it is on disk (Kafka parks it instead).
+    SyncGroup therefore sees the leader's assignment only once it is on disk (Kafka parks it instead). Requests
+    wait only for their own group's barriers (`quiesce(group)`), so one group's rebalance does not hold back the
+    heartbeats of the other groups of its shard.
     """
 
     def __init__(self, log: Any = None, timeout_ms: int = 5000, failure_error: int = 15,
-                 barrier: Callable[[Any], bool] | None = None) -> None:
+                 barrier: Callable[[Any], str | None] | None = None) -> None:
         self.machine: Any = None  # the state machine; set once it is built (it needs our timer)
         self.log = log  # storage.Log or None (tests, in-memory)
         self.timeout_ms = timeout_ms
@@ -152,8 +155,12 @@ class ShardRuntime:
         # The newest write: each write waits for the one before it, so waiting for the newest waits for all
         # (passing every write in flight to each new one made a burst of n writes cost O(n^2)).
         self._last: asyncio.Task[None] | None = None
-        self._barrier = barrier or (lambda record: False)
+        # barrier(record): the group id of a barrier record (one applied in memory before it is durable), else None
+        self._barrier = barrier or (lambda record: None)
         self.barriers: set[asyncio.Task[None]] = set()
+        self._group_barriers: dict[str, set[asyncio.Task[None]]] = {}  # by group id
+        self._last_by_group: dict[str, asyncio.Task[None]] = {}  # the newest write in flight of each group
+        self._last_ungrouped: asyncio.Task[None] | None = None  # the newest write of no known group
         self.append_failures = 0
         # Stall tracking (see GroupCoordinator's shard failure): the loop time of the first failed or timed-out
         # append since the last one that succeeded. While the log hangs (the last append timed out), a new write
@@ -164,13 +171,22 @@ class ShardRuntime:
         self.fast_failures = 0
         self.aborted = False
 
-    async def quiesce(self) -> None:
-        """Wait until no barrier write is in flight."""
-        while self.barriers:
-            await asyncio.wait(list(self.barriers))
+    async def quiesce(self, group_id: str | None = None) -> None:
+        """Wait until no barrier write is in flight (of `group_id` only, when given: a group's requests never
+        wait for another group's writes)."""
+        if group_id is None:
+            while self.barriers:
+                await asyncio.wait(list(self.barriers))
+            return
+        while True:
+            pending = self._group_barriers.get(group_id)
+            if not pending:
+                return
+            await asyncio.wait(list(pending))
 
-    async def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def call(self, method: Callable[..., Any], *args: Any, group: str | None = None, **kwargs: Any) -> Any:
         """Run one request through the state machine and wait for its answer (perhaps parked for a while).
+        `group`: the one group the request is about, if it is about one (see `apply`).
 
         Raises ShardAborted if the shard is given up (see `abort`) before the answer is ready."""
         if self.aborted:
@@ -179,12 +195,16 @@ class ShardRuntime:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._futures[token] = future
         try:
-            self.apply(method(token, *args, **kwargs))
+            self.apply(method(token, *args, **kwargs), group)
             return await future
         finally:
             self._futures.pop(token, None)
 
-    def apply(self, result: Any) -> None:
+    def apply(self, result: Any, group: str | None = None) -> None:
+        """Deliver a result (see the class doc). `group`: the one group it is about, if known. Writes are chained
+        in append order whatever their group; an answer without records waits for the writes in flight of its
+        own group and for writes of no known group (timers, requests naming several groups), not for other
+        groups' writes: a heartbeat is not held behind another group's fsync."""
         if result is None or self.aborted:
             return
         if result.records and self.log is not None:
@@ -196,18 +216,47 @@ class ShardRuntime:
             self._last = task
             self._writes.add(task)
             task.add_done_callback(self._writes.discard)
-            if any(self._barrier(record) for record in result.records):
+            groups = {g for g in map(self._barrier, result.records) if g is not None}
+            if groups:
                 self.barriers.add(task)
                 task.add_done_callback(self.barriers.discard)
+                for g in groups:
+                    self._group_barriers.setdefault(g, set()).add(task)
+                task.add_done_callback(functools.partial(self._barrier_done, groups))
+            if group is None:
+                self._last_ungrouped = task
+            else:
+                groups.add(group)
+            for g in groups:
+                self._last_by_group[g] = task
+            if groups:
+                task.add_done_callback(functools.partial(self._write_done, groups))
             return
-        earlier = self._earlier()
+        earlier = self._earlier() if group is None else self._earlier_for(group)
         if earlier:
             task = asyncio.get_running_loop().create_task(self._after(result, earlier))
-            self._last = task
+            if group is None:
+                self._last = task  # it waits for every write before it, so it may stand for them
             self._writes.add(task)
             task.add_done_callback(self._writes.discard)
             return
         self._deliver(result)
+
+    def _write_done(self, groups: set[str], task: asyncio.Task[None]) -> None:
+        for g in groups:
+            if self._last_by_group.get(g) is task:
+                del self._last_by_group[g]
+
+    def _earlier_for(self, group: str) -> list[asyncio.Task[None]]:
+        return [t for t in (self._last_by_group.get(group), self._last_ungrouped) if t is not None and not t.done()]
+
+    def _barrier_done(self, groups: set[str], task: asyncio.Task[None]) -> None:
+        for group in groups:
+            pending = self._group_barriers.get(group)
+            if pending is not None:
+                pending.discard(task)
+                if not pending:
+                    del self._group_barriers[group]
 
     def _earlier(self) -> list[asyncio.Task[None]]:
         last = self._last

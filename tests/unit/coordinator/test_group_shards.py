@@ -170,3 +170,18 @@ async def test_a_data_dir_keeps_its_shard_count(make):
     await h.close()
     with pytest.raises(SystemExit, match="cannot change"):
         await GroupCoordinator(Config({"offsets.topic.num.partitions": 8}), h.data_dir).start()
+
+
+async def test_a_group_waits_only_for_its_own_group_metadata_writes(make):
+    """Group-metadata writes are barriers for their own group only: while one group's write hangs on the disk,
+    another group of the same shard (same log) still gets its heartbeats answered at once."""
+    h = await make(**{"offsets.topic.num.partitions": 1})
+    (leader, leader_iid), _ = await h.stable_group("steady")
+    h.fs.hang_fsyncs()
+    joining = asyncio.create_task(h.join("forming", "x"))  # a new group: its metadata write is a barrier
+    assert await asyncio.to_thread(h.fs.wait_until_hung, 5)
+    t0 = time.monotonic()
+    assert await h.heartbeat("steady", leader.member_id, leader.generation_id, leader_iid) == ErrorCode.none
+    assert time.monotonic() - t0 < COMMIT_TIMEOUT_MS / 1000 / 2  # not held until the other write times out
+    h.fs.release_fsyncs()
+    await asyncio.wait_for(joining, COMMIT_TIMEOUT_MS / 1000 + 2)
