@@ -16,7 +16,6 @@ into .deps/jars/ (git-ignored), or KGC_JARS_DIR. The tests skip when java or jav
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,23 +30,12 @@ for _p in (COMPAT, TESTS / "e2e", TESTS / "e2e" / "groups"):
         sys.path.insert(0, str(_p))
 
 import compat_matrix  # noqa: E402
+from e2e_support import load_conftest  # noqa: E402
 from compat_support import CLIENT_SETS, JAVA_SOURCES, JavaClients, fetch_jar_set, need_tools  # noqa: E402
 from groups_support import Members  # noqa: E402
 
 
-def _load_e2e_conftest():
-    name = "_kgc_e2e_conftest"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, TESTS / "e2e" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_e2e = _load_e2e_conftest()
+_e2e = load_conftest(TESTS / "e2e" / "conftest.py")
 server_factory = _e2e.server_factory
 
 

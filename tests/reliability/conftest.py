@@ -7,7 +7,6 @@ The helpers of tests/e2e (e2e_server, e2e_support), tests/e2e/groups (groups_sup
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -16,17 +15,11 @@ for folder in (TESTS / "e2e", TESTS / "e2e" / "groups", TESTS / "crash", TESTS /
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from e2e_support import load_conftest  # noqa: E402
 
 
-_e2e = _load("kgc_e2e_conftest", TESTS / "e2e" / "conftest.py")
-_groups = _load("kgc_groups_conftest", TESTS / "e2e" / "groups" / "conftest.py")
+_e2e = load_conftest(TESTS / "e2e" / "conftest.py")
+_groups = load_conftest(TESTS / "e2e" / "groups" / "conftest.py")
 
 server_factory = _e2e.server_factory
 server = _e2e.server

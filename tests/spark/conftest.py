@@ -14,7 +14,6 @@ The tests skip when pyspark is not installed or java is not on PATH (and fail if
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -31,22 +30,12 @@ for _p in (SPARK_TESTS, TESTS / "e2e"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+from e2e_support import load_conftest  # noqa: E402
+
 FETCH_SPARK_JARS = REPO / "scripts" / "fetch-spark-jars.sh"
 
 
-def _load_e2e_conftest():
-    name = "_kgc_e2e_conftest"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, TESTS / "e2e" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_e2e = _load_e2e_conftest()
+_e2e = load_conftest(TESTS / "e2e" / "conftest.py")
 server_factory = _e2e.server_factory
 server = _e2e.server
 
