@@ -87,6 +87,39 @@ def _writer(cls: type) -> Any:
     return entity_writer(cls)
 
 
+def encode_request(body: Any, correlation_id: int, client_id: str | None) -> bytes:
+    """A request frame as a client sends it (length prefix, header v1 or v2, body) for a kio request entity: for
+    relaying a request to another server (coordinator.server.forward), tests and tools."""
+    cls = type(body)
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    buf.write(_PREFIX.pack(body.__api_key__, body.__version__, correlation_id))
+    if client_id is None:
+        buf.write(b"\xff\xff")
+    else:
+        raw = client_id.encode()
+        buf.write(struct.pack(">h", len(raw)))
+        buf.write(raw)
+    if cls.__flexible__:
+        buf.write(b"\x00")  # request header v2: no tagged fields
+    _writer(cls)(buf, body)
+    data = buf.getbuffer()
+    struct.pack_into(">i", data, 0, len(data) - 4)
+    return bytes(data)
+
+
+def decode_response(api_key: int, version: int, payload: bytes | memoryview, offset: int = 0) -> Any:
+    """The response entity in `payload` from `offset`, where its header continues after the correlation id."""
+    cls = response_class(api_key, version)
+    if cls.__flexible__ and api_key != API_VERSIONS:
+        # Response header v1: tagged fields (none are defined; skip a count of zero, refuse others).
+        if payload[offset] != 0:
+            raise ValueError("unexpected tagged fields in a response header")
+        offset += 1
+    body, _ = _reader(cls)(payload, offset)
+    return body
+
+
 class ApiTable:
     def __init__(self) -> None:
         self._specs: dict[int, ApiSpec] = {}

@@ -46,10 +46,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from kio.serial import entity_writer  # noqa: E402
 from kio.static.primitive import i32Timedelta, i64Timedelta  # noqa: E402
 
 from protocol.api import ApiTable, request_class  # noqa: E402
+from protocol.api import encode_request as api_encode_request  # noqa: E402
 from protocol.errors import ProtocolError  # noqa: E402
 
 _INTERESTING = [
@@ -139,19 +139,7 @@ def random_entity(cls: type, rng: random.Random, depth: int = 0) -> Any:
 
 def encode_request(entity: Any, correlation_id: int, client_id: str | None = "fuzz") -> bytes:
     """Header (v1, or v2 for flexible versions) + body, without the length prefix."""
-    import io
-
-    buf = io.BytesIO()
-    buf.write(struct.pack(">hhi", entity.__api_key__, entity.__version__, correlation_id))
-    if client_id is None:
-        buf.write(struct.pack(">h", -1))
-    else:
-        raw = client_id.encode()
-        buf.write(struct.pack(">h", len(raw)) + raw)
-    if type(entity).__flexible__:
-        buf.write(b"\x00")
-    entity_writer(type(entity))(buf, entity)
-    return buf.getvalue()
+    return api_encode_request(entity, correlation_id, client_id)[4:]
 
 
 def request_corpus(table: ApiTable, rng: random.Random, per_version: int = 4) -> list[bytes]:

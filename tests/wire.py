@@ -2,39 +2,20 @@
 
 from __future__ import annotations
 
-import io
 import socket
 import struct
 from typing import Any
 
-from kio.serial import entity_reader, entity_writer
-
-from protocol.api import response_class
+from protocol import api
 
 
 def encode_request(request: Any, correlation_id: int, client_id: str | None = "test") -> bytes:
-    buf = io.BytesIO()
-    buf.write(struct.pack(">hhi", request.__api_key__, request.__version__, correlation_id))
-    if client_id is None:
-        buf.write(struct.pack(">h", -1))
-    else:
-        raw = client_id.encode()
-        buf.write(struct.pack(">h", len(raw)) + raw)
-    if type(request).__flexible__:
-        buf.write(b"\x00")
-    entity_writer(type(request))(buf, request)
-    payload = buf.getvalue()
-    return struct.pack(">i", len(payload)) + payload
+    return api.encode_request(request, correlation_id, client_id)
 
 
 def decode_response(api_key: int, version: int, payload: bytes) -> tuple[int, Any]:
     (correlation_id,) = struct.unpack_from(">i", payload, 0)
-    cls = response_class(api_key, version)
-    offset = 4
-    if cls.__flexible__ and api_key != 18:
-        offset += 1  # empty tagged fields of response header v1
-    body, _ = entity_reader(cls)(payload, offset)
-    return correlation_id, body
+    return correlation_id, api.decode_response(api_key, version, payload, 4)
 
 
 def recv_frame(sock: socket.socket) -> bytes:

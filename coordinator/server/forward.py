@@ -36,20 +36,16 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import io
 import itertools
 import logging
 import struct
 from collections.abc import Callable
 from typing import Any
 
-from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
-from kio.serial import entity_reader, entity_writer
 
 from coordinator.config import Config
 from coordinator.dataplane import Broker
-from protocol.api import API_VERSIONS, ApiTable, RequestContext, request_class, response_class
+from protocol.api import API_VERSIONS, ApiTable, RequestContext, decode_response, encode_request, request_class
 from protocol.build import build
 from protocol.framing import frame_length
 
@@ -58,47 +54,8 @@ log = logging.getLogger(__name__)
 PRODUCE, LIST_OFFSETS, METADATA = 0, 2, 3
 LATEST_TIMESTAMP = -1
 REFRESH_INTERVAL_S = 1.0
-_LEN = struct.Struct(">i")
 _CID = struct.Struct(">i")
 CACHE_CONNECTION = -1  # the connection key of the forwarder's own requests (cache refresh, admin)
-
-
-@functools.cache
-def _reader(cls: type) -> Any:
-    return entity_reader(cls)
-
-
-@functools.cache
-def _writer(cls: type) -> Any:
-    return entity_writer(cls)
-
-
-def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:
-    """A request frame (length prefix, header v1 or v2, body) for `body`, a kio entity of that exact version."""
-    cls = request_class(api_key, version)
-    header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
-    buf = io.BytesIO()
-    buf.write(b"\0\0\0\0")
-    _writer(header_cls)(buf, header_cls(request_api_key=api_key, request_api_version=version,
-                                        correlation_id=correlation_id, client_id=client_id))
-    _writer(cls)(buf, body)
-    data = bytearray(buf.getbuffer())
-    _LEN.pack_into(data, 0, len(data) - 4)
-    return bytes(data)
-
-
-def decode_response(api_key: int, version: int, payload: bytes) -> Any:
-    """The response entity in `payload` (a response frame after its correlation id)."""
-    cls = response_class(api_key, version)
-    offset = 0
-    if cls.__flexible__ and api_key != API_VERSIONS:
-        # Response header v1: tagged fields. Worker 0 writes none; skip any the same way a client would.
-        count = payload[0]
-        if count != 0:
-            raise ValueError("unexpected tagged fields in a response header")
-        offset = 1
-    body, _ = _reader(cls)(payload, offset)
-    return body
 
 
 class UpstreamError(ConnectionError):
@@ -127,7 +84,7 @@ class Upstream:
         if self._broken is not None:
             raise UpstreamError(f"the connection to worker 0 is closed: {self._broken}")
         cid = next(self._ids) & 0x7FFFFFFF
-        data = encode_request(api_key, version, cid, client_id, body)
+        data = encode_request(body, cid, client_id)
         future: asyncio.Future[bytes] | None = None
         if expect_answer:
             future = asyncio.get_running_loop().create_future()

@@ -12,7 +12,6 @@ from coordinator.config import Config
 from coordinator.dataplane import Broker
 from coordinator.server import workers
 from coordinator.server.connection import local_address
-from coordinator.server.forward import decode_response, encode_request
 from coordinator.server.workers import (
     Topology,
     WorkerSpec,
@@ -22,7 +21,7 @@ from coordinator.server.workers import (
     resolve_workers,
 )
 from coordinator.sharding import shard_of
-from protocol.api import ApiTable, RequestContext, request_class, response_class
+from protocol.api import ApiTable, RequestContext, decode_response, encode_request, request_class, response_class
 from protocol.build import build
 
 
@@ -154,7 +153,7 @@ def test_a_relayed_request_decodes_to_the_same_entity(api_key, version):
     table = ApiTable()
     EmbeddedDataPlane(Config(), lambda: Broker(1, "h", 1)).register(table)
     body = build(request_class(api_key, version), {"topics": [], "acks": -1, "timeout": 1000})
-    frame = encode_request(api_key, version, 77, "client-x", body)
+    frame = encode_request(body, 77, "client-x")
     decoded = table.decode(frame[4:])
     assert decoded.context.correlation_id == 77
     assert decoded.context.client_id == "client-x"
