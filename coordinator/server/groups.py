@@ -360,9 +360,8 @@ class GroupCoordinator:
     async def _reload(self, shard: Shard) -> None:
         try:
             while True:
-                shard.state = ShardState.FAILED
+                shard.state = ShardState.LOADING
                 try:
-                    shard.state = ShardState.LOADING
                     await asyncio.wait_for(shard.load(self._log_wrapper), max(self.failure_timeout_s, 1.0))
                 except asyncio.CancelledError:
                     raise
