@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default=os.environ.get("KGC_LOG_LEVEL", "INFO"))
     serve.add_argument("--workers", default=os.environ.get("KGC_COORDINATOR_WORKERS"), metavar="N|auto",
                        help="worker processes, each owning a share of the group shards behind its own listener "
-                            "(default: the setting coordinator.workers, 1; auto: one per core)")
+                            "(default: the setting coordinator.workers, auto: one per core)")
     from coordinator.observability import cli as groups_cli
 
     groups_cli.add_parser(sub)
@@ -72,10 +72,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
             return 2
         if count > 1:
-            why = workers.unsupported_with_workers(config)
-            if why is not None:
-                print(f"kafka-group-coordinator: --workers {count}: {why}", file=sys.stderr)
-                return 2
             supervisor = workers.Supervisor(count, sys.argv[1:] if argv is None else argv, listen, admin,
                                             config["shutdown.timeout.ms"] / 1000)
             return supervisor.run()

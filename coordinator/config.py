@@ -35,7 +35,7 @@ def _regex(text: str) -> str:
 
 def _workers(text: str) -> int:
     if text.strip().lower() == "auto":
-        return os.cpu_count() or 1
+        return 0
     return int(text)
 
 
@@ -92,10 +92,11 @@ SETTINGS: tuple[Setting, ...] = (
             "Per-IP or per-hostname exceptions to max.connections.per.ip: `host:count,ip:count`."),
     Setting("shutdown.timeout.ms", 10000, int, "How long a graceful shutdown waits for in-flight requests.", "ms",
             kafka=False, minimum=0),
-    Setting("coordinator.workers", 1, _workers,
-            "Worker processes (`auto`: one per core), each owning a share of the group shards behind its own "
-            "listener (port + worker index) and node id (node.id + index); `serve --workers` overrides it.",
-            kafka=False, minimum=1),
+    Setting("coordinator.workers", 0, _workers,
+            "Worker processes, each owning a share of the group shards behind its own listener (port + worker "
+            "index) and node id (node.id + index); 0 or `auto`: one per core (with TLS, SASL or an authorizer "
+            "configured, auto means one). `serve --workers` overrides it.",
+            kafka=False, minimum=0),
     # -- security (coordinator.security) -----------------------------------------------------------
     Setting("listeners", (), _list,
             "Kafka listeners, `NAME://HOST:PORT,...` (names mapped by listener.security.protocol.map; port 0 picks "

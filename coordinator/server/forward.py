@@ -63,12 +63,13 @@ class UpstreamError(ConnectionError):
 
 
 class Upstream:
-    """One connection to worker 0: requests written in call order, answers matched by correlation id."""
+    """One connection to another worker: requests written in call order, answers matched by correlation id."""
 
-    def __init__(self, address: tuple[str, int], max_bytes: int, on_broken: Callable[[Upstream, bool], None]
-                 ) -> None:
+    def __init__(self, address: tuple[str, int], max_bytes: int, on_broken: Callable[[Upstream, bool], None],
+                 name: str = "worker 0") -> None:
         """`on_broken(self, lost)` when the connection ends by itself; `lost`: requests had no answer yet."""
         self._address = address
+        self._name = name
         self._max_bytes = max_bytes
         self._on_broken = on_broken
         self._ids = itertools.count(1)
@@ -82,7 +83,7 @@ class Upstream:
              expect_answer: bool = True) -> asyncio.Future[bytes] | None:
         """Write one request now (or queue it until connected); the future gets the answer's bytes."""
         if self._broken is not None:
-            raise UpstreamError(f"the connection to worker 0 is closed: {self._broken}")
+            raise UpstreamError(f"the connection to {self._name} is closed: {self._broken}")
         cid = next(self._ids) & 0x7FFFFFFF
         data = encode_request(body, cid, client_id)
         future: asyncio.Future[bytes] | None = None
@@ -125,7 +126,7 @@ class Upstream:
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():
-                future.set_exception(UpstreamError(f"the connection to worker 0 failed: {exc!r}"))
+                future.set_exception(UpstreamError(f"the connection to {self._name} failed: {exc!r}"))
 
     def close(self) -> None:
         self._task.cancel()
@@ -258,3 +259,50 @@ class ForwardingDataPlane:
         self._log_end = {(t.name, p.partition_index): int(p.offset) for t in offsets.topics
                          for p in t.partitions if p.error_code == 0}
 
+
+
+class PeerRelay:
+    """Group requests for a group another worker owns, relayed to that worker (any worker answers any group).
+
+    FindCoordinator sends stock clients straight to a group's owner, so they never come here. A client that skips
+    it (a raw client written against one broker, a tool that sends everything to its bootstrap address) still gets
+    the owner's answer instead of NOT_COORDINATOR. The relay works like the data-plane forwarder above: one
+    upstream connection per client connection and owner, written before the first await (so a client's requests
+    reach the owner in the order it sent them), closed with the client connection; a broken upstream with
+    requests in flight closes the client connection. The owner sees the relay's address as the member's client
+    host (DescribeGroups); the client id is the client's own.
+    """
+
+    def __init__(self, config: Config, server: Any, address_of: Callable[[int], tuple[str, int]]) -> None:
+        self._max_bytes = config["socket.request.max.bytes"]
+        self._server = server
+        self._address_of = address_of
+        self._upstreams: dict[tuple[int, int], Upstream] = {}
+
+    async def call(self, worker: int, ctx: RequestContext, request: Any) -> Any:
+        key = (ctx.connection_id, worker)
+        upstream = self._upstreams.get(key)
+        if upstream is None:
+            upstream = Upstream(self._address_of(worker), self._max_bytes, functools.partial(self._broken, key),
+                                name=f"worker {worker}")
+            self._upstreams[key] = upstream
+        future = upstream.send(ctx.api_key, ctx.api_version, ctx.client_id, request)
+        assert future is not None
+        return decode_response(ctx.api_key, ctx.api_version, await future)
+
+    def _broken(self, key: tuple[int, int], upstream: Upstream, lost: bool) -> None:
+        if self._upstreams.get(key) is upstream:
+            del self._upstreams[key]
+        conn = self._server.connections.get(key[0]) if lost else None
+        if conn is not None:
+            log.info("closing connection %d: its relay to worker %d failed", key[0], key[1])
+            asyncio.create_task(conn.abort())
+
+    def connection_closed(self, connection_id: int) -> None:
+        for key in [k for k in self._upstreams if k[0] == connection_id]:
+            self._upstreams.pop(key).close()
+
+    def close(self) -> None:
+        for upstream in self._upstreams.values():
+            upstream.close()
+        self._upstreams.clear()

@@ -206,6 +206,10 @@ class GroupCoordinator:
         self._load_task: asyncio.Task[None] | None = None
         self._reloads: dict[int, asyncio.Task[None]] = {}
         self.view = ShardedView(self)
+        # `serve --workers N`: who owns a shard this part does not, and how to reach it (forward.PeerRelay).
+        # Without them a group owned elsewhere is answered NOT_COORDINATOR.
+        self.owner_of_shard: Callable[[int], int] | None = None
+        self.relay: Any = None
 
     # -- shards -----------------------------------------------------------------------------------
 
@@ -282,7 +286,13 @@ class GroupCoordinator:
                 f"{directory} holds groups in {layout.get('shards')} shards, but offsets.topic.num.partitions is "
                 f"{self.num_shards}; the shard count of a data directory cannot change (as in Kafka)")
 
+    def connection_closed(self, connection_id: int) -> None:
+        if self.relay is not None:
+            self.relay.connection_closed(connection_id)
+
     async def close(self) -> None:
+        if self.relay is not None:
+            self.relay.close()
         tasks = [t for t in (self._load_task, *self._reloads.values(), *self._tasks) if t is not None]
         for task in tasks:
             task.cancel()
@@ -433,6 +443,8 @@ class GroupCoordinator:
             if api_key == OFFSET_FETCH and ctx.api_version >= 8:
                 return await self._offset_fetch_groups(ctx, request)
             shard = self.shard_for(request.group_id)
+            if shard is None and self.relay is not None:
+                return await self._relay(self.shard_index(request.group_id), ctx, request)
             code = self._unavailable(shard)
             if code is not None:
                 return error_response(api_key, ctx.api_version, request, code)
@@ -451,9 +463,13 @@ class GroupCoordinator:
         async def handle(ctx: RequestContext, request: Any) -> Any:
             items = list(getattr(request, field))
             by_shard: dict[int, list[Any]] = {}
+            by_worker: dict[int, list[int]] = {}
             answers: dict[int, Any] = {}
             for position, item in enumerate(items):
                 index = self.shard_index(group_of(item))
+                if index not in self.shards and self.relay is not None:
+                    by_worker.setdefault(self._owner(index), []).append(position)
+                    continue
                 code = self._unavailable(self.shards.get(index))
                 if code is not None:
                     answers[position] = error_entry(group_of(item), code, ctx.api_version)
@@ -472,10 +488,25 @@ class GroupCoordinator:
                 for position, entry in zip(positions, entries, strict=True):
                     answers[position] = entry
 
-            await asyncio.gather(*(one(i, ps) for i, ps in by_shard.items()))
+            async def remote(worker: int, positions: list[int]) -> None:
+                sub = dataclasses.replace(request, **{field: tuple(items[p] for p in positions)})
+                response = await self.relay.call(worker, ctx, sub)
+                for position, entry in zip(positions, getattr(response, answer_field), strict=True):
+                    answers[position] = entry
+
+            await asyncio.gather(*(one(i, ps) for i, ps in by_shard.items()),
+                                 *(remote(w, ps) for w, ps in by_worker.items()))
             return {"throttle_time": 0, answer_field: [answers[p] for p in range(len(items))]}
 
         return handle
+
+    def _owner(self, shard_index: int) -> int:
+        assert self.owner_of_shard is not None
+        return self.owner_of_shard(shard_index)
+
+    async def _relay(self, shard_index: int, ctx: RequestContext, request: Any) -> Any:
+        """A request for a group another worker owns: that worker's answer (see forward.PeerRelay)."""
+        return await self.relay.call(self._owner(shard_index), ctx, request)
 
     async def _offset_fetch_groups(self, ctx: RequestContext, request: Any) -> Any:
         def error_entry(group_id: str, code: ErrorCode, version: int) -> dict[str, Any]:

@@ -5,7 +5,8 @@ shards by `coordinator.sharding.shard_of(group_id, offsets.topic.num.partitions)
 with p % N == w. Every worker is a broker to the clients: it has its own Kafka listener (with `--listen HOST:PORT`,
 worker w listens on PORT+w; with port 0 each picks a free one) and node id (node.id + w), Metadata from any worker
 lists all of them, and FindCoordinator answers the worker that owns the group's shard. A group API sent to a
-worker that does not own the group is answered NOT_COORDINATOR, so stock clients find the right one by themselves.
+worker that does not own the group is relayed to the owner (forward.PeerRelay): stock clients go to the owner
+directly, and a client that never asks FindCoordinator (one written against a single broker) still gets answers.
 
 The data plane stays in worker 0 (the embedded topic log; topics' partition leaders are node.id + 0). Workers
 w > 0 serve the data-plane APIs through coordinator.server.forward, which relays them to worker 0.
@@ -33,6 +34,7 @@ import contextlib
 import ctypes
 import dataclasses
 import errno
+import functools
 import json
 import logging
 import os
@@ -96,16 +98,38 @@ def unsupported_with_workers(config: Config) -> str | None:
     return None
 
 
-def resolve_workers(value: int | str | None, config: Config) -> int:
-    """`--workers` (a number or `auto`), else the setting coordinator.workers."""
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def requested_workers(value: int | str | None, config: Config) -> int:
+    """`--workers` (a number or `auto`), else the setting coordinator.workers; 0 means auto."""
     if value is None:
         return int(config["coordinator.workers"])
     if str(value).strip().lower() == "auto":
-        return os.cpu_count() or 1
+        return 0
     count = int(value)
     if count < 1:
         raise ValueError(f"--workers must be at least 1 or auto, got {value}")
     return count
+
+
+def resolve_workers(value: int | str | None, config: Config) -> int:
+    """How many workers to run: as requested, or one per core for auto (the default). Settings that cannot run
+    with several workers (see unsupported_with_workers) make auto one, and a number above one a ValueError."""
+    requested = requested_workers(value, config)
+    count = requested or cores()
+    why = unsupported_with_workers(config) if count > 1 else None
+    if why is None:
+        return count
+    if requested:
+        raise ValueError(f"--workers {count}: {why}")
+    log.info("one worker instead of one per core: %s", why)
+    return 1
 
 
 # -- what a worker is told ----------------------------------------------------------------------------------------
@@ -178,10 +202,14 @@ class Topology:
 
     def upstream(self) -> tuple[str, int]:
         """Where worker 0's Kafka listener is reachable from this machine."""
+        return self.address(0)
+
+    def address(self, worker: int) -> tuple[str, int]:
+        """Where worker `worker`'s Kafka listener is reachable from this machine."""
         host = self.spec.host
         if host in _WILDCARDS:
             host = "::1" if host == "::" else "127.0.0.1"
-        return host, self.spec.kafka_ports[0]
+        return host, self.spec.kafka_ports[worker]
 
     def peer_admin_urls(self) -> dict[int, str]:
         """The internal admin listeners of the other workers (worker 0 asks them)."""
@@ -441,6 +469,11 @@ def build_worker_server(config: Config, spec: WorkerSpec, advertised: tuple[str,
     server.add_part(dataplane)
     server.add_part(CoordinatorLookup(server.broker, owner=topology.owner_broker))
     server.groups = GroupCoordinator(config, data_dir, owned=topology.owned_shards())
+    if spec.count > 1:
+        from .forward import PeerRelay
+
+        server.groups.relay = PeerRelay(config, server, topology.address)
+        server.groups.owner_of_shard = functools.partial(worker_of_shard, workers=spec.count)
     server.add_part(server.groups)
     server.metrics.registry.register(ShardCollector(server.groups))
     if spec.index == 0:

@@ -72,6 +72,22 @@ class ServerProcess:
         return int(self.bootstrap.rsplit(":", 1)[1])
 
     @property
+    def workers(self) -> int:
+        """How many worker processes (brokers in Metadata) the server runs: its `coordinator.workers`, else one
+        per core (`serve`'s default), one when security settings rule several out."""
+        from coordinator.config import Config
+        from coordinator.server.workers import resolve_workers
+
+        config = Config.load(environ={}, overrides=[f"{k}={v}" for k, v in self.settings.items()])
+        return resolve_workers(None, config)
+
+    @property
+    def node_ids(self) -> list[int]:
+        """The brokers' node ids, the bootstrap (worker 0) first."""
+        base = int(self.settings.get("node.id", 1))
+        return list(range(base, base + self.workers))
+
+    @property
     def stdout_path(self) -> Path:
         return self.run_dir / "server.stdout"
 

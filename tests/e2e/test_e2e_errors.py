@@ -75,7 +75,7 @@ def test_raw_metadata_for_missing_topic_reports_unknown_topic(no_autocreate_serv
             )
         )
     assert [(t.name, t.error_code) for t in resp.topics] == [("raw-missing", UNKNOWN_TOPIC_OR_PARTITION)]
-    assert [b.node_id for b in resp.brokers] == [1]
+    assert [b.node_id for b in resp.brokers] == server.node_ids
 
 
 def _api_versions_ok(client: RawClient) -> None:

@@ -18,6 +18,7 @@ from coordinator.server.workers import (
     merge_expositions,
     owned_shards,
     owner_of,
+    requested_workers,
     resolve_workers,
 )
 from coordinator.sharding import shard_of
@@ -63,13 +64,15 @@ def test_owner_follows_kafkas_partition_rule():
 
 
 def test_worker_count_from_flag_setting_and_auto(monkeypatch):
+    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
     config = Config()
-    assert resolve_workers(None, config) == 1
+    assert resolve_workers(None, config) == 6  # the default: one per core
+    assert requested_workers(None, config) == 0
     assert resolve_workers("3", config) == 3
-    monkeypatch.setattr(workers.os, "cpu_count", lambda: 6)
     assert resolve_workers("auto", config) == 6
     assert resolve_workers(None, Config.load(environ={"KGC_COORDINATOR_WORKERS": "auto"})) == 6
     assert resolve_workers(None, Config.load(environ={}, overrides=["coordinator.workers=4"])) == 4
+    assert resolve_workers(None, Config.load(environ={}, overrides=["coordinator.workers=auto"])) == 6
     with pytest.raises(ValueError):
         resolve_workers("0", config)
 
@@ -190,3 +193,14 @@ def test_security_settings_are_refused_with_several_workers():
     why = workers.unsupported_with_workers(Config.load(environ={}, overrides=[
         "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"]))
     assert why is not None and "authorizer.class.name" in why
+
+
+def test_security_settings_make_auto_one_worker_and_refuse_an_explicit_count(monkeypatch):
+    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: {0, 1})
+    secured = Config.load(environ={}, overrides=["listeners=SASL_PLAINTEXT://127.0.0.1:0"])
+    assert resolve_workers(None, secured) == 1
+    assert resolve_workers("auto", secured) == 1
+    assert resolve_workers("1", secured) == 1
+    with pytest.raises(ValueError, match="listeners"):
+        resolve_workers("2", secured)
+    assert resolve_workers(None, Config()) == 2
