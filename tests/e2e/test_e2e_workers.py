@@ -218,6 +218,60 @@ def test_groups_of_two_workers_consume_commit_and_are_listed(server_factory, mem
         assert member.close() == 0, member.summary()
 
 
+JOIN_GROUP, SYNC_GROUP, HEARTBEAT, OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS = 11, 14, 12, 8, 9, 15
+
+
+def test_group_requests_sent_to_any_worker_are_answered_by_the_owner(server_factory):
+    """A raw client that never asks FindCoordinator (written against one broker) drives a group owned by worker 1
+    entirely through worker 0: join (with MEMBER_ID_REQUIRED first), sync, heartbeat, commit and fetch, and
+    DescribeGroups / OffsetFetch v8 naming groups of both workers get every group's answer, in request order."""
+    server = start_workers(server_factory, **{"group.initial.rebalance.delay.ms": 0})
+    remote = group_on(1, "relay-remote")
+    local = group_on(0, "relay-local")
+    protocols = [{"name": "range", "metadata": b"\x00\x01"}]
+    with RawClient(server.host, server.port) as c:
+        for group in (remote, local):
+            join = {"group_id": group, "session_timeout": 30000, "rebalance_timeout": 30000, "member_id": "",
+                    "group_instance_id": None, "protocol_type": "consumer", "protocols": protocols, "reason": None}
+            first = c.request(make(request_class(JOIN_GROUP, 9), join))
+            assert first.error_code == 79, first  # MEMBER_ID_REQUIRED, from the owner
+            joined = c.request(make(request_class(JOIN_GROUP, 9), {**join, "member_id": first.member_id}))
+            assert joined.error_code == 0 and joined.leader == first.member_id, joined
+            synced = c.request(make(request_class(SYNC_GROUP, 5), {
+                "group_id": group, "generation_id": joined.generation_id, "member_id": joined.member_id,
+                "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
+                "assignments": [{"member_id": joined.member_id, "assignment": b"a"}]}))
+            assert (synced.error_code, synced.assignment) == (0, b"a"), synced
+            beat = c.request(make(request_class(HEARTBEAT, 4), {
+                "group_id": group, "generation_id": joined.generation_id, "member_id": joined.member_id,
+                "group_instance_id": None}))
+            assert beat.error_code == 0, beat
+            commit = c.request(make(request_class(OFFSET_COMMIT, 8), {
+                "group_id": group, "generation_id_or_member_epoch": joined.generation_id,
+                "member_id": joined.member_id, "group_instance_id": None,
+                "topics": [{"name": "relay-topic", "partitions": [
+                    {"partition_index": 0, "committed_offset": 42 if group == remote else 7,
+                     "committed_leader_epoch": -1, "committed_metadata": group}]}]}))
+            assert [p.error_code for t in commit.topics for p in t.partitions] == [0], commit
+
+        described = c.request(make(request_class(DESCRIBE_GROUPS, 5), {
+            "groups": [remote, "relay-missing", local], "include_authorized_operations": False}))
+        assert [(g.group_id, g.error_code, g.group_state, len(g.members)) for g in described.groups] == [
+            (remote, 0, "Stable", 1), ("relay-missing", 0, "Dead", 0), (local, 0, "Stable", 1)], described
+
+        fetched = c.request(make(request_class(OFFSET_FETCH, 8), {
+            "groups": [{"group_id": g, "topics": None} for g in (local, remote)], "require_stable": False}))
+        got = {g.group_id: [(p.committed_offset, p.metadata) for t in g.topics for p in t.partitions]
+               for g in fetched.groups}
+        assert got == {local: [(7, local)], remote: [(42, remote)]}, fetched
+    # Worker 1 holds the remote group: asked directly, it tells the same.
+    port1 = metadata_brokers(server.host, server.port)[1][2]
+    with RawClient(server.host, port1) as c:
+        fetched = c.request(make(request_class(OFFSET_FETCH, 8), {
+            "groups": [{"group_id": remote, "topics": None}], "require_stable": False}))
+        assert [p.committed_offset for g in fetched.groups for t in g.topics for p in t.partitions] == [42]
+
+
 def test_a_killed_worker_is_restarted_and_its_groups_keep_their_offsets(server_factory, members, tmp_path):
     server = start_workers(server_factory)
     group = group_on(1, "workers-restart")
