@@ -196,6 +196,20 @@ class Child:
 
 # -- workload: round trips -----------------------------------------------------------------------------------
 
+def coordinator_for(host: str, port: int, v: dict, group: str) -> tuple[str, int]:
+    """The address FindCoordinator names for `group` (clients move there; with this server's workers it is
+    the worker that owns the group)."""
+    deadline = time.monotonic() + 120
+    with RawClient(host, port, timeout=60) as c:
+        while True:
+            resp = c.request(rk.find_coordinator_request(v, group))
+            if rk.first_error(resp) == 0:
+                return rk.coordinator_address(resp)
+            if time.monotonic() > deadline:
+                raise rk.BenchError(f"FindCoordinator: error {rk.first_error(resp)}")
+            time.sleep(0.2)
+
+
 def setup_member_blocking(c: RawClient, v: dict, group: str, session_ms: int) -> tuple[str, int]:
     deadline = time.monotonic() + 120
     while True:
@@ -232,7 +246,7 @@ def roundtrip(target, v: dict, args) -> dict:
     host, port = target.bootstrap.rsplit(":", 1)
     group = f"rt-{int(time.time() * 1000)}"
     out: dict = {}
-    with RawClient(host, int(port), timeout=60) as c:
+    with RawClient(*coordinator_for(host, int(port), v, group), timeout=60) as c:
         member_id, gen = setup_member_blocking(c, v, group, 10_000)
         ops = {
             "Heartbeat": rk.heartbeat_request(v, group, gen, member_id, None),

@@ -169,6 +169,14 @@ def leave_request(v, group: str, member_id: str, instance_id: str | None) -> Any
                                              "reason": None}]})
 
 
+def coordinator_address(resp: Any) -> tuple[str, int]:
+    """(host, port) of a FindCoordinator answer, any version."""
+    coordinators = getattr(resp, "coordinators", None)
+    if coordinators:
+        return str(coordinators[0].host), int(coordinators[0].port)
+    return str(resp.host), int(resp.port)
+
+
 def find_coordinator_request(v, group: str) -> Any:
     return req(v, FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]})
 
@@ -340,7 +348,16 @@ class Member:
         self.invalid_syncs = 0
 
     async def find_coordinator(self) -> None:
-        await retry_call(self.conn, lambda: find_coordinator_request(self.v, self.group))
+        """Ask for the group's coordinator and move to it, as clients do (a target with several brokers, such as
+        this server's workers, coordinates groups on different ones)."""
+        resp = await retry_call(self.conn, lambda: find_coordinator_request(self.v, self.group))
+        if first_error(resp) != 0:
+            return
+        address = coordinator_address(resp)
+        peer = self.conn.transport.get_extra_info("peername") if self.conn.transport is not None else None
+        if peer is not None and (str(peer[0]), int(peer[1])) != address:
+            old, self.conn = self.conn, await Conn.open(*address)
+            old.close()
 
     async def join(self, timeout_s: float = 300.0) -> None:
         loop = asyncio.get_running_loop()

@@ -128,11 +128,24 @@ func setup(addr, group, topic string, sessionMs int32) (*member, error) {
 			return nil, err
 		}
 		r := resp.(*kmsg.FindCoordinatorResponse)
-		code := r.ErrorCode
+		code, host, port := r.ErrorCode, r.Host, r.Port
 		if len(r.Coordinators) > 0 {
-			code = r.Coordinators[0].ErrorCode
+			code, host, port = r.Coordinators[0].ErrorCode, r.Coordinators[0].Host, r.Coordinators[0].Port
 		}
 		if code == 0 {
+			// Move to the coordinator, as clients do (this server's workers coordinate groups on different ports).
+			target := net.JoinHostPort(host, fmt.Sprint(port))
+			if target != nc.RemoteAddr().String() {
+				nc2, err := net.Dial("tcp", target)
+				if err != nil {
+					return nil, err
+				}
+				nc.Close()
+				nc = nc2
+				nc.(*net.TCPConn).SetNoDelay(true)
+				c = &conn{c: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+				m.c = c
+			}
 			break
 		}
 		if time.Now().After(deadline) {
