@@ -52,8 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
-        from coordinator.server.app import build_server, run
-        from coordinator.server.listener import parse_hostport
+        from coordinator.config import parse_hostport
 
         try:
             config = Config.load(args.config, overrides=args.set)
@@ -75,14 +74,16 @@ def main(argv: list[str] | None = None) -> int:
             supervisor = workers.Supervisor(count, sys.argv[1:] if argv is None else argv, listen, admin,
                                             config["shutdown.timeout.ms"] / 1000)
             return supervisor.run()
+        from coordinator.server.app import build_server, run  # not before: a supervisor does not need it
+
         run(build_server(config, listen, admin, advertised, args.data_dir))
     return 0
 
 
 def _serve_worker(args: argparse.Namespace, spec_json: str) -> int:
     """One worker of `serve --workers N`, started by the supervisor (coordinator.server.workers)."""
+    from coordinator.config import parse_hostport
     from coordinator.server import workers
-    from coordinator.server.listener import parse_hostport
 
     spec = workers.WorkerSpec.from_json(spec_json)
     workers.die_with_parent(spec.supervisor_pid)

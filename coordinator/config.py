@@ -33,6 +33,15 @@ def _regex(text: str) -> str:
     return text
 
 
+def parse_hostport(text: str, default_port: int) -> tuple[str, int]:
+    """`HOST:PORT`, `[v6]:PORT` or `HOST` (the default port) as (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        return text, default_port
+    host = host.strip("[]")
+    return host, int(port)
+
+
 def _workers(text: str) -> int:
     if text.strip().lower() == "auto":
         return 0

@@ -14,7 +14,7 @@ import logging
 import socket
 from typing import Any
 
-from coordinator.config import Config
+from coordinator.config import Config, parse_hostport  # noqa: F401 - parse_hostport: re-exported
 from coordinator.dataplane import Broker, DataPlane
 from protocol.api import ApiTable
 
@@ -25,14 +25,6 @@ from .metrics import ServerMetrics
 log = logging.getLogger(__name__)
 
 _WILDCARDS = ("", "0.0.0.0", "::")
-
-
-def parse_hostport(text: str, default_port: int) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        return text, default_port
-    host = host.strip("[]")
-    return host, int(port)
 
 
 class Server:

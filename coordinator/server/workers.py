@@ -45,12 +45,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.config import Config
-from coordinator.dataplane import Broker
 
-from .connection import local_address
+if TYPE_CHECKING:
+    from coordinator.dataplane import Broker
+
+# The supervisor imports this module before it starts the workers: what only workers use (the protocol and
+# server modules, ~0.3-0.9 s of imports) is imported inside the functions that need it.
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +180,10 @@ class Topology:
         """Worker `worker` as a client should reach it: the advertised host (port + worker, or the bound port
         when the advertised port is 0), else the listen host, or for a wildcard listener the local address the
         current request came in on (as Server.broker does)."""
+        from coordinator.dataplane import Broker
+
+        from .connection import local_address
+
         node_id = self.node_id_base + worker
         if self.advertised is not None:
             host, port = self.advertised
