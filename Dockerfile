@@ -33,10 +33,13 @@ RUN groupadd --system --gid 10001 kgc \
 
 COPY --from=build /opt/kgc /opt/kgc
 
+# One worker: `-p 9092:9092` is then all a client needs. With KGC_COORDINATOR_WORKERS=auto (one per core) or N,
+# worker w listens on 9092+w and is advertised there: publish those ports too (`-p 9092-9095:9092-9095`).
 ENV PATH=/opt/kgc/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    KGC_DATA_DIR=/var/lib/kgc
+    KGC_DATA_DIR=/var/lib/kgc \
+    KGC_COORDINATOR_WORKERS=1
 
 USER 10001:10001
 WORKDIR /var/lib/kgc

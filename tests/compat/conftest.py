@@ -41,11 +41,12 @@ server_factory = _e2e.server_factory
 
 @pytest.fixture
 def server(server_factory, request, monkeypatch):
-    # The server advertises the proxy (Metadata, FindCoordinator): all of a client's connections use it.
+    # The server advertises the proxy (Metadata, FindCoordinator): all of a client's connections use it. The
+    # proxy is one port, so the server runs one worker (with N, worker w would advertise the proxy's port + w).
     proxy = compat_matrix.RecordingProxy()
     with monkeypatch.context() as mp:
         mp.setenv("KGC_ADVERTISED_LISTENER", proxy.address)
-        real = server_factory()
+        real = server_factory({"coordinator.workers": 1})
     proxy.start(real.bootstrap)
     request.node.compat_proxy = proxy
     yield dataclasses.replace(real, bootstrap=proxy.address)

@@ -66,9 +66,10 @@ def rss_kib(pid: int) -> tuple[int, int]:
 def connections_gauge(admin_url: str) -> float:
     with urllib.request.urlopen(admin_url + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    match = re.search(r"^kafka_group_coordinator_connections (\S+)$", text, re.M)
-    assert match, "no connections gauge in /metrics"
-    return float(match.group(1))
+    # One series per worker (a `worker` label) when the server runs several.
+    values = re.findall(r"^kafka_group_coordinator_connections(?:\{[^}]*\})? (\S+)$", text, re.M)
+    assert values, "no connections gauge in /metrics"
+    return sum(float(v) for v in values)
 
 
 def api_versions_ok(server, timeout: float = 10.0) -> float:
