@@ -1096,7 +1096,7 @@ def main() -> int:
         return report_only(Path(args.report), args.no_readme)
     q = args.quick
     defaults = {"rt_calls": 300 if q else 1000, "conns": [50, 200] if q else [100, 1000],
-                "duration": 4.0 if q else 5.0, "members": [5, 10] if q else [10, 100],
+                "duration": 4.0 if q else 5.0, "members": [5, 10] if q else [10, 100, 500],
                 "idle_members": 500 if q else 10_000, "idle_seconds": 6.0 if q else 15.0,
                 "offsets": 50_000 if q else 1_000_000}
     for k, v in defaults.items():
