@@ -108,6 +108,31 @@ def encode_request(body: Any, correlation_id: int, client_id: str | None) -> byt
     return bytes(data)
 
 
+class Encoded:
+    """A response body already encoded for the request's exact version (made by encode_body, kept by a handler
+    that answers the same thing again and again, e.g. Metadata); ApiTable.encode_response only adds the
+    header. Only answers without errors are kept this way: `error_code` is what request metrics read."""
+
+    __slots__ = ("body",)
+    error_code = 0
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def decode(self, api_key: int, version: int) -> Any:
+        """The entity again (for a wrapper that edits the answer, e.g. the authorizer filtering topics)."""
+        entity, _ = _reader(response_class(api_key, version))(self.body, 0)
+        return entity
+
+
+def encode_body(api_key: int, version: int, response: Any) -> Encoded:
+    """`response` (an entity of any version, or a mapping) encoded as `version`'s body, without a header."""
+    cls = response_class(api_key, version)
+    buf = io.BytesIO()
+    _writer(cls)(buf, build(cls, response))
+    return Encoded(buf.getvalue())
+
+
 def decode_response(api_key: int, version: int, payload: bytes | memoryview, offset: int = 0) -> Any:
     """The response entity in `payload` from `offset`, where its header continues after the correlation id."""
     cls = response_class(api_key, version)
@@ -180,7 +205,10 @@ class ApiTable:
 
     def encode_response(self, ctx: RequestContext, response: Any) -> bytes:
         """Encode a response (header + body) for the request's version. `response` may be an entity of another
-        version or a mapping: it is rebuilt as the exact version's class."""
+        version or a mapping: it is rebuilt as the exact version's class; or an Encoded body, sent as it is."""
+        if isinstance(response, Encoded):
+            flexible = response_class(ctx.api_key, ctx.api_version).__flexible__ and ctx.api_key != API_VERSIONS
+            return struct.pack(">i", ctx.correlation_id) + (b"\x00" if flexible else b"") + response.body
         if ctx.api_key == API_VERSIONS and isinstance(response, ApiVersionsResponseV0):
             cls: type = ApiVersionsResponseV0
         else:

@@ -43,18 +43,20 @@ import asyncio
 import bisect
 import concurrent.futures
 import dataclasses
+import functools
 import itertools
 import logging
 import re
 import time
+import typing
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from coordinator.config import Config
-from protocol.api import ApiTable, RequestContext
-from protocol.build import ms
+from protocol.api import ApiTable, Encoded, RequestContext, encode_body, response_class
+from protocol.build import build, ms
 from protocol.errors import ErrorCode
 from storage.fs import FS, OsFS
 
@@ -295,6 +297,8 @@ class EmbeddedDataPlane:
         self._data_dir = data_dir
         self._fs: FS = fs if fs is not None else OsFS()
         self._topics: dict[str, _Topic] = {}
+        self._metadata_entries: dict[tuple[Any, ...], Any] = {}  # see _topic_entry
+        self._metadata_answers: dict[tuple[Any, ...], Encoded] = {}  # see _metadata
         self._topics_by_id: dict[uuid.UUID, _Topic] = {}
         self._collision_keys: dict[str, str] = {}  # collision key -> topic name
         # Topics being created or deleted on disk: the name is taken until the disk work ends.
@@ -684,7 +688,7 @@ class EmbeddedDataPlane:
 
     # -- Metadata ---------------------------------------------------------------------------------
 
-    async def _metadata(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    async def _metadata(self, ctx: RequestContext, request: Any) -> dict[str, Any] | Encoded:
         """Metadata v0-v13. v1 adds null = all topics, v4 allow_auto_topic_creation, v8-v10 authorized
         operations, v10 topic ids, v12 lookups by topic id, v13 a top-level error code (always NONE here)."""
         version = ctx.api_version
@@ -696,9 +700,9 @@ class EmbeddedDataPlane:
         auto_create = (self._config["auto.create.topics.enable"]
                        and bool(getattr(request, "allow_auto_topic_creation", True)) and not all_topics)
 
-        topics: list[dict[str, Any]] = []
+        topics: list[Any] = []
         if all_topics:
-            topics = [self._topic_metadata(t, node.node_id, with_topic_ops) for t in self._topics.values()]
+            topics = [self._topic_entry(t, node.node_id, with_topic_ops, version) for t in self._topics.values()]
         else:
             seen: set[Any] = set()
             for entry in requested:
@@ -716,7 +720,7 @@ class EmbeddedDataPlane:
                     if found is None:
                         topics.append(_metadata_error(ErrorCode.unknown_topic_id, None, topic_id))
                     else:
-                        topics.append(self._topic_metadata(found, node.node_id, with_topic_ops))
+                        topics.append(self._topic_entry(found, node.node_id, with_topic_ops, version))
                     continue
                 if name is None:
                     topics.append(_metadata_error(ErrorCode.invalid_request, None, None))
@@ -737,18 +741,45 @@ class EmbeddedDataPlane:
                     except TopicError as exc:
                         topics.append(_metadata_error(exc.error_code, name, None))
                         continue
-                topics.append(self._topic_metadata(found, node.node_id, with_topic_ops))
+                topics.append(self._topic_entry(found, node.node_id, with_topic_ops, version))
 
-        return {
+        brokers = tuple((b.node_id, b.host, b.port) for b in
+                        (self._brokers() if self._brokers is not None else (node,)))
+        response = {
             "throttle_time": 0,
             "error_code": ErrorCode.none,
-            "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
-                        for b in (self._brokers() if self._brokers is not None else (node,))],
+            "brokers": [{"node_id": n, "host": h, "port": p, "rack": None} for n, h, p in brokers],
             "cluster_id": self._config["cluster.id"],
             "controller_id": node.node_id,
             "topics": topics,
             "cluster_authorized_operations": CLUSTER_OPERATIONS if with_cluster_ops else INT32_MIN,
         }
+        if any(isinstance(t, dict) for t in topics):  # an error entry: not kept
+            return response
+        # The same question gets the same answer until a topic changes: keep the encoded body. Each entry is
+        # _topic_entry's kept entity, so its key says everything the entry says.
+        key = (version, node.node_id, with_topic_ops, with_cluster_ops, brokers,
+               tuple((t.name, getattr(t, "topic_id", None), len(t.partitions)) for t in topics))
+        encoded = self._metadata_answers.get(key)
+        if encoded is None:
+            if len(self._metadata_answers) >= METADATA_ENTRIES_KEPT:
+                self._metadata_answers.clear()
+            encoded = self._metadata_answers[key] = encode_body(METADATA, version, response)
+        return encoded
+
+    def _topic_entry(self, topic: _Topic, node_id: int, with_ops: bool, version: int) -> Any:
+        """A topic's Metadata entry as the response version's entity, built once and kept: every client asks
+        for Metadata again and again (librdkafka at start-up and on every refresh), and building a topic of
+        500 partitions field by field took most of a busy server's time (profiled with 500 members joining).
+        The key changes whenever the answer would (a new partition count, a re-created topic)."""
+        key = (topic.name, topic.topic_id, len(topic.partitions), topic.is_internal, node_id, with_ops, version)
+        entry = self._metadata_entries.get(key)
+        if entry is None:
+            if len(self._metadata_entries) >= METADATA_ENTRIES_KEPT:
+                self._metadata_entries.clear()
+            topic_class = _metadata_topic_class(version)
+            entry = self._metadata_entries[key] = build(topic_class, self._topic_metadata(topic, node_id, with_ops))
+        return entry
 
     @staticmethod
     def _topic_metadata(topic: _Topic, node_id: int, with_ops: bool) -> dict[str, Any]:
@@ -1233,6 +1264,15 @@ def _leader_epoch_error(requested: int) -> ErrorCode | None:
     if requested < LEADER_EPOCH:
         return ErrorCode.fenced_leader_epoch
     return ErrorCode.unknown_leader_epoch
+
+
+METADATA_ENTRIES_KEPT = 4096
+
+
+@functools.lru_cache(maxsize=None)
+def _metadata_topic_class(version: int) -> type:
+    """The entity class of one topic in a Metadata response of `version`."""
+    return typing.get_args(typing.get_type_hints(response_class(METADATA, version))["topics"])[0]
 
 
 def _metadata_error(code: ErrorCode, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:

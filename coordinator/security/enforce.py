@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from protocol.api import ApiTable, Handler, RequestContext, response_class
+from protocol.api import ApiTable, Encoded, Handler, RequestContext, response_class
 from protocol.build import build
 from protocol.errors import ErrorCode
 
@@ -62,7 +62,9 @@ Wrapped = Callable[[Handler, RequestContext, Any], Awaitable[Any]]
 
 
 def _resp(ctx: RequestContext, data: Any) -> Any:
-    """Any answer (mapping or entity of any version) as the entity of the request's exact version."""
+    """Any answer (mapping, entity of any version, Encoded body) as the entity of the request's exact version."""
+    if isinstance(data, Encoded):
+        return data.decode(ctx.api_key, ctx.api_version)
     return build(response_class(ctx.api_key, ctx.api_version), data)
 
 

@@ -45,7 +45,15 @@ from typing import Any
 
 from coordinator.config import Config
 from coordinator.dataplane import Broker
-from protocol.api import API_VERSIONS, ApiTable, RequestContext, decode_response, encode_request, request_class
+from protocol.api import (
+    API_VERSIONS,
+    ApiTable,
+    RequestContext,
+    decode_response,
+    encode_body,
+    encode_request,
+    request_class,
+)
 from protocol.build import build
 from protocol.framing import frame_length
 
@@ -55,6 +63,7 @@ PRODUCE, LIST_OFFSETS, METADATA = 0, 2, 3
 LATEST_TIMESTAMP = -1
 REFRESH_INTERVAL_S = 1.0
 _CID = struct.Struct(">i")
+METADATA_ANSWERS_KEPT = 1024
 CACHE_CONNECTION = -1  # the connection key of the forwarder's own requests (cache refresh, admin)
 
 
@@ -142,6 +151,7 @@ class ForwardingDataPlane:
         self._address = upstream
         self._brokers = brokers
         self._upstreams: dict[int, Upstream] = {}
+        self._metadata_answers: dict[tuple[Any, ...], Any] = {}  # see _metadata_answer
         self._partitions: dict[str, int] = {}
         self._log_end: dict[tuple[str, int], int] = {}
         self._refresh_task: asyncio.Task[None] | None = None
@@ -211,12 +221,29 @@ class ForwardingDataPlane:
                                                             expect_answer=not no_answer)
             if future is None:
                 return None
-            response = decode_response(api_key, ctx.api_version, await future)
+            payload = await future
             if api_key == METADATA:
-                response = self._rewrite_metadata(response)
-            return response
+                return self._metadata_answer(ctx.api_version, payload)
+            return decode_response(api_key, ctx.api_version, payload)
 
         return forward
+
+    def _metadata_answer(self, version: int, payload: bytes) -> Any:
+        """Worker 0's Metadata answer with this worker's broker list. Clients ask for Metadata again and again
+        and worker 0 mostly answers the very same bytes: an answer without errors is kept, encoded, by those
+        bytes (decoding and encoding a topic of 500 partitions costs milliseconds)."""
+        brokers = tuple(self._brokers())
+        key = (version, brokers, payload)
+        kept = self._metadata_answers.get(key)
+        if kept is not None:
+            return kept
+        response = self._rewrite_metadata(decode_response(METADATA, version, payload))
+        if getattr(response, "error_code", 0) or any(t.error_code for t in response.topics):
+            return response
+        if len(self._metadata_answers) >= METADATA_ANSWERS_KEPT:
+            self._metadata_answers.clear()
+        kept = self._metadata_answers[key] = encode_body(METADATA, version, response)
+        return kept
 
     def _rewrite_metadata(self, response: Any) -> Any:
         fields = {f.name: getattr(response, f.name) for f in dataclasses.fields(response)}

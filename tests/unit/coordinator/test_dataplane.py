@@ -43,7 +43,7 @@ from coordinator.dataplane.embedded import (
     TopicError,
     topic_name_error,
 )
-from protocol.api import ApiTable, RequestContext, request_class, response_class
+from protocol.api import ApiTable, Encoded, RequestContext, request_class, response_class
 from protocol.build import build
 from protocol.errors import ErrorCode
 
@@ -72,6 +72,8 @@ class Harness:
         result = await spec.handler(ctx, request)
         if result is None:
             return None
+        if isinstance(result, Encoded):  # a kept answer (Metadata): decoded as the wire would
+            return result.decode(api_key, version)
         return build(response_class(api_key, version), result)
 
     async def call_wire(self, api_key: int, version: int, data: dict[str, Any]) -> Any:
@@ -360,7 +362,23 @@ async def test_metadata_uses_the_advertised_address_per_request() -> None:
     request = build(request_class(METADATA, 12), {"topics": (), "include_topic_authorized_operations": False})
     first = await spec.handler(RequestContext(METADATA, 12, 1, None), request)
     second = await spec.handler(RequestContext(METADATA, 12, 2, None), request)
-    assert first["brokers"][0]["port"] == 1111 and second["brokers"][0]["port"] == 2222
+    assert [a.decode(METADATA, 12).brokers[0].port for a in (first, second)] == [1111, 2222]
+
+
+async def test_kept_metadata_answers_follow_topic_changes(h: Harness) -> None:
+    await h.create("kept-a", 1)
+    first = await h.metadata(None)
+    assert first == await h.metadata(None)
+    assert [(t.name, len(t.partitions)) for t in first.topics] == [("kept-a", 1)]
+    await h.create("kept-b", 2)
+    assert sorted((t.name, len(t.partitions)) for t in (await h.metadata(None)).topics) == [
+        ("kept-a", 1), ("kept-b", 2)]
+    named = await h.metadata(["kept-b"], version=9)
+    assert [(t.name, len(t.partitions)) for t in named.topics] == [("kept-b", 2)]
+    await h.call(DELETE_TOPICS, 6, {"timeout": 1000, "topics": [{"name": "kept-b", "topic_id": None}]})
+    assert [t.name for t in (await h.metadata(None)).topics] == ["kept-a"]
+    missing = await h.metadata(["kept-b"], version=9, allow_auto_topic_creation=False)
+    assert [(t.name, t.error_code) for t in missing.topics] == [("kept-b", ErrorCode.unknown_topic_or_partition)]
 
 
 # -- CreateTopics --------------------------------------------------------------------------------------------
