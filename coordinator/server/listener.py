@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 _WILDCARDS = ("", "0.0.0.0", "::")
 
 
+LISTEN_BACKLOG = 4096  # capped by net.core.somaxconn
+
+
 class Server:
     def __init__(
         self,
@@ -110,10 +113,13 @@ class Server:
             await part.start()
         host, port = self.listen
         if self.listen_socket is not None:
-            self._server = await asyncio.start_server(self._accept, sock=self.listen_socket, limit=2**20)
+            # backlog: asyncio listens again on a given socket, with 100 unless told (500 clients connecting at once
+            # overflowed that and got resets)
+            self._server = await asyncio.start_server(self._accept, sock=self.listen_socket, backlog=LISTEN_BACKLOG,
+                                                       limit=2**20)
         else:
             self._server = await asyncio.start_server(
-                self._accept, host or None, port, reuse_address=True, backlog=1024, limit=2**20,
+                self._accept, host or None, port, reuse_address=True, backlog=LISTEN_BACKLOG, limit=2**20,
                 ssl=self._listener_ssl(self.primary_listener),
             )
         sockname = self._server.sockets[0].getsockname()
@@ -145,7 +151,7 @@ class Server:
         for spec in self.security.listeners[1:]:
             server = await asyncio.start_server(
                 functools.partial(self._accept, listener=spec), spec.host or None, spec.port, reuse_address=True,
-                backlog=1024, limit=2**20, ssl=self._listener_ssl(spec),
+                backlog=LISTEN_BACKLOG, limit=2**20, ssl=self._listener_ssl(spec),
             )
             self.extra_listeners.append((spec, server, (spec.host, server.sockets[0].getsockname()[1])))
 

@@ -61,6 +61,7 @@ _WILDCARDS = ("", "0.0.0.0", "::")
 PR_SET_PDEATHSIG = 1
 BIND_RETRY_S = 10.0  # a SIGKILLed supervisor's workers may still hold the ports for a moment
 READY_TIMEOUT_S = 300.0  # loading a large group log takes a while; the announce line waits for it
+LISTEN_BACKLOG = 4096  # as listener.LISTEN_BACKLOG (not imported: the supervisor stays light)
 RESTART_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0)
 STABLE_AFTER_S = 30.0  # a worker that ran this long has its restart backoff reset
 # Before the announce line, a worker that dies is restarted this many times (a SIGKILLed predecessor may still
@@ -233,9 +234,9 @@ def _bind(host: str, port: int, deadline: float) -> socket.socket:
     while True:
         try:
             if host == "::":
-                return socket.create_server(("", port), family=socket.AF_INET6, backlog=1024,
+                return socket.create_server(("", port), family=socket.AF_INET6, backlog=LISTEN_BACKLOG,
                                             reuse_port=False, dualstack_ipv6=socket.has_dualstack_ipv6())
-            return socket.create_server((bind_host, port), family=family, backlog=1024)
+            return socket.create_server((bind_host, port), family=family, backlog=LISTEN_BACKLOG)
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE or port == 0 or time.monotonic() > deadline:
                 raise
