@@ -299,6 +299,7 @@ class EmbeddedDataPlane:
         self._topics: dict[str, _Topic] = {}
         self._metadata_entries: dict[tuple[Any, ...], Any] = {}  # see _topic_entry
         self._metadata_answers: dict[tuple[Any, ...], Encoded] = {}  # see _metadata
+        self._metadata_bytes = 0
         self._topics_by_id: dict[uuid.UUID, _Topic] = {}
         self._collision_keys: dict[str, str] = {}  # collision key -> topic name
         # Topics being created or deleted on disk: the name is taken until the disk work ends.
@@ -762,9 +763,12 @@ class EmbeddedDataPlane:
                tuple((t.name, getattr(t, "topic_id", None), len(t.partitions)) for t in topics))
         encoded = self._metadata_answers.get(key)
         if encoded is None:
-            if len(self._metadata_answers) >= METADATA_ENTRIES_KEPT:
+            encoded = encode_body(METADATA, version, response)
+            self._metadata_bytes += len(encoded.body)
+            if len(self._metadata_answers) >= METADATA_ENTRIES_KEPT or self._metadata_bytes > METADATA_BYTES_KEPT:
                 self._metadata_answers.clear()
-            encoded = self._metadata_answers[key] = encode_body(METADATA, version, response)
+                self._metadata_bytes = len(encoded.body)
+            self._metadata_answers[key] = encoded
         return encoded
 
     def _topic_entry(self, topic: _Topic, node_id: int, with_ops: bool, version: int) -> Any:
@@ -1267,6 +1271,7 @@ def _leader_epoch_error(requested: int) -> ErrorCode | None:
 
 
 METADATA_ENTRIES_KEPT = 4096
+METADATA_BYTES_KEPT = 32 << 20  # encoded Metadata answers kept, at most
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,4 +1,5 @@
-"""The data plane of a worker other than worker 0: every data-plane request relayed to worker 0.
+"""Relays between workers: the data plane of a worker other than worker 0 (every data-plane request relayed to
+worker 0), and PeerRelay (a group request relayed to the worker that owns the group).
 
 With `serve --workers N` (coordinator.server.workers) the topics live in worker 0's embedded data plane only;
 Metadata names worker 0 (node.id + 0) as every partition's leader, so clients produce and fetch there directly.
@@ -63,7 +64,7 @@ PRODUCE, LIST_OFFSETS, METADATA = 0, 2, 3
 LATEST_TIMESTAMP = -1
 REFRESH_INTERVAL_S = 1.0
 _CID = struct.Struct(">i")
-METADATA_ANSWERS_KEPT = 1024
+METADATA_ANSWERS_BYTES = 32 << 20  # kept Metadata answers (and the answers they were made from), at most
 CACHE_CONNECTION = -1  # the connection key of the forwarder's own requests (cache refresh, admin)
 
 
@@ -152,6 +153,7 @@ class ForwardingDataPlane:
         self._brokers = brokers
         self._upstreams: dict[int, Upstream] = {}
         self._metadata_answers: dict[tuple[Any, ...], Any] = {}  # see _metadata_answer
+        self._metadata_bytes = 0
         self._partitions: dict[str, int] = {}
         self._log_end: dict[tuple[str, int], int] = {}
         self._refresh_task: asyncio.Task[None] | None = None
@@ -240,9 +242,12 @@ class ForwardingDataPlane:
         response = self._rewrite_metadata(decode_response(METADATA, version, payload))
         if getattr(response, "error_code", 0) or any(t.error_code for t in response.topics):
             return response
-        if len(self._metadata_answers) >= METADATA_ANSWERS_KEPT:
+        kept = encode_body(METADATA, version, response)
+        self._metadata_bytes += len(payload) + len(kept.body)
+        if self._metadata_bytes > METADATA_ANSWERS_BYTES:
             self._metadata_answers.clear()
-        kept = self._metadata_answers[key] = encode_body(METADATA, version, response)
+            self._metadata_bytes = len(payload) + len(kept.body)
+        self._metadata_answers[key] = kept
         return kept
 
     def _rewrite_metadata(self, response: Any) -> Any:
@@ -285,7 +290,6 @@ class ForwardingDataPlane:
         })
         self._log_end = {(t.name, p.partition_index): int(p.offset) for t in offsets.topics
                          for p in t.partitions if p.error_code == 0}
-
 
 
 class PeerRelay:
