@@ -7,6 +7,8 @@ the members' own reports of successful commits, not from the server.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from obs_support import get_json, metrics, produce, value, wait_until
 
@@ -48,6 +50,21 @@ def check_lag(server, ends: dict[int, int], committed: dict[int, int], members: 
     assert described["state"] == state
 
 
+def settled_lag(server, ends: dict[int, int], committed: dict[int, int], members: int, state: str) -> None:
+    """check_lag once the figures have settled: with several workers, a group owned by a worker other than
+    worker 0 gets its log-end offsets from a cache that worker refreshes every second (forward.py), and lag is
+    sampled every metrics.lag.sample.interval.ms; the last failure is raised if it never holds."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            check_lag(server, ends, committed, members, state)
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def test_lag_equals_log_end_minus_committed_live_and_empty(server_factory, members):
     server = server_factory({"metrics.lag.sample.interval.ms": 200})
     ends = produce(server, TOPIC, PARTITIONS, PER_PARTITION)
@@ -69,7 +86,7 @@ def test_lag_equals_log_end_minus_committed_live_and_empty(server_factory, membe
     committed = committed_offsets(a, b)
     assert 0 < len(committed) <= PARTITIONS
     assert sum(PER_PARTITION - o for o in committed.values()) > 0  # part of the topic only
-    check_lag(server, ends, committed, members=2, state="Stable")
+    settled_lag(server, ends, committed, members=2, state="Stable")
 
     a.close()
     b.close()
@@ -80,4 +97,4 @@ def test_lag_equals_log_end_minus_committed_live_and_empty(server_factory, membe
         return described.get("state") == "Empty"
 
     wait_until(empty, 30, "the group to be Empty after both members left", members.describe)
-    check_lag(server, ends, committed, members=0, state="Empty")
+    settled_lag(server, ends, committed, members=0, state="Empty")
