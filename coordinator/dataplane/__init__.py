@@ -34,3 +34,7 @@ class DataPlane(Protocol):
 
     def partition_count(self, topic: str) -> int | None:
         """The number of partitions of a topic, or None when it does not exist."""
+
+    async def catch_up(self) -> None:
+        """Return once `log_end_offset` and `partition_count` reflect every topic change acknowledged before the
+        call (read-your-writes for the admin API: a topic created a moment ago is known)."""

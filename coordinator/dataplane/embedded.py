@@ -465,6 +465,9 @@ class EmbeddedDataPlane:
         found = self._topics.get(topic)
         return None if found is None else len(found.partitions)
 
+    async def catch_up(self) -> None:
+        return  # the topics live here: every acknowledged change is already visible
+
     # -- topics -----------------------------------------------------------------------------------
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:

@@ -229,8 +229,16 @@ class AdminApi:
             raise ApiError(503, "COORDINATOR_LOAD_IN_PROGRESS", "the group log is still loading")
         return self.obs.view
 
-    async def list_groups(self, request: web.Request) -> web.Response:
+    async def _fresh_view(self) -> CoordinatorView:
+        """The view, once the data plane's topics and log-end offsets include every change acknowledged so far
+        (another worker's data plane is followed through a cache)."""
         view = self._view()
+        if view.dataplane is not None:
+            await view.dataplane.catch_up()
+        return view
+
+    async def list_groups(self, request: web.Request) -> web.Response:
+        view = await self._fresh_view()
         groups = view.list_json()
         state = request.query.get("state")
         if state:
@@ -239,7 +247,7 @@ class AdminApi:
         return web.json_response({"groups": groups})
 
     async def describe_group(self, request: web.Request) -> web.Response:
-        view = self._view()
+        view = await self._fresh_view()
         group_id = _group_id(request)
         group = view.group(group_id)
         if group is None:
@@ -329,7 +337,7 @@ class AdminApi:
         raise ApiError(status, code.name.upper(), message)
 
     async def reset_offsets(self, request: web.Request) -> web.Response:
-        view = self._view()
+        view = await self._fresh_view()
         group_id = _group_id(request)
         try:
             body = await request.json()

@@ -25,7 +25,9 @@ InitProducerId, and whatever a client sends before it has read Metadata. They an
 
 Lag and admin resets of groups owned here need log-end offsets and partition counts, which the embedded plane
 knows synchronously. Here they come from a cache refreshed every second with a Metadata and a ListOffsets
-request to worker 0 on a connection of its own.
+request to worker 0 on a connection of its own; `catch_up()` (the admin API calls it before it reads them)
+returns once a refresh that began after the call has finished, so a topic whose creation worker 0 acknowledged
+is known here too (concurrent callers share one refresh).
 
 Re-encoding rather than relaying the client's bytes costs one decode and encode per request; it keeps framing,
 version checks and per-connection ordering in the one place they already are (coordinator.server.connection).
@@ -157,6 +159,9 @@ class ForwardingDataPlane:
         self._partitions: dict[str, int] = {}
         self._log_end: dict[tuple[str, int], int] = {}
         self._refresh_task: asyncio.Task[None] | None = None
+        self._refresh_lock = asyncio.Lock()
+        self._refreshes_started = 0
+        self._refreshed = 0  # the ordinal of the last refresh that completed
 
     # -- DataPlane -------------------------------------------------------------------------------------------
 
@@ -189,6 +194,16 @@ class ForwardingDataPlane:
 
     def partition_count(self, topic: str) -> int | None:
         return self._partitions.get(topic)
+
+    async def catch_up(self) -> None:
+        asked = self._refreshes_started
+        async with self._refresh_lock:
+            if self._refreshed > asked:
+                return  # a refresh that began after the call has completed meanwhile
+            self._refreshes_started += 1
+            ordinal = self._refreshes_started
+            await self.refresh()
+            self._refreshed = ordinal
 
     def connection_closed(self, connection_id: int) -> None:
         upstream = self._upstreams.pop(connection_id, None)
@@ -261,7 +276,7 @@ class ForwardingDataPlane:
     async def _refresh_periodically(self) -> None:
         while True:
             try:
-                await self.refresh()
+                await self.catch_up()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - worker 0 restarting: keep the last known figures

@@ -5,10 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
 from coordinator.config import Config
 from coordinator.server.listener import Server
+
+
+T = TypeVar("T")
+_loops: weakref.WeakKeyDictionary[Server, asyncio.AbstractEventLoop] = weakref.WeakKeyDictionary()
+
+
+def run_on(server: Server, coro: Coroutine[Any, Any, T], timeout_s: float = 10.0) -> T:
+    """Run `coro` on the event loop of a server started by `running` and return its result."""
+    return asyncio.run_coroutine_threadsafe(coro, _loops[server]).result(timeout_s)
 
 
 @contextlib.contextmanager
@@ -18,6 +29,7 @@ def running(setup: Callable[[Server], None] | None = None, **settings: object) -
     if setup is not None:
         setup(server)
     loop = asyncio.new_event_loop()
+    _loops[server] = loop
     started = threading.Event()
 
     def main() -> None:

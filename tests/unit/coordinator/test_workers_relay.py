@@ -13,7 +13,7 @@ from protocol.api import request_class
 from protocol.build import build
 from tests.wire import WireClient, encode_request
 
-from .server_thread import running
+from .server_thread import run_on, running
 from .test_dataplane import batch
 
 METADATA, PRODUCE, LIST_OFFSETS, CREATE_TOPICS = 3, 0, 2, 19
@@ -84,3 +84,22 @@ def test_relayed_requests_are_answered_in_order_with_the_relays_brokers():
             assert len(relay_part._upstreams) == 2  # this connection's and the cache's
         # The client connection closed: its upstream connection goes with it (the cache keeps its own).
         _wait(lambda: len(relay_part._upstreams) == 1, "the upstream of the closed connection to close")
+
+
+def test_a_topic_created_on_worker_0_is_known_to_the_relaying_worker_as_soon_as_creation_is_acknowledged():
+    """Read-your-writes across workers: the admin API of a worker w > 0 catches up before it reads topics, so a
+    topic worker 0 acknowledged is never unknown there (the periodic refresh alone left a window of a second)."""
+    with running(_worker0) as worker0, running(_relay_to(worker0)) as relay:
+        plane = relay.dataplane
+        with WireClient(*worker0.bound) as c:
+            for i in range(20):
+                name = f"created-{i}"
+                create = _req(CREATE_TOPICS, 7, topics=[{"name": name, "num_partitions": 1 + i % 3,
+                                                         "replication_factor": 1, "assignments": [],
+                                                         "configs": []}], timeout=5000, validate_only=False)
+                c.sock.sendall(encode_request(create, 100 + i))
+                _cid, created = c.recv(create)
+                assert created.topics[0].error_code == 0
+                run_on(relay, plane.catch_up())
+                assert plane.partition_count(name) == 1 + i % 3
+                assert plane.log_end_offset(name, 0) == 0
