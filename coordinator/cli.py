@@ -74,9 +74,14 @@ def main(argv: list[str] | None = None) -> int:
             supervisor = workers.Supervisor(count, sys.argv[1:] if argv is None else argv, listen, admin,
                                             config["shutdown.timeout.ms"] / 1000)
             return supervisor.run()
+        from coordinator.brokers import ListenError
         from coordinator.server.app import build_server, run  # not before: a supervisor does not need it
 
-        run(build_server(config, listen, admin, advertised, args.data_dir))
+        try:
+            run(build_server(config, listen, admin, advertised, args.data_dir))
+        except ListenError as exc:
+            print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -47,6 +47,7 @@ from aiohttp import web
 from kio.index import load_request_schema
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from coordinator.brokers import bind_listener
 from coordinator.group.state import ClassicGroupState
 from coordinator.observability.collector import CoordinatorCollector
 from coordinator.observability.history import GroupHistory
@@ -174,12 +175,11 @@ async def start(server: Server, host: str, port: int,
     app.router.add_put("/v1/groups/{group}/settings", api.put_settings)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site: web.BaseSite = (web.SockSite(runner, sock) if sock is not None
-                          else web.TCPSite(runner, host or None, port, reuse_address=True,
-                                           ssl_context=admin_ssl_context(security) if security else None))
+    if sock is None:
+        sock = await asyncio.to_thread(bind_listener, host, port)
+    site = web.SockSite(runner, sock, ssl_context=admin_ssl_context(security) if security else None)
     await site.start()
-    sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-    bound_port = sockets[0].getsockname()[1] if sockets else port
+    bound_port = sock.getsockname()[1]
     obs.start()
     return Handle(runner, obs), (host, bound_port)
 

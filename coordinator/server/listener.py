@@ -14,6 +14,7 @@ import logging
 import socket
 from typing import Any
 
+from coordinator.brokers import LISTEN_BACKLOG, bind_listener
 from coordinator.config import Config, parse_hostport  # noqa: F401 - parse_hostport: re-exported
 from coordinator.dataplane import Broker, DataPlane
 from protocol.api import ApiTable
@@ -25,9 +26,6 @@ from .metrics import ServerMetrics
 log = logging.getLogger(__name__)
 
 _WILDCARDS = ("", "0.0.0.0", "::")
-
-
-LISTEN_BACKLOG = 4096  # capped by net.core.somaxconn
 
 
 class Server:
@@ -112,18 +110,14 @@ class Server:
         for part in self.parts:
             await part.start()
         host, port = self.listen
-        if self.listen_socket is not None:
-            # backlog: asyncio listens again on a given socket, with 100 unless told (500 clients connecting at once
-            # overflowed that and got resets)
-            self._server = await asyncio.start_server(self._accept, sock=self.listen_socket, backlog=LISTEN_BACKLOG,
-                                                       limit=2**20)
-        else:
-            self._server = await asyncio.start_server(
-                self._accept, host or None, port, reuse_address=True, backlog=LISTEN_BACKLOG, limit=2**20,
-                ssl=self._listener_ssl(self.primary_listener),
-            )
-        sockname = self._server.sockets[0].getsockname()
-        self.bound = (host, sockname[1])
+        sock = self.listen_socket
+        if sock is None:
+            sock = await asyncio.to_thread(bind_listener, host, port)
+        # backlog: asyncio listens again on a given socket, with 100 unless told (500 clients connecting at once
+        # overflowed that and got resets)
+        self._server = await asyncio.start_server(self._accept, sock=sock, backlog=LISTEN_BACKLOG, limit=2**20,
+                                                   ssl=self._listener_ssl(self.primary_listener))
+        self.bound = (host, sock.getsockname()[1])
         await self._start_extra_listeners()
         if self.admin_listen is not None:
             self._admin, self.admin_bound = await admin.start(self, *self.admin_listen, sock=self.admin_socket)
@@ -149,11 +143,12 @@ class Server:
         if self.security is None:
             return
         for spec in self.security.listeners[1:]:
+            sock = await asyncio.to_thread(bind_listener, spec.host, spec.port)
             server = await asyncio.start_server(
-                functools.partial(self._accept, listener=spec), spec.host or None, spec.port, reuse_address=True,
-                backlog=LISTEN_BACKLOG, limit=2**20, ssl=self._listener_ssl(spec),
+                functools.partial(self._accept, listener=spec), sock=sock, backlog=LISTEN_BACKLOG, limit=2**20,
+                ssl=self._listener_ssl(spec),
             )
-            self.extra_listeners.append((spec, server, (spec.host, server.sockets[0].getsockname()[1])))
+            self.extra_listeners.append((spec, server, (spec.host, sock.getsockname()[1])))
 
     def listeners_line(self) -> str | None:
         """`listeners NAME=HOST:PORT ...` for every listener of `listeners`, or None without that setting."""

@@ -47,6 +47,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from coordinator.brokers import ListenError, bind_listener
 from coordinator.config import Config
 
 if TYPE_CHECKING:
@@ -59,9 +60,8 @@ log = logging.getLogger(__name__)
 
 _WILDCARDS = ("", "0.0.0.0", "::")
 PR_SET_PDEATHSIG = 1
-BIND_RETRY_S = 10.0  # a SIGKILLed supervisor's workers may still hold the ports for a moment
+BLOCK_ATTEMPTS = 50  # port 0 with several workers: tries at a block of consecutive free ports
 READY_TIMEOUT_S = 300.0  # loading a large group log takes a while; the announce line waits for it
-LISTEN_BACKLOG = 4096  # as listener.LISTEN_BACKLOG (not imported: the supervisor stays light)
 RESTART_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0)
 STABLE_AFTER_S = 30.0  # a worker that ran this long has its restart backoff reset
 # Before the announce line, a worker that dies is restarted this many times (a SIGKILLed predecessor may still
@@ -228,19 +228,27 @@ class Topology:
 # -- the supervisor -----------------------------------------------------------------------------------------------
 
 
-def _bind(host: str, port: int, deadline: float) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    bind_host = "" if host in ("", "0.0.0.0") else host
-    while True:
+def _bind_block(host: str, count: int) -> list[socket.socket]:
+    """`count` listening sockets on consecutive free ports, the first one picked by the kernel: worker w gets
+    PORT+w as with an explicit port, so a restart with `--listen HOST:PORT` (PORT from the announce line) binds
+    the very same ports. A port of the block that is taken makes it try another block."""
+    for _attempt in range(BLOCK_ATTEMPTS):
+        first = bind_listener(host, 0)
+        block = [first]
+        base = first.getsockname()[1]
         try:
-            if host == "::":
-                return socket.create_server(("", port), family=socket.AF_INET6, backlog=LISTEN_BACKLOG,
-                                            reuse_port=False, dualstack_ipv6=socket.has_dualstack_ipv6())
-            return socket.create_server((bind_host, port), family=family, backlog=LISTEN_BACKLOG)
+            for w in range(1, count):
+                if base + w > 65535:
+                    raise OSError(errno.EADDRINUSE, "the block runs past port 65535")
+                block.append(bind_listener(host, base + w, retry_s=0))
+            return block
         except OSError as exc:
-            if exc.errno != errno.EADDRINUSE or port == 0 or time.monotonic() > deadline:
+            for sock in block:
+                sock.close()
+            if exc.errno != errno.EADDRINUSE:
                 raise
-            time.sleep(0.1)
+    raise ListenError(errno.EADDRINUSE, f"cannot listen on {_show(host)}: no {count} consecutive free ports "
+                                        f"found in {BLOCK_ATTEMPTS} attempts")
 
 
 def _show(host: str) -> str:
@@ -276,18 +284,19 @@ class Supervisor:
         self._stop = False
 
     def bind(self) -> None:
-        deadline = time.monotonic() + BIND_RETRY_S
         host, port = self.listen
-        for w in range(self.count):
-            self.kafka_sockets.append(_bind(host, port + w if port else 0, deadline))
+        if port:
+            self.kafka_sockets = [bind_listener(host, port + w) for w in range(self.count)]
+        else:
+            self.kafka_sockets = _bind_block(host, self.count)
         for w in range(self.count):
             if w == 0:
                 if self.admin_listen is None:
                     self.admin_sockets.append(None)
                 else:
-                    self.admin_sockets.append(_bind(*self.admin_listen, deadline))
+                    self.admin_sockets.append(bind_listener(*self.admin_listen))
             else:
-                self.admin_sockets.append(_bind("127.0.0.1", 0, deadline))
+                self.admin_sockets.append(bind_listener("127.0.0.1", 0))
 
     def spec(self, w: int, notify_fd: int) -> WorkerSpec:
         admin = self.admin_sockets[w]
@@ -337,7 +346,7 @@ class Supervisor:
         try:
             self.bind()
         except OSError as exc:
-            print(f"kafka-group-coordinator: cannot listen: {exc}", file=sys.stderr)
+            print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
             return 1
         for child in self.children:
             self.spawn(child)
