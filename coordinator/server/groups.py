@@ -210,6 +210,7 @@ class GroupCoordinator:
         # Without them a group owned elsewhere is answered NOT_COORDINATOR.
         self.owner_of_shard: Callable[[int], int] | None = None
         self.relay: Any = None
+        self.stopping = False  # shutting down: every shard unloaded (stop_waiting)
 
     # -- shards -----------------------------------------------------------------------------------
 
@@ -285,6 +286,16 @@ class GroupCoordinator:
             raise SystemExit(
                 f"{directory} holds groups in {layout.get('shards')} shards, but offsets.topic.num.partitions is "
                 f"{self.num_shards}; the shard count of a data directory cannot change (as in Kafka)")
+
+    def stop_waiting(self) -> None:
+        """Shutdown, as Kafka unloads its shards: parked JoinGroup and SyncGroup answers go out now
+        (NOT_COORDINATOR) instead of holding the shutdown until their rebalance ends, and every request from now
+        on is answered with a retriable error, so clients find the coordinator again once it is back. What was
+        written stays written; the groups come back from the log at the next start."""
+        self.stopping = True
+        for shard in self.shards.values():
+            if shard.serving:
+                shard.runtime.apply(shard.manager.on_unloaded())
 
     def connection_closed(self, connection_id: int) -> None:
         if self.relay is not None:
@@ -414,7 +425,7 @@ class GroupCoordinator:
 
     def _unavailable(self, shard: Shard | None) -> ErrorCode | None:
         """Why a shard cannot take a request now (None: it can)."""
-        if shard is None:
+        if shard is None or self.stopping:
             return ErrorCode.not_coordinator
         if shard.serving:
             return None
@@ -427,6 +438,8 @@ class GroupCoordinator:
         group = getattr(request, "group_id", None)
         if api_key in GATED_APIS:
             await shard.runtime.quiesce(group)
+        if self.stopping:  # unloaded while this request waited for earlier writes
+            raise ShardAborted("the coordinator is shutting down")
         return await shard.runtime.call(method, ctx.api_version, request, group=group, **kwargs)
 
     def _handler(self, api_key: int) -> Any:

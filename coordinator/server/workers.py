@@ -3,7 +3,7 @@
 This is how Kafka spreads group coordinators over brokers, done inside one machine: groups are partitioned into
 shards by `coordinator.sharding.shard_of(group_id, offsets.topic.num.partitions)`, and worker w owns the shards p
 with p % N == w. Every worker is a broker to the clients: it has its own Kafka listener (with `--listen HOST:PORT`,
-worker w listens on PORT+w; with port 0 each picks a free one) and node id (node.id + w), Metadata from any worker
+worker w listens on PORT+w; with port 0 on the consecutive ports of a free block) and node id (node.id + w), Metadata from any worker
 lists all of them, and FindCoordinator answers the worker that owns the group's shard. A group API sent to a
 worker that does not own the group is relayed to the owner (forward.PeerRelay): stock clients go to the owner
 directly, and a client that never asks FindCoordinator (one written against a single broker) still gets answers.
@@ -16,8 +16,9 @@ of 0 is resolved once, a restarted worker gets the very same socket, and connect
 wait in the backlog), then starts each worker as `python -m coordinator serve ...` (its own arguments, with the worker's
 part in the environment variable KGC_WORKER_SPEC) with those sockets inherited, waits until every worker says it serves (one line on a pipe), and only then prints the one
 announce line, `listening kafka=HOST:PORT admin=HOST:PORT` (worker 0's addresses). A worker that dies is
-restarted (with a growing pause if it keeps dying); SIGTERM or SIGINT stops all of them (each shuts down
-gracefully) and then the supervisor exits. A worker asks the kernel to SIGKILL it when the supervisor dies
+restarted (with a growing pause if it keeps dying); SIGTERM or SIGINT stops all of them (the supervisor closes its
+copies of the listening sockets first, so a worker relaying to a peer that has stopped is refused at once instead
+of waiting in a backlog nobody accepts; each worker shuts down gracefully) and then the supervisor exits. A worker asks the kernel to SIGKILL it when the supervisor dies
 (prctl PR_SET_PDEATHSIG), so a SIGKILLed supervisor leaves no worker behind. Workers write their logs to the same
 stdout/stderr, each line prefixed with `worker=W`.
 
@@ -409,6 +410,12 @@ class Supervisor:
         log.warning("worker %d exited with code %s; restarting it in %.1f s", child.index, code, pause)
 
     def _stop_all(self) -> int:
+        # Our copies of the listening sockets go first: once a stopping worker closes its own, its port is closed
+        # for good, so a peer relaying to it is refused at once (a connection left in a backlog that nobody
+        # accepts any more would wait on a dead peer until the shutdown timeout).
+        for sock in [*self.kafka_sockets, *self.admin_sockets]:
+            if sock is not None:
+                sock.close()
         for child in self.children:
             if child.proc is not None and child.proc.poll() is None:
                 child.proc.send_signal(signal.SIGTERM)
@@ -429,9 +436,6 @@ class Supervisor:
             if child.notify is not None:
                 os.close(child.notify)
                 child.notify = None
-        for sock in [*self.kafka_sockets, *self.admin_sockets]:
-            if sock is not None:
-                sock.close()
         log.info("stopped")
         return code
 

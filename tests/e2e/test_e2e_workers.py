@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from e2e_wire import RawClient, make, request_class
+from e2e_wire import RawClient, decode_response, encode_request, make, recv_frame, request_class
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "groups"))
 from groups_support import (  # noqa: E402 - the group e2e helpers live beside their own conftest
@@ -310,6 +310,42 @@ def test_sigterm_stops_every_worker(server_factory):
     assert server_factory.stop(server) == 0
     assert [p for p in pids if running(p)] == []
     assert "worker=1" in server.output() and "stopped" in server.output()
+
+
+@pytest.mark.parametrize("owner", [1, 0])
+def test_sigterm_answers_parked_and_relayed_joins_and_stops_at_once(server_factory, owner):
+    """A JoinGroup parked in its group's initial rebalance delay (30 s), sent to the worker that does not own the
+    group (relayed) and to the owner directly: SIGTERM answers both NOT_COORDINATOR, as Kafka does when it unloads
+    a shard, and every worker is gone well inside shutdown.timeout.ms (10 s), instead of waiting for the delay or
+    for a peer that stopped accepting."""
+    server = start_workers(server_factory, **{"group.initial.rebalance.delay.ms": 30000})
+    wait_ready(server)
+    group = group_on(owner, "shutdown-parked")
+    ports = {w: p for w, (_n, _h, p) in enumerate(metadata_brokers(server.host, server.port))}
+    clients = [RawClient(server.host, ports[w], timeout=20) for w in (0, 1)]  # one relays, one is the owner
+    try:
+        cid = 7
+        for w, c in enumerate(clients):
+            # Static members join without MEMBER_ID_REQUIRED: both are parked in the 30 s delay at once.
+            join = {"group_id": group, "session_timeout": 30000, "rebalance_timeout": 30000, "member_id": "",
+                    "group_instance_id": f"static-{w}", "protocol_type": "consumer",
+                    "protocols": [{"name": "range", "metadata": b"\x00\x01"}], "reason": None}
+            c.sock.sendall(encode_request(make(request_class(JOIN_GROUP, 9), join), cid))
+        time.sleep(0.5)
+        pids = worker_pids(server.proc.pid)
+        started = time.monotonic()
+        server.stopped = True
+        server.proc.send_signal(signal.SIGTERM)
+        for c in clients:
+            got_cid, answer = decode_response(recv_frame(c.sock), JOIN_GROUP, 9)
+            assert (got_cid, answer.error_code) == (cid, 16), answer  # NOT_COORDINATOR
+        assert server.proc.wait(timeout=10) == 0, server.output()
+        took = time.monotonic() - started
+    finally:
+        for c in clients:
+            c.close()
+    assert [p for p in pids if running(p)] == []
+    assert took < 5.0, f"the workers took {took:.1f} s to stop\n{server.output()}"
 
 
 def test_sigkill_of_the_supervisor_leaves_no_worker(server_factory):

@@ -740,3 +740,27 @@ def test_loading_answers_load_in_progress_and_not_ready(loading_server):
         assert [(m.member_id, m.group_instance_id, bytes(m.member_assignment)) for m in group.members] == [
             ("static-1", "instance-1", b"assigned")
         ]
+
+
+def test_shutdown_answers_parked_joins_not_coordinator_without_waiting_for_the_rebalance(tmp_path):
+    """Server.close() asks every part to stop waiting: the group part unloads its shards as Kafka does, so a
+    JoinGroup parked in a 30 s initial rebalance delay is answered NOT_COORDINATOR at once and the shutdown does
+    not sit out shutdown.timeout.ms (10 s) for it."""
+
+    def setup(server: Any) -> None:
+        server.groups = GroupCoordinator(server.config, str(tmp_path / "data"))
+        server.add_part(server.groups)
+
+    join = request(JOIN_GROUP, 9, group_id="parked", session_timeout=30000, rebalance_timeout=30000, member_id="",
+                   group_instance_id="instance-1", protocol_type="consumer", reason=None,
+                   protocols=[{"name": "range", "metadata": subscription("t")}])
+    with running(setup, **{"group.initial.rebalance.delay.ms": 30000, "offsets.topic.num.partitions": 1}) as server:
+        c = WireClient(*server.bound)
+        c.send(join)
+        time.sleep(0.3)  # parked in the delay
+        closing = time.monotonic()
+    took = time.monotonic() - closing  # leaving the block closed the server
+    with c:
+        _cid, answer = c.recv(join)
+    assert answer.error_code == ErrorCode.not_coordinator
+    assert took < 3.0, f"the shutdown took {took:.1f} s"
