@@ -2,7 +2,7 @@
 
 Set-up (all in separate processes, the server exactly as a user starts it):
 
-* the server on a fixed free port and one data dir (restarted on both after every kill);
+* the server on one port (picked by its first start) and one data dir (restarted on both after every kill);
 * two committers (clients/committer.py): raw-wire OffsetCommit v8 simple commits (generation -1) of group
   "committer", pipelined 16 deep, each owning half of the partitions of topic "commits" and committing
   strictly increasing offsets; every acknowledged (error NONE) commit is appended to a file before it is
@@ -37,7 +37,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -70,18 +69,14 @@ DEPTH = 16
 _LISTENING = re.compile(r"^listening kafka=(?P<kafka>\S+:\d+) admin=(?P<admin>\S+:\d+)\s*$")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class CrashServer:
-    """The server subprocess on a fixed port and data dir; stderr of every run appended to one file."""
+    """The server subprocess on one port and data dir; stderr of every run appended to one file. The first start
+    binds port 0 (the server picks free ports for all its workers and announces the first); every restart asks for
+    that same port again (the server retries a port still held by its SIGKILLed predecessor)."""
 
-    def __init__(self, run_dir: Path, port: int, settings: dict[str, object]) -> None:
+    def __init__(self, run_dir: Path, settings: dict[str, object]) -> None:
         self.run_dir = run_dir
-        self.port = port
+        self.port = 0
         self.data_dir = run_dir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.settings = settings
@@ -122,6 +117,7 @@ class CrashServer:
                 match = _LISTENING.match(line.strip())
                 if match:
                     self.admin_url = "http://" + match["admin"]
+                    self.port = int(match["kafka"].rsplit(":", 1)[1])
                     return
             if self.proc.poll() is not None:
                 raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.stderr_tail()}")
@@ -129,6 +125,11 @@ class CrashServer:
                 self.kill()
                 raise AssertionError(f"no listening line within {timeout}s:\n{self.stderr_tail()}")
             time.sleep(0.005)
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.port, "start() first: the port is the one the first start announced"
+        return f"127.0.0.1:{self.port}"
 
     def ready(self) -> bool:
         try:
@@ -239,20 +240,18 @@ def test_sigkill_loses_no_acknowledged_commit_and_keeps_the_static_group(tmp_pat
     from confluent_kafka.admin import AdminClient
 
     rng = random.Random(int(os.environ.get("CRASH_SEED", str(time.time_ns()))))
-    port = free_port()
     server = CrashServer(
         tmp_path,
-        port,
         {
             "num.partitions": PARTITIONS,
             "group.initial.rebalance.delay.ms": 3000,  # both static members land in generation 1 together
         },
     )
-    bootstrap = f"127.0.0.1:{port}"
+    server.start()
+    port, bootstrap = server.port, server.bootstrap
     procs: list[subprocess.Popen] = []
     files = []
     try:
-        server.start()
         server.wait_ready()
 
         def new_admin() -> AdminClient:

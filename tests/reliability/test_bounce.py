@@ -27,7 +27,7 @@ from groups_support import (
     wait_for,
     wait_split,
 )
-from test_crash_recovery import CrashServer, free_port
+from test_crash_recovery import CrashServer
 
 pytestmark = pytest.mark.e2e
 
@@ -169,15 +169,12 @@ def test_server_rolling_bounce(tmp_path, assignor):
     time, so the bounces must cause no rebalance). Here the one server is restarted (SIGTERM, same port and data
     dir); groups come back Stable from the log, so members carry on without a rebalance."""
     group, topic = f"server-bounce-{assignor}", f"server-bounce-{assignor}-t"
-    port = free_port()
-    server = CrashServer(
-        tmp_path, port, {"num.partitions": PARTITIONS, "group.initial.rebalance.delay.ms": 0}
-    )
-    endpoint = types.SimpleNamespace(bootstrap=f"127.0.0.1:{port}", output=lambda: server.stderr_tail())
+    server = CrashServer(tmp_path, {"num.partitions": PARTITIONS, "group.initial.rebalance.delay.ms": 0})
+    server.start()
+    endpoint = types.SimpleNamespace(bootstrap=server.bootstrap, output=lambda: server.stderr_tail())
     pool = Members(tmp_path)
     producer = None
     try:
-        server.start()
         server.wait_ready()
         create_topic(endpoint, topic, PARTITIONS)
         producer = SteadyProducer(endpoint.bootstrap, topic, tmp_path / "delivered.json")

@@ -29,7 +29,7 @@ import pytest
 from e2e_server import PYTHON
 from groups_support import Members, even_sizes, split_ok, wait_split
 from test_crash_recovery import CLIENTS as CRASH_CLIENTS
-from test_crash_recovery import CrashServer, committed_offsets, create_topics, free_port, last_acked
+from test_crash_recovery import CrashServer, committed_offsets, create_topics, last_acked
 
 pytestmark = pytest.mark.e2e
 
@@ -48,11 +48,9 @@ def test_sigkill_during_rebalances_loses_no_commit_and_groups_converge(tmp_path)
     from confluent_kafka.admin import AdminClient
 
     rng = random.Random()
-    port = free_port()
-    server = CrashServer(
-        tmp_path, port, {"num.partitions": PARTITIONS, "group.initial.rebalance.delay.ms": 0}
-    )
-    bootstrap = f"127.0.0.1:{port}"
+    server = CrashServer(tmp_path, {"num.partitions": PARTITIONS, "group.initial.rebalance.delay.ms": 0})
+    server.start()
+    port, bootstrap = server.port, server.bootstrap
     pool = Members(tmp_path)
     pool.server = types.SimpleNamespace(output=lambda: server.stderr_tail())
     endpoint = types.SimpleNamespace(bootstrap=bootstrap, output=lambda: server.stderr_tail())
@@ -109,7 +107,6 @@ def test_sigkill_during_rebalances_loses_no_commit_and_groups_converge(tmp_path)
                     pass
 
     try:
-        server.start()
         server.wait_ready()
         admin = new_admin()
         create_topics(admin, [TOPIC, COMMIT_TOPIC])

@@ -5,9 +5,10 @@ problem in the exposition. Missing binaries fail the test: they are part of the 
 from __future__ import annotations
 
 import json
+import re
 import shutil
-import socket
 import subprocess
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,16 +32,16 @@ def need(tool: str) -> str:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+_LISTENING_ON = re.compile(r'msg="Listening on" address=127\.0\.0\.1:(\d+)')
 
 
 class Prometheus:
+    """Prometheus on 127.0.0.1:0: it picks a free port and logs it ("Listening on"), so no port is chosen here and
+    bound later by someone else."""
+
     def __init__(self, base: Path, target: str) -> None:
         self.base = base
-        self.port = free_port()
+        self._port: int | None = None
         config = base / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
@@ -52,9 +53,23 @@ class Prometheus:
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
                 [need("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={base / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                 "--web.listen-address=127.0.0.1:0"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=base,
             )
+
+    @property
+    def port(self) -> int:
+        """The port it listens on, once its log says so (up to 60 s)."""
+        deadline = time.monotonic() + 60
+        while self._port is None:
+            found = _LISTENING_ON.search(self.log.read_text(errors="replace"))
+            if found:
+                self._port = int(found[1])
+            elif self.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"Prometheus did not start listening:\n{self.output()}", pytrace=False)
+            else:
+                time.sleep(0.05)
+        return self._port
 
     def query_strict(self, promql: str) -> dict:
         """The whole answer; an invalid expression fails the test with Prometheus's error."""
