@@ -16,7 +16,7 @@ holds.
 3. With the loaded server still up (last run): 5 s of durable commits from 50 connections, to show what a big
    loaded heap does to commit latency (full garbage collections walk every live object).
 4. If a goal is missed (or with --profile): profiles the replay path in-process on the same log:
-   where the time goes (cProfile of Log.replay + GroupMetadataManager.replay, and the split between reading/
+   where the time goes (cProfile of Log.replay + GroupCoordinatorShard.replay, and the split between reading/
    CRC-checking the log, decoding records and applying them) and where the memory goes (RSS before/after,
    bytes per offset, tracemalloc top allocation sites on a 10% sample).
 
@@ -54,7 +54,7 @@ from e2e_server import ServerProcess, start_server  # noqa: E402
 
 from coordinator.clock import ManualClock, ManualTimer  # noqa: E402
 from coordinator.config import Config  # noqa: E402
-from coordinator.group.manager import GroupMetadataManager  # noqa: E402
+from coordinator.shard import GroupCoordinatorShard  # noqa: E402
 from coordinator.records import CoordinatorRecord, decode_record, new_offset_commit_record  # noqa: E402
 from coordinator.sharding import shard_of  # noqa: E402
 from storage import Log  # noqa: E402
@@ -238,12 +238,12 @@ def rss_mb() -> float:
     return vm(os.getpid(), "VmRSS")
 
 
-def new_manager() -> GroupMetadataManager:
+def new_manager() -> GroupCoordinatorShard:
     clock = ManualClock()
-    return GroupMetadataManager(clock, ManualTimer(clock), Config())
+    return GroupCoordinatorShard(clock, ManualTimer(clock), Config())
 
 
-def replay_into(manager: GroupMetadataManager, log: Log) -> int:
+def replay_into(manager: GroupCoordinatorShard, log: Log) -> int:
     """What the server's Shard._replay_all does."""
     replay = manager.replay_entry
     n = 0
@@ -294,7 +294,7 @@ def profile(data_dir: Path, groups: int, partitions: int) -> None:
     print(f"Log.open (recovery scan: read + CRC of every entry): {t_open:6.2f} s")
     print(f"Log.replay alone (read + CRC + Entry tuples):       {t_read:6.2f} s  ({n} entries)")
     print(f"  + decode_record (key and value parsing):         {t_decode:6.2f} s")
-    print(f"  + GroupMetadataManager.replay (apply):           {t_apply:6.2f} s")
+    print(f"  + GroupCoordinatorShard.replay (apply):           {t_apply:6.2f} s")
     print(
         f"replay total (what loading does after open):       {t_full:6.2f} s  "
         f"= {t_full / n * 1e6:.1f} us/record; open + replay = {t_open + t_full:.2f} s"

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from coordinator.records import CoordinatorResult
+    from coordinator.result import CoordinatorResult
 
 TimerOp = Callable[[], "CoordinatorResult"]
 

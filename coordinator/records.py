@@ -40,8 +40,9 @@ path that falls back to the general decoder for anything it does not take (see "
 Names are Kafka's in snake case, with the unit in the name where Kafka leaves it out (`rebalanceTimeout` ->
 `rebalance_timeout_ms`, `commitTimestamp` -> `commit_timestamp_ms`).
 
-This module also holds `CoordinatorResult`: what a handler of the state machine returns — the records to
-append and the responses that may be released once those records are durable.
+Records of three types are applied to memory by the handler that writes them, before they are durable
+(GroupMetadata, GroupPause, GroupSettings; `applied_in_memory_group`): their replay while serving is skipped,
+and requests of their group wait until the append settles.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ from typing import Any, Protocol
 
 __all__ = [
     "CoordinatorRecord",
-    "CoordinatorResult",
     "GroupMetadataKey",
     "GroupMetadataValue",
     "GroupPauseKey",
@@ -65,6 +65,7 @@ __all__ = [
     "OffsetCommitValue",
     "RecordDecodeError",
     "UnknownRecordType",
+    "applied_in_memory_group",
     "decode_key",
     "decode_record",
     "decode_value",
@@ -221,25 +222,6 @@ for _cls in (
 ):
     _setter_init(_cls)
 del _cls
-
-
-@dataclasses.dataclass(slots=True)
-class CoordinatorResult:
-    """What the state machine hands the runtime: records to append, then responses to release.
-
-    `responses` pairs the opaque token of a request with its answer (a kio entity or a mapping, rebuilt by the
-    codec for the request's version). They are released only after `records` are durable; a result may answer
-    requests other than the one being handled (parked JoinGroup/SyncGroup answers) and may answer none.
-
-    `on_append_failure`, set on results with records, is called instead of releasing `responses` if appending
-    `records` fails, with the Kafka error code the failure maps to (COORDINATOR_NOT_AVAILABLE,
-    NOT_COORDINATOR, ...). It undoes what the handler applied in memory and returns the result to deliver
-    instead, which answers every token of this result exactly once. Failed records are not replayed.
-    """
-
-    records: list[CoordinatorRecord] = dataclasses.field(default_factory=list)
-    responses: list[tuple[object, Any]] = dataclasses.field(default_factory=list)
-    on_append_failure: Callable[[int], CoordinatorResult] | None = None
 
 
 # -- encoding ------------------------------------------------------------------------------------------------
@@ -854,3 +836,30 @@ def new_group_settings_record(group_id: str, settings: Mapping[str, int]) -> Coo
     if not settings:
         return CoordinatorRecord(key, None)
     return CoordinatorRecord(key, encode_value(GroupSettingsValue(tuple(sorted(settings.items())))))
+
+
+_GROUP_METADATA_PREFIX = GROUP_METADATA_KEY_VERSION.to_bytes(2, "big")
+_APPLIED_IN_MEMORY_PREFIXES = frozenset({
+    _GROUP_METADATA_PREFIX,
+    GROUP_PAUSE_KEY_VERSION.to_bytes(2, "big"),
+    GROUP_SETTINGS_KEY_VERSION.to_bytes(2, "big"),
+})
+_OFFSET_COMMIT_PREFIXES = frozenset(v.to_bytes(2, "big") for v in (0, OFFSET_COMMIT_KEY_VERSION))
+
+
+def applied_in_memory_group(record: CoordinatorRecord) -> str | None:
+    """The group of a record the state machine applies in memory before it is durable (GroupMetadata,
+    GroupPause, GroupSettings: each key is a version and the group id), else None."""
+    key = record.key
+    if key[:2] not in _APPLIED_IN_MEMORY_PREFIXES:
+        return None
+    return key[4:4 + int.from_bytes(key[2:4], "big")].decode("utf-8", "replace")
+
+
+def is_group_metadata(record: CoordinatorRecord) -> bool:
+    return record.key[:2] == _GROUP_METADATA_PREFIX
+
+
+def count_offset_records(records: Iterable[CoordinatorRecord]) -> int:
+    """How many of `records` are offset commits or their tombstones."""
+    return sum(1 for r in records if r.key[:2] in _OFFSET_COMMIT_PREFIXES)

@@ -216,7 +216,7 @@ class CoordinatorCollector(Collector):
             by_state.add_metric([name], sum(1 for g in groups if str(g.state) == name))
         yield by_state
         yield UnknownMetricFamily(JMX + "offset_count", "Committed offsets held.",
-                                  value=view.manager.offsets.store.num_offsets())
+                                  value=view.shards.offsets.store.num_offsets())
         yield UnknownMetricFamily(JMX + "offset_commit_count", "Offsets committed since the start.",
                                   value=history.offsets_committed)
         yield UnknownMetricFamily(JMX + "offset_expiration_count",

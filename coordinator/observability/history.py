@@ -1,6 +1,6 @@
 """Per-group rebalance history: counters, durations and a timeline, kept from the state machine's events.
 
-`GroupHistory` is a coordinator.observability.events listener. For every group it keeps
+`GroupHistory` is a coordinator.group.events listener. For every group it keeps
 
 * counters: rebalances by reason, member expirations by cause, fenced requests by error, completed rebalances
   (Kafka's CompletedRebalances: the leader's assignment made the group Stable);
@@ -26,7 +26,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from .events import (
+from coordinator.group.events import (
     GroupEvent,
     GroupLoaded,
     GroupRemoved,

@@ -8,11 +8,12 @@ Committed offsets are the durable ones: they change only when their records are 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
 
 from coordinator.group.group import ClassicGroup, ClassicGroupMember
-from coordinator.group.manager import GroupMetadataManager
+from coordinator.group.pause import PauseState
+from coordinator.offsets.store import OffsetStore
 from protocol.consumer import decode_assignment
 
 from .consumer import parse_assignment, parse_subscription_topics
@@ -20,17 +21,35 @@ from .history import GroupHistory, member_json
 from .lag import GroupLag, OffsetHistory, group_lag
 
 
+class _Offsets(Protocol):
+    @property
+    def store(self) -> OffsetStore: ...
+
+
+class GroupsSource(Protocol):
+    """What the view reads: a shard (coordinator.shard.GroupCoordinatorShard) or every shard of a server seen as
+    one (coordinator.server.groups.ShardedView)."""
+
+    @property
+    def groups(self) -> Mapping[str, ClassicGroup]: ...
+
+    @property
+    def offsets(self) -> _Offsets: ...
+
+    def pause_state(self, group_id: str) -> PauseState: ...
+
+
 class CoordinatorView:
     def __init__(
         self,
-        manager: GroupMetadataManager,
+        shards: GroupsSource,
         dataplane: Any,
         history: GroupHistory,
         offset_history: OffsetHistory | None = None,
         *,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.manager = manager
+        self.shards = shards
         self.dataplane = dataplane
         self.history = history
         self.offset_history = offset_history or OffsetHistory()
@@ -39,10 +58,10 @@ class CoordinatorView:
     # -- facts -----------------------------------------------------------------------------------------------
 
     def groups(self) -> Iterator[ClassicGroup]:
-        return iter(list(self.manager.groups.values()))
+        return iter(list(self.shards.groups.values()))
 
     def group(self, group_id: str) -> ClassicGroup | None:
-        return self.manager.groups.get(group_id)
+        return self.shards.groups.get(group_id)
 
     def log_end_offset(self, topic: str, partition: int) -> int | None:
         if self.dataplane is None:
@@ -55,7 +74,7 @@ class CoordinatorView:
         return self.dataplane.partition_count(topic)
 
     def lag(self, group: ClassicGroup) -> GroupLag:
-        offsets = self.manager.offsets.store.group_offsets(group.group_id)
+        offsets = self.shards.offsets.store.group_offsets(group.group_id)
         subscribed = group.subscribed_topics or () if group.uses_consumer_protocol() else ()
         return group_lag(offsets, self.log_end_offset, self.partition_count, subscribed)
 
@@ -82,7 +101,7 @@ class CoordinatorView:
         now = self.monotonic() if now_s is None else now_s
         keys: set[tuple[str, int]] = set()
         for group in self.groups():
-            topics = set(self.manager.offsets.store.topics(group.group_id))
+            topics = set(self.shards.offsets.store.topics(group.group_id))
             if group.uses_consumer_protocol() and group.subscribed_topics:
                 topics |= group.subscribed_topics
             for topic in topics:
@@ -169,7 +188,7 @@ class CoordinatorView:
             "leader": group.leader_id,
             "members": members,
             "pending_members": group.num_pending_join_members(),
-            "paused": self.manager.pause_state(group.group_id).to_json(),
+            "paused": self.shards.pause_state(group.group_id).to_json(),
             "offsets": offsets,
             "lag": lag.lag_sum() if lag.has_lag() else None,
             "uncommitted_partitions": dict(lag.uncommitted),
@@ -179,7 +198,7 @@ class CoordinatorView:
 
     def paused_partitions(self, group: Any) -> int:
         """Partitions of the group's stored assignments that the coordinator withholds because they are paused."""
-        state = self.manager.pause_state(group.group_id)
+        state = self.shards.pause_state(group.group_id)
         if not state.is_paused or not group.uses_consumer_protocol():
             return 0
         count = 0

@@ -1,15 +1,16 @@
 """OffsetCommit, OffsetFetch and OffsetDelete, and offset retention (Kafka's OffsetMetadataManager).
 
-Handlers validate against the group (through `GroupView`, which the group manager implements), emit
-OffsetCommit records and tombstones, and answer once those are durable; the offsets themselves change only in
-`replay` (see store.py). Requests arrive as kio entities of any version, read with the fields that version
-has.
+Handlers validate against the group (the classic groups of the shard, coordinator.group.manager: this manager
+asks it, it never asks this one), emit OffsetCommit records and tombstones, and answer once those are durable;
+the offsets themselves change only in `replay` (see store.py). Requests arrive as kio entities of any version,
+read with the fields that version has.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from kio.schema.offset_commit.v9.response import OffsetCommitResponse
 from kio.schema.offset_delete.v0.response import OffsetDeleteResponse
@@ -17,49 +18,27 @@ from kio.schema.offset_fetch.v7.response import OffsetFetchResponse as OffsetFet
 from kio.schema.offset_fetch.v9.response import OffsetFetchResponse as OffsetFetchResponseV9
 
 from coordinator.clock import Clock
+from coordinator.group.manager import GroupMetadataManager
+from coordinator.group.state import ClassicGroupState
 from coordinator.records import (
     CoordinatorRecord,
-    CoordinatorResult,
     OffsetCommitKey,
     OffsetCommitValue,
     new_offset_commit_record,
     new_offset_commit_tombstone,
 )
+from coordinator.result import CoordinatorResult
 from protocol.build import build, ms
 from protocol.errors import ErrorCode
 
 from .store import OffsetStore
 
+log = logging.getLogger(__name__)
+
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
 NO_METADATA = ""
 DEFAULT_RETENTION_TIME_MS = -1  # OffsetCommit v2-v4 RetentionTimeMs: -1 = the broker's retention applies
-
-
-class GroupView(Protocol):
-    """What the offsets manager asks of the groups of its shard."""
-
-    def validate_offset_commit(self, api_version: int, group_id: str, member_id: str,
-                               group_instance_id: str | None, generation_id: int) -> ErrorCode:
-        """Validate a commit (creating a simple group for a generation -1 commit to an unknown group) and
-        refresh the committing member's session."""
-        ...
-
-    def is_offset_fetch_allowed(self, group_id: str) -> bool:
-        """False if the group does not exist (or is Dead): its offsets read as not committed."""
-        ...
-
-    def validate_offset_delete(self, group_id: str) -> ErrorCode: ...
-
-    def is_subscribed_to_topic(self, group_id: str, topic: str) -> bool: ...
-
-    def offset_expiration_base(self, group_id: str) -> Callable[[int], int] | None:
-        """KIP-211: commit timestamp -> the timestamp retention counts from; None: nothing expires now."""
-        ...
-
-    def ensure_group(self, group_id: str) -> None:
-        """Offsets replayed for a group the shard does not have: create it as a simple group."""
-        ...
 
 
 def _metadata_length(metadata: str) -> int:
@@ -70,7 +49,7 @@ def _metadata_length(metadata: str) -> int:
 class OffsetMetadataManager:
     def __init__(
         self,
-        groups: GroupView,
+        groups: GroupMetadataManager,
         clock: Clock,
         *,
         offset_metadata_max_bytes: int = 4096,
@@ -87,7 +66,7 @@ class OffsetMetadataManager:
     def commit_offsets(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
         group_id = request.group_id
         topics = request.topics
-        error = self._groups.validate_offset_commit(
+        error = self.validate_offset_commit(
             api_version,
             group_id,
             getattr(request, "member_id", ""),
@@ -160,7 +139,7 @@ class OffsetMetadataManager:
     def _fetch_group(
         self, group_id: str, topics: list[tuple[str, list[int]]] | None, require_stable: bool
     ) -> dict[str, Any]:
-        allowed = self._groups.is_offset_fetch_allowed(group_id)
+        allowed = self.is_offset_fetch_allowed(group_id)
         response_topics = []
         if topics is None:  # all committed offsets of the group
             if allowed:
@@ -201,13 +180,13 @@ class OffsetMetadataManager:
 
     def delete_offsets(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
         group_id = request.group_id
-        error = self._groups.validate_offset_delete(group_id) if group_id else ErrorCode.invalid_group_id
+        error = self.validate_offset_delete(group_id) if group_id else ErrorCode.invalid_group_id
         if error != ErrorCode.none:
             return CoordinatorResult(responses=[(token, build(OffsetDeleteResponse, {"error_code": error}))])
         records = []
         response_topics = []
         for topic in request.topics:
-            subscribed = self._groups.is_subscribed_to_topic(group_id, topic.name)
+            subscribed = self._is_subscribed_to_topic(group_id, topic.name)
             response_partitions = []
             for partition in topic.partitions:
                 index = partition.partition_index
@@ -260,14 +239,14 @@ class OffsetMetadataManager:
         """Tombstones for the group's expired offsets (KIP-211), and whether all of its offsets expired."""
         if not self.has_offsets(group_id):
             return [], True
-        base = self._groups.offset_expiration_base(group_id)
+        base = self._offset_expiration_base(group_id)
         if base is None:
             return [], False
         records = []
         all_expired = not self.store.pending_partitions(group_id)
         for topic, partition, offset in self.store.partitions(group_id):
             if (
-                not self._groups.is_subscribed_to_topic(group_id, topic)
+                not self._is_subscribed_to_topic(group_id, topic)
                 and not self.store.has_pending(group_id, topic, partition)
                 and offset.is_expired(now_ms, self.offsets_retention_ms, base(offset.commit_timestamp_ms))
             ):
@@ -282,8 +261,55 @@ class OffsetMetadataManager:
         if value is None:
             self.store.replay(key, None)
         else:
-            self._groups.ensure_group(key.group)
+            if key.group not in self._groups.groups:
+                self._groups.create_group(key.group)  # offsets of a group the log holds no record of: simple
             self.store.replay_commit(key, value)  # = remove_pending, then replay
+
+    # -- validation against the group ------------------------------------------------------------------------
+
+    def validate_offset_commit(self, api_version: int, group_id: str, member_id: str,
+                               group_instance_id: str | None, generation_id: int) -> ErrorCode:
+        """Validate a commit (creating a simple group for a generation -1 commit to an unknown group) and
+        refresh the committing member's session."""
+        group = self._groups.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # v9 answers GROUP_ID_NOT_FOUND for both protocols; older versions keep ILLEGAL_GENERATION.
+                return ErrorCode.group_id_not_found if api_version >= 9 else ErrorCode.illegal_generation
+            # A commit from a consumer that does not use group management (or from an admin): a "simple" group
+            # without a protocol type comes to exist for its offsets.
+            log.info("creating simple group %s for a manual offset commit", group_id)
+            group = self._groups.create_group(group_id)
+        error = group.validate_offset_commit(member_id, group_instance_id, generation_id)
+        if error == ErrorCode.fenced_instance_id:
+            self._groups.emit_fenced(group, member_id, group_instance_id, "OffsetCommit")
+        if error != ErrorCode.none:
+            return error
+        if group.state in (ClassicGroupState.STABLE, ClassicGroupState.PREPARING_REBALANCE):
+            self._groups.member_committed(group, group.member(member_id))  # a commit keeps the session alive
+        return ErrorCode.none
+
+    def is_offset_fetch_allowed(self, group_id: str) -> bool:
+        """False if the group does not exist (or is Dead): its offsets read as not committed."""
+        group = self._groups.groups.get(group_id)
+        return group is not None and not group.is_in_state(ClassicGroupState.DEAD)
+
+    def validate_offset_delete(self, group_id: str) -> ErrorCode:
+        group = self._groups.groups.get(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found
+        return group.validate_offset_delete()
+
+    def _is_subscribed_to_topic(self, group_id: str, topic: str) -> bool:
+        group = self._groups.groups.get(group_id)
+        return group is not None and group.is_subscribed_to_topic(topic)
+
+    def _offset_expiration_base(self, group_id: str) -> Callable[[int], int] | None:
+        """KIP-211: commit timestamp -> the timestamp retention counts from; None: nothing expires now."""
+        group = self._groups.groups.get(group_id)
+        if group is None:
+            return lambda commit_timestamp_ms: commit_timestamp_ms
+        return group.offset_expiration_base()
 
 
 def _requested_topics(topics: Iterable[Any] | None) -> list[tuple[str, list[int]]] | None:

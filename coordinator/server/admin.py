@@ -255,8 +255,8 @@ class AdminApi:
         data = view.describe_json(group, _wall_ms())
         shard = self.server.groups.shard_for(group_id)
         if shard is not None:
-            data.update(_group_admin_state(shard.manager, group_id))
-            paused = shard.manager.pause_state(group_id)
+            data.update(_group_admin_state(shard.machine, group_id))
+            paused = shard.machine.pause_state(group_id)
             if paused.is_paused and group.uses_consumer_protocol():
                 for member in data["members"]:  # what members hold, as DescribeGroups shows it
                     if member.get("assignment") is not None:
@@ -300,22 +300,22 @@ class AdminApi:
                                    or not all(isinstance(t, str) and t for t in topics)):
             raise ApiError(400, "INVALID_REQUEST", '`topics` must be a list of topic names, like ["orders"]')
         shard = _owner(self.server.groups, group_id)
-        answer = await shard.runtime.call(getattr(shard.manager, method), group_id, topics or None)
+        answer = await shard.runtime.call(getattr(shard.machine, method), group_id, topics or None)
         _raise_admin_error(answer)
         log.info("admin: %s of group %s: %s", method.removesuffix("_group"), group_id, answer.message)
         return web.json_response({"group_id": group_id, "message": answer.message,
-                                  **_group_admin_state(shard.manager, group_id)})
+                                  **_group_admin_state(shard.machine, group_id)})
 
     async def put_settings(self, request: web.Request) -> web.Response:
         self._view()
         group_id = _group_id(request)
         body = await _json_object(request, allow_empty=False)
         shard = _owner(self.server.groups, group_id)
-        answer = await shard.runtime.call(shard.manager.set_group_settings, group_id, body)
+        answer = await shard.runtime.call(shard.machine.set_group_settings, group_id, body)
         _raise_admin_error(answer)
         log.info("admin: settings of group %s: %s", group_id, body)
         return web.json_response({"group_id": group_id, "message": answer.message,
-                                  **_group_admin_state(shard.manager, group_id)})
+                                  **_group_admin_state(shard.machine, group_id)})
 
     async def delete_group(self, request: web.Request) -> web.Response:
         self._view()
@@ -324,7 +324,7 @@ class AdminApi:
         request_class = load_request_schema(DELETE_GROUPS, DELETE_GROUPS_VERSION)
         entity = build(request_class, {"groups_names": [group_id]})
         shard = _owner(groups, group_id)
-        response = await shard.runtime.call(shard.manager.delete_groups, DELETE_GROUPS_VERSION, entity)
+        response = await shard.runtime.call(shard.machine.delete_groups, DELETE_GROUPS_VERSION, entity)
         code = ErrorCode(_get(response.results[0], "error_code"))
         if code == ErrorCode.none:
             log.info("admin: deleted group %s", group_id)
@@ -355,7 +355,7 @@ class AdminApi:
         if group is not None and not group.is_in_state(ClassicGroupState.EMPTY):
             raise ApiError(409, "NON_EMPTY_GROUP",
                            f"group {group_id} is {group.state}; offsets can be reset only while it is Empty")
-        store = view.manager.offsets.store
+        store = view.shards.offsets.store
         committed = store.group_offsets(group_id)
 
         explicit: dict[tuple[str, int], int] = {}
@@ -480,7 +480,7 @@ class AdminApi:
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
         })
         shard = _owner(groups, group_id)
-        response = await shard.runtime.call(shard.manager.offset_commit, OFFSET_COMMIT_VERSION, entity)
+        response = await shard.runtime.call(shard.machine.offset_commit, OFFSET_COMMIT_VERSION, entity)
         errors = sorted({ErrorCode(_get(p, "error_code")) for t in _get(response, "topics")
                          for p in _get(t, "partitions")} - {ErrorCode.none})
         if errors:
@@ -531,13 +531,13 @@ async def _json_object(request: web.Request, allow_empty: bool) -> dict[str, Any
     return body
 
 
-def _group_admin_state(manager: Any, group_id: str) -> dict[str, Any]:
-    """What pause and the membership windows hold for a group (coordinator.group.manager)."""
-    group = manager.groups.get(group_id)
+def _group_admin_state(machine: Any, group_id: str) -> dict[str, Any]:
+    """What pause and the membership windows hold for a group (coordinator.shard)."""
+    group = machine.groups.get(group_id)
     return {
-        "paused": manager.pause_state(group_id).to_json(),
-        "settings": dict(sorted(manager.group_settings.get(group_id, {}).items())),
-        "effective_settings": manager.effective_settings(group_id),
+        "paused": machine.pause_state(group_id).to_json(),
+        "settings": dict(sorted(machine.group_settings.own(group_id).items())),
+        "effective_settings": machine.effective_settings(group_id),
         "offline_members": [m.group_instance_id for m in group.offline_members()] if group is not None else [],
         "held_back_joiners": list(group.expansion_joiners) if group is not None else [],
     }

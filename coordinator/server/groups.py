@@ -2,7 +2,7 @@
 
 Groups are partitioned into shards as Kafka partitions __consumer_offsets: group G belongs to shard
 abs(hashCode(G)) % offsets.topic.num.partitions (coordinator.sharding). A shard is one pure state machine
-(coordinator.group.GroupMetadataManager) with a clock and a timer on the event loop, its own log (storage.Log under
+(coordinator.shard.GroupCoordinatorShard) with a clock and a timer on the event loop, its own log (storage.Log under
 DATA_DIR/groups/shard-N) and the ShardRuntime that persists what it emits before answering. A part may own only
 some shards (workers: see coordinator.server.workers); a group of a shard it does not own gets NOT_COORDINATOR.
 
@@ -36,14 +36,8 @@ from typing import Any
 
 from coordinator.clock import OFFSETS_EXPIRATION_KEY
 from coordinator.config import Config
-from coordinator.group.manager import (
-    GROUP_METADATA_KEY_PREFIX,
-    GROUP_PAUSE_KEY_PREFIX,
-    GROUP_SETTINGS_KEY_PREFIX,
-    NOT_PAUSED,
-    GroupMetadataManager,
-)
-from coordinator.records import CoordinatorRecord
+from coordinator.group.pause import NOT_PAUSED
+from coordinator.shard import GroupCoordinatorShard
 from coordinator.sharding import shard_of
 from protocol.api import ApiTable, RequestContext
 from protocol.errors import ErrorCode
@@ -56,7 +50,7 @@ log = logging.getLogger(__name__)
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 
-# (api key, min version, max version, manager method): Kafka 4.1's ranges for the classic protocol, floors
+# (api key, min version, max version, shard method): Kafka 4.1's ranges for the classic protocol, floors
 # kept low so older clients still work (Kafka 4.0 dropped some and broke them).
 GROUP_APIS = (
     (OFFSET_COMMIT, 2, 9, "offset_commit"),
@@ -98,11 +92,11 @@ class Shard:
         self.index = index
         self.config = config
         self.directory = os.path.join(data_dir, "groups", f"shard-{index}") if data_dir else None
-        self.runtime = ShardRuntime(timeout_ms=config["offsets.commit.timeout.ms"], barrier=_barrier_group)
+        self.runtime = ShardRuntime(timeout_ms=config["offsets.commit.timeout.ms"])
         self.clock = LoopClock()
         self.timer = AsyncioTimer(self.runtime)
-        self.manager = GroupMetadataManager(self.clock, self.timer, config)
-        self.runtime.machine = self.manager
+        self.machine = GroupCoordinatorShard(self.clock, self.timer, config)
+        self.runtime.machine = self.machine
         self.loaded = False
         self.state = ShardState.LOADING
         self.load_stats: dict[str, Any] = {}
@@ -132,7 +126,7 @@ class Shard:
             self.runtime.log = log_wrapper(the_log) if log_wrapper is not None else the_log
             self.load_stats = {"records": count, "bytes": recovery.bytes}
         self.load_stats["seconds"] = time.monotonic() - started
-        self.runtime.apply(self.manager.on_loaded())
+        self.runtime.apply(self.machine.on_loaded())
         self._schedule_offset_expiration()
         self.loaded = True
         self.state = ShardState.ACTIVE
@@ -151,7 +145,7 @@ class Shard:
                          entries / (now - started))
 
         count = 0
-        replay = self.manager.replay_entry
+        replay = self.machine.replay_entry
         for _seq, key, value, _timestamp_ms in the_log.replay(progress=progress):
             replay(key, value)
             count += 1
@@ -161,7 +155,7 @@ class Shard:
         interval = self.config["offsets.retention.check.interval.ms"]
 
         def expire() -> Any:
-            result = self.manager.expire_offsets()
+            result = self.machine.expire_offsets()
             self.timer.schedule(OFFSETS_EXPIRATION_KEY, interval, expire)
             return result
 
@@ -221,14 +215,14 @@ class GroupCoordinator:
         return self.shard_index(group_id) in self.shards
 
     def shard_for(self, group_id: str) -> Shard | None:
-        """The shard that owns `group_id` (with `.manager` and `.runtime`), or None if this part does not own it."""
+        """The shard that owns `group_id` (with `.machine` and `.runtime`), or None if this part does not own it."""
         return self.shards.get(shard_of(group_id, self.num_shards))
 
     def add_listener(self, listener: Any) -> None:
         """Group events of every shard, now and after reloads, go to `listener` (see coordinator.observability)."""
         self._listeners.append(listener)
         for shard in self.shards.values():
-            shard.manager.add_listener(listener)
+            shard.machine.add_listener(listener)
 
     def wrap_logs(self, wrapper: Callable[[Any], Any]) -> None:
         """Wrap every shard's log (now and after reloads), e.g. to time appends."""
@@ -295,7 +289,7 @@ class GroupCoordinator:
         self.stopping = True
         for shard in self.shards.values():
             if shard.serving:
-                shard.runtime.apply(shard.manager.on_unloaded())
+                shard.runtime.apply(shard.machine.on_unloaded())
 
     def connection_closed(self, connection_id: int) -> None:
         if self.relay is not None:
@@ -319,7 +313,7 @@ class GroupCoordinator:
 
     async def _load(self) -> None:
         started = time.monotonic()
-        # Listeners are attached by add_listener (to every shard's manager, made in __init__): attaching them
+        # Listeners are attached by add_listener (to every shard's state machine, made in __init__): attaching them
         # here again would double them when add_listener ran before this task did.
         for shard in self.shards.values():
             await shard.load(self._log_wrapper)
@@ -374,7 +368,7 @@ class GroupCoordinator:
         fresh = Shard(index, self.config, self.data_dir)
         fresh.state = ShardState.FAILED
         for listener in self._listeners:
-            fresh.manager.add_listener(listener)
+            fresh.machine.add_listener(listener)
         self.shards[index] = fresh
         self._reloads[index] = asyncio.create_task(self._reload(fresh))
 
@@ -434,7 +428,7 @@ class GroupCoordinator:
         return ErrorCode.coordinator_load_in_progress
 
     async def _call(self, shard: Shard, api_key: int, ctx: RequestContext, request: Any, **kwargs: Any) -> Any:
-        method = getattr(shard.manager, METHODS[api_key])
+        method = getattr(shard.machine, METHODS[api_key])
         group = getattr(request, "group_id", None)
         if api_key in GATED_APIS:
             await shard.runtime.quiesce(group)
@@ -560,7 +554,7 @@ class ShardedView:
 
     def pause_state(self, group_id: str) -> Any:
         shard = self._coordinator.shard_for(group_id)
-        return NOT_PAUSED if shard is None else shard.manager.pause_state(group_id)
+        return NOT_PAUSED if shard is None else shard.machine.pause_state(group_id)
 
 
 class _MergedGroups(Mapping[str, Any]):
@@ -571,17 +565,17 @@ class _MergedGroups(Mapping[str, Any]):
         shard = self._c.shard_for(group_id)
         if shard is None:
             raise KeyError(group_id)
-        return shard.manager.groups[group_id]
+        return shard.machine.groups[group_id]
 
     def __iter__(self) -> Iterator[str]:
         for shard in list(self._c.shards.values()):
-            yield from list(shard.manager.groups)
+            yield from list(shard.machine.groups)
 
     def __len__(self) -> int:
-        return sum(len(s.manager.groups) for s in self._c.shards.values())
+        return sum(len(s.machine.groups) for s in self._c.shards.values())
 
     def values(self) -> Any:
-        return [group for shard in list(self._c.shards.values()) for group in list(shard.manager.groups.values())]
+        return [group for shard in list(self._c.shards.values()) for group in list(shard.machine.groups.values())]
 
 
 class _MergedStore:
@@ -590,7 +584,7 @@ class _MergedStore:
 
     def _store(self, group_id: str) -> Any:
         shard = self._c.shard_for(group_id)
-        return None if shard is None else shard.manager.offsets.store
+        return None if shard is None else shard.machine.offsets.store
 
     def group_offsets(self, group_id: str) -> Any:
         store = self._store(group_id)
@@ -605,20 +599,7 @@ class _MergedStore:
         return None if store is None else store.get(group_id, topic, partition)
 
     def num_offsets(self) -> int:
-        return sum(s.manager.offsets.store.num_offsets() for s in self._c.shards.values())
-
-
-# Records the state machine applies in memory before they are durable (group metadata, pause, per-group
-# settings): membership requests wait for them to settle (ShardRuntime's barriers).
-_BARRIER_PREFIXES = frozenset({GROUP_METADATA_KEY_PREFIX, GROUP_PAUSE_KEY_PREFIX, GROUP_SETTINGS_KEY_PREFIX})
-
-
-def _barrier_group(record: CoordinatorRecord) -> str | None:
-    """The group of a barrier record (all three key types are a version and the group id), else None."""
-    key = record.key
-    if key[:2] not in _BARRIER_PREFIXES:
-        return None
-    return key[4:4 + int.from_bytes(key[2:4], "big")].decode("utf-8", "replace")
+        return sum(s.machine.offsets.store.num_offsets() for s in self._c.shards.values())
 
 
 def error_response(api_key: int, version: int, request: Any, code: ErrorCode) -> dict[str, Any]:

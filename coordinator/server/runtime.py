@@ -144,8 +144,7 @@ class ShardRuntime:
     heartbeats of the other groups of its shard.
     """
 
-    def __init__(self, log: Any = None, timeout_ms: int = 5000, failure_error: int = 15,
-                 barrier: Callable[[Any], str | None] | None = None) -> None:
+    def __init__(self, log: Any = None, timeout_ms: int = 5000, failure_error: int = 15) -> None:
         self.machine: Any = None  # the state machine; set once it is built (it needs our timer)
         self.log = log  # storage.Log or None (tests, in-memory)
         self.timeout_ms = timeout_ms
@@ -155,8 +154,6 @@ class ShardRuntime:
         # The newest write: each write waits for the one before it, so waiting for the newest waits for all
         # (passing every write in flight to each new one made a burst of n writes cost O(n^2)).
         self._last: asyncio.Task[None] | None = None
-        # barrier(record): the group id of a barrier record (one applied in memory before it is durable), else None
-        self._barrier = barrier or (lambda record: None)
         self.barriers: set[asyncio.Task[None]] = set()
         self._group_barriers: dict[str, set[asyncio.Task[None]]] = {}  # by group id
         self._last_by_group: dict[str, asyncio.Task[None]] = {}  # the newest write in flight of each group
@@ -216,7 +213,7 @@ class ShardRuntime:
             self._last = task
             self._writes.add(task)
             task.add_done_callback(self._writes.discard)
-            groups = {g for g in map(self._barrier, result.records) if g is not None}
+            groups = result.barrier_groups
             if groups:
                 self.barriers.add(task)
                 task.add_done_callback(self.barriers.discard)
@@ -264,7 +261,7 @@ class ShardRuntime:
 
     def _deliver(self, result: Any) -> None:
         replay_entry = getattr(self.machine, "replay_entry", None)
-        if replay_entry is not None:  # GroupMetadataManager: offset commits replayed without decoding objects
+        if replay_entry is not None:  # a shard: offset commits replayed without decoding objects
             for record in result.records:
                 replay_entry(record.key, record.value)
         else:

@@ -38,7 +38,8 @@ import pytest
 
 from coordinator.clock import ManualClock, ManualTimer
 from coordinator.config import Config
-from coordinator.group import ClassicGroupState, GroupMetadataManager
+from coordinator.group import ClassicGroupState
+from coordinator.shard import GroupCoordinatorShard
 from coordinator.records import (
     CoordinatorRecord,
     GroupMetadataKey,
@@ -103,8 +104,8 @@ class Shard:
         self._correlation = itertools.count(1)
 
     @property
-    def manager(self) -> GroupMetadataManager:
-        return self.part.shards[0].manager
+    def machine(self) -> GroupCoordinatorShard:
+        return self.part.shards[0].machine
 
     async def start(self) -> None:
         await self.part.start()
@@ -251,7 +252,7 @@ class Shard:
 
     # -- what is on disk ---------------------------------------------------------------------------
 
-    def after_power_cut(self) -> GroupMetadataManager:
+    def after_power_cut(self) -> GroupCoordinatorShard:
         """A fresh state machine loaded from what a power cut would leave of the log right now."""
         crashed = self.fs.inner.crash()
         return load_manager(crashed, self.directory)
@@ -262,16 +263,16 @@ class Shard:
             return [decode_record(CoordinatorRecord(e.key, e.value)) for e in the_log.replay()]
 
 
-def load_manager(fs: Any, directory: str) -> GroupMetadataManager:
+def load_manager(fs: Any, directory: str) -> GroupCoordinatorShard:
     clock = ManualClock()
-    manager = GroupMetadataManager(clock, ManualTimer(clock))
+    manager = GroupCoordinatorShard(clock, ManualTimer(clock))
     with Log.open(directory, fs=fs) as the_log:
         for entry in the_log.replay():
             manager.replay(CoordinatorRecord(entry.key, entry.value))
     return manager
 
 
-def durable_offset(manager: GroupMetadataManager, group: str, topic: str, partition: int) -> int | None:
+def durable_offset(manager: GroupCoordinatorShard, group: str, topic: str, partition: int) -> int | None:
     offset = manager.offsets.store.get(group, topic, partition)
     return None if offset is None else offset.committed_offset
 
@@ -322,7 +323,7 @@ async def test_failed_append_answers_not_available_and_changes_nothing(shard: Sh
     assert time.monotonic() - started < COMMIT_TIMEOUT_MS / 1000  # it failed; it did not time out
     assert shard.part.shards[0].runtime.append_failures == 1
     assert await shard.fetch("g", [P0, P1]) == {P0: 10, P1: 20}  # memory did not move
-    assert not shard.manager.offsets.store.pending_partitions("g")
+    assert not shard.machine.offsets.store.pending_partitions("g")
     # Retrying while the fault is still on fails the same way and still changes nothing.
     assert await shard.commit("g", {P0: 12}) == {P0: NOT_AVAILABLE}
     assert await shard.fetch("g", [P0, P1]) == {P0: 10, P1: 20}
@@ -359,7 +360,7 @@ async def test_fault_during_a_burst_fails_only_the_batches_it_hits(shard: Shard)
         expected = int(group.split("-")[1]) if group in ok else None
         assert durable_offset(disk, group, *P0) == durable_offset(disk, group, *P1) == expected
         assert (
-            durable_offset(shard.manager, group, *P0) == durable_offset(shard.manager, group, *P1) == expected
+            durable_offset(shard.machine, group, *P0) == durable_offset(shard.machine, group, *P1) == expected
         )
 
 
@@ -439,7 +440,7 @@ async def test_join_creating_a_group_fails_with_the_append(make_shard):
     shard.fs.fail_writes(errno.ENOSPC)
     answer = await asyncio.wait_for(shard.join("new", "a"), 5)
     assert answer.error_code == NOT_AVAILABLE
-    assert "new" not in shard.manager.groups
+    assert "new" not in shard.machine.groups
     assert "new" not in shard.after_power_cut().groups
     shard.fs.clear()
     answer = await asyncio.wait_for(shard.join("new", "a"), 5)
@@ -478,7 +479,7 @@ async def test_leader_sync_append_failure_rebalances(shard: Shard, fault: str):
     follower_answer = await asyncio.wait_for(follower_sync, 5)
     assert leader_sync.error_code == NOT_AVAILABLE and bytes(leader_sync.assignment) == b""
     assert follower_answer.error_code == NOT_AVAILABLE and bytes(follower_answer.assignment) == b""
-    g = shard.manager.groups[group]
+    g = shard.machine.groups[group]
     assert g.state == S.PREPARING_REBALANCE  # the group rebalances
     assert all(m.assignment == b"" for m in g.all_members())  # nobody holds an assignment not on disk
     disk = shard.after_power_cut()
@@ -523,12 +524,12 @@ async def test_follower_sync_during_failing_leader_write_gets_no_assignment(shar
         shard.sync(group, leader.member_id, 1, leader_iid, {leader.member_id: b"A", follower.member_id: b"B"})
     )
     await asyncio.sleep(0.05)
-    assert shard.manager.groups[group].state == S.STABLE  # applied in memory before the write is durable
+    assert shard.machine.groups[group].state == S.STABLE  # applied in memory before the write is durable
     follower_answer = await shard.sync(group, follower.member_id, 1, follower_iid)
     leader_answer = await leader_sync
     assert leader_answer.error_code == NOT_AVAILABLE
-    assert shard.manager.groups[group].state == S.PREPARING_REBALANCE
-    assert all(m.assignment == b"" for m in shard.manager.groups[group].all_members())
+    assert shard.machine.groups[group].state == S.PREPARING_REBALANCE
+    assert all(m.assignment == b"" for m in shard.machine.groups[group].all_members())
     assert shard.after_power_cut().groups[group].generation_id == 0  # generation 1 was never written
     # The follower must not be told it owns b"B" of generation 1: that assignment is on no disk.
     assert (follower_answer.error_code, bytes(follower_answer.assignment)) != (ErrorCode.none, b"B")
@@ -540,7 +541,7 @@ async def test_static_member_replacement_append_failure_keeps_old_id(shard: Shar
     # The follower restarts (unknown member id, same instance id): replaced in place, which is written.
     answer = await asyncio.wait_for(shard.join("g", follower_iid), 5)
     assert answer.error_code == NOT_AVAILABLE
-    g = shard.manager.groups["g"]
+    g = shard.machine.groups["g"]
     assert g.static_member_id(follower_iid) == follower.member_id  # the old id is back
     assert g.state == S.STABLE and g.generation_id == 1
     assert await shard.heartbeat("g", follower.member_id, 1, follower_iid) == ErrorCode.none

@@ -37,7 +37,7 @@ class Clock:
 def scrape(ctx: GroupTestContext, history: GroupHistory, metrics_filter: MetricsFilter | None = None,
            ends: dict | None = None, offset_history: OffsetHistory | None = None, clock: Clock | None = None):
     dataplane = FakeDataPlane(ends or {("foo", 0): 150, ("foo", 1): 40, ("bar", 0): 10})
-    view = CoordinatorView(ctx.manager, dataplane, history, offset_history, monotonic=clock or Clock())
+    view = CoordinatorView(ctx.shard, dataplane, history, offset_history, monotonic=clock or Clock())
     registry = CollectorRegistry()
     registry.register(CoordinatorCollector(view, metrics_filter or MetricsFilter(), cluster_name="c1",
                                            load_time_ms=lambda: 12.5))
@@ -59,7 +59,7 @@ def samples(families, name: str) -> dict[tuple, float]:
 def setup() -> tuple[GroupTestContext, GroupHistory]:
     ctx = GroupTestContext()
     history = GroupHistory()
-    ctx.manager.add_listener(history)
+    ctx.shard.add_listener(history)
     ctx.commit("simple", {("foo", 0): 120, ("foo", 1): 40})  # generation -1, no members: a simple group
     empty = ctx.two_members_stable("empty")
     ctx.commit("empty", {("bar", 0): 4}, member_id=empty.leader_id, generation_id=1)

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from coordinator.observability.events import (
+from coordinator.group.events import (
     GroupRemoved,
     MemberFenced,
     RebalanceReason,
@@ -43,14 +43,14 @@ def ctx() -> GroupTestContext:
 @pytest.fixture
 def history(ctx: GroupTestContext) -> GroupHistory:
     history = GroupHistory(timeline_size=10)
-    ctx.manager.add_listener(history)
+    ctx.shard.add_listener(history)
     return history
 
 
 @pytest.fixture
 def recorder(ctx: GroupTestContext) -> Recorder:
     recorder = Recorder()
-    ctx.manager.add_listener(recorder)
+    ctx.shard.add_listener(recorder)
     return recorder
 
 
@@ -245,13 +245,13 @@ def test_a_failing_listener_changes_nothing(ctx, history):
         def on_group_event(self, event: object) -> None:
             raise RuntimeError("boom")
 
-    ctx.manager.listeners.insert(0, Broken())
+    ctx.shard.calls.listeners.insert(0, Broken())
     ctx.two_members_stable()
     assert reasons(history) == ["new_member"]
 
 
 def test_without_listeners_no_events_are_built(ctx):
-    assert ctx.manager.listeners == []
+    assert ctx.shard.calls.listeners == []
     ctx.two_members_stable()  # and nothing fails
 
 

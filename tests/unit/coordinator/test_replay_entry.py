@@ -1,4 +1,4 @@
-"""GroupMetadataManager.replay_entry (the loading shortcut for offset commits without metadata) leaves exactly
+"""GroupCoordinatorShard.replay_entry (the loading shortcut for offset commits without metadata) leaves exactly
 the state replay() leaves, whatever the mix of records."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.clock import ManualClock, ManualTimer
-from coordinator.group.manager import GroupMetadataManager
+from coordinator.shard import GroupCoordinatorShard
 from coordinator.records import (
     CoordinatorRecord,
     new_empty_group_metadata_record,
@@ -40,15 +40,15 @@ def records(draw: st.DrawFn) -> CoordinatorRecord:
     )
 
 
-def state(manager: GroupMetadataManager) -> tuple[object, ...]:
+def state(manager: GroupCoordinatorShard) -> tuple[object, ...]:
     store = manager.offsets.store
     offsets = {g: {t: dict(p) for t, p in store.group_offsets(g).items()} for g in list(manager.groups)}
     return sorted(manager.groups), offsets, store.num_offsets()
 
 
-def fresh() -> GroupMetadataManager:
+def fresh() -> GroupCoordinatorShard:
     clock = ManualClock()
-    return GroupMetadataManager(clock, ManualTimer(clock))
+    return GroupCoordinatorShard(clock, ManualTimer(clock))
 
 
 @settings(max_examples=300, deadline=None)

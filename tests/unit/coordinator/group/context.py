@@ -24,8 +24,10 @@ from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSu
 from kio.serial import entity_writer
 
 from coordinator.clock import ManualClock, ManualTimer, join_key, session_timeout_key, sync_key
-from coordinator.group import ClassicGroup, GroupMetadataManager
-from coordinator.records import CoordinatorRecord, CoordinatorResult, decode_record, group_metadata_value
+from coordinator.group import ClassicGroup
+from coordinator.records import CoordinatorRecord, decode_record, group_metadata_value
+from coordinator.result import CoordinatorResult
+from coordinator.shard import GroupCoordinatorShard
 from protocol.build import build
 from protocol.errors import ErrorCode
 
@@ -100,13 +102,13 @@ class GroupTestContext:
         self.clock = ManualClock()
         self.timer = ManualTimer(self.clock)
         self._uuids = itertools.count()
-        self.manager = GroupMetadataManager(self.clock, self.timer, new_uuid=self._next_uuid, **settings)
+        self.shard = GroupCoordinatorShard(self.clock, self.timer, new_uuid=self._next_uuid, **settings)
         self.log: list[CoordinatorRecord] = []
         self.answers: dict[Token, Any] = {}
         self._tokens = itertools.count()
         self.apply_records = apply_records
         if loaded:
-            self.apply(self.manager.on_loaded())
+            self.apply(self.shard.on_loaded())
 
     def _next_uuid(self) -> str:
         return f"uuid{next(self._uuids)}"
@@ -118,7 +120,7 @@ class GroupTestContext:
         if self.apply_records:
             for record in result.records:
                 self.log.append(record)
-                self.manager.replay(record)
+                self.shard.replay(record)
         self.file_answers(result.responses)
         return result
 
@@ -141,7 +143,7 @@ class GroupTestContext:
              **fields: Any) -> Call:
         version = LATEST[api_key] if version is None else version
         token = self.token(name)
-        result = getattr(self.manager, method)(token, version, request(api_key, version, **fields))
+        result = getattr(self.shard, method)(token, version, request(api_key, version, **fields))
         if apply:
             self.apply(result)
         return Call(self, token, result)
@@ -187,7 +189,7 @@ class GroupTestContext:
             protocols=[{"name": n, "metadata": m} for n, m in protocols],
             reason=reason,
         )
-        result = self.manager.join_group(token, version, entity, client_id=client_id, client_host=CLIENT_HOST)
+        result = self.shard.join_group(token, version, entity, client_id=client_id, client_host=CLIENT_HOST)
         if apply:
             self.apply(result)
         return Call(self, token, result)
@@ -346,7 +348,7 @@ class GroupTestContext:
         assert first.error == ErrorCode.member_id_required
         second = self.join_group(group_id, first.response.member_id, version=version, **kwargs)
         assert not second.records and not second.done
-        self.advance(self.manager.settings.group_initial_rebalance_delay_ms)
+        self.advance(self.shard.settings.group_initial_rebalance_delay_ms)
         assert second.error == ErrorCode.none
         return second.response
 
@@ -380,7 +382,7 @@ class GroupTestContext:
         leader_join = self.join_group(group_id, group_instance_id=leader_instance_id, **kwargs)
         follower_join = self.join_group(group_id, group_instance_id=follower_instance_id, **kwargs)
         assert not leader_join.done and not follower_join.done
-        delay = self.manager.settings.group_initial_rebalance_delay_ms
+        delay = self.shard.settings.group_initial_rebalance_delay_ms
         self.advance(delay)
         self.advance(delay)
         assert leader_join.error == ErrorCode.none and follower_join.error == ErrorCode.none
@@ -408,8 +410,8 @@ class GroupTestContext:
         kwargs = dict(rebalance_timeout_ms=10000, session_timeout_ms=5000, version=version)
         leader_join = self.join_group(group_id, **{**kwargs, "version": 3})
         follower_join = self.join_group(group_id, **{**kwargs, "version": 3})
-        self.advance(self.manager.settings.group_initial_rebalance_delay_ms)
-        self.advance(self.manager.settings.group_initial_rebalance_delay_ms)  # the second member extended it
+        self.advance(self.shard.settings.group_initial_rebalance_delay_ms)
+        self.advance(self.shard.settings.group_initial_rebalance_delay_ms)  # the second member extended it
         leader_id = leader_join.response.member_id
         follower_id = follower_join.response.member_id
         assert leader_join.response.leader == leader_id
@@ -468,7 +470,7 @@ class GroupTestContext:
             member_ids.append(call.response.member_id)
         joins = [self.join_group(group_id, member_id, **kwargs) for member_id in member_ids]
         assert not any(c.done for c in joins)
-        self.advance(self.manager.settings.group_initial_rebalance_delay_ms)
+        self.advance(self.shard.settings.group_initial_rebalance_delay_ms)
         assert not any(c.done for c in joins)
         self.advance(rebalance_timeout_ms)
         assert all(c.error == ErrorCode.none for c in joins)
@@ -482,12 +484,12 @@ class GroupTestContext:
 
     def create_group(self, group_id: str = "group-id") -> ClassicGroup:
         """Kafka's context.createClassicGroup: the group exists in memory, no record written."""
-        return self.manager._create_group(group_id)
+        return self.shard.classic.create_group(group_id)
 
     # -- inspection ------------------------------------------------------------------------------------------
 
     def group(self, group_id: str = "group-id") -> ClassicGroup:
-        return self.manager.groups[group_id]
+        return self.shard.groups[group_id]
 
     def deadline(self, key: str) -> int | None:
         """Milliseconds from now until the operation under `key` fires, or None."""

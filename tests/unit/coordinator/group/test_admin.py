@@ -36,8 +36,8 @@ MEMBER = MemberMetadata("member-id", "group-instance-id", "client-id", "client-h
 def loaded_context(*values: tuple[str, GroupMetadataValue], **settings) -> GroupTestContext:
     ctx = GroupTestContext(loaded=False, **settings)
     for group_id, value in values:
-        ctx.manager.replay(group_metadata_record(group_id, value))
-    ctx.apply(ctx.manager.on_loaded())
+        ctx.shard.replay(group_metadata_record(group_id, value))
+    ctx.apply(ctx.shard.on_loaded())
     return ctx
 
 
@@ -179,8 +179,8 @@ def test_classic_group_delete():
         new_offset_commit_tombstone("group-id", "foo", 1),
         new_group_metadata_tombstone("group-id"),
     ]
-    assert "group-id" not in ctx.manager.groups
-    assert ctx.manager.offsets.store.num_offsets() == 0
+    assert "group-id" not in ctx.shard.groups
+    assert ctx.shard.offsets.store.num_offsets() == 0
     [described] = describe(ctx, "group-id", version=5)
     assert described.group_state == "Dead"
 
@@ -195,7 +195,7 @@ def test_delete_groups_errors():
         ("missing", ErrorCode.group_id_not_found),
         ("idle", ErrorCode.none),
     ]
-    assert "busy" in ctx.manager.groups and "idle" not in ctx.manager.groups
+    assert "busy" in ctx.shard.groups and "idle" not in ctx.shard.groups
 
 
 def test_delete_group_failure_restores_it():
@@ -206,8 +206,8 @@ def test_delete_group_failure_restores_it():
     assert [(r.group_id, r.error_code) for r in call.response.results] == [
         ("group-id", ErrorCode.not_coordinator)
     ]
-    assert "group-id" in ctx.manager.groups
-    assert ctx.manager.offsets.store.get("group-id", "foo", 0) is not None
+    assert "group-id" in ctx.shard.groups
+    assert ctx.shard.offsets.store.get("group-id", "foo", 0) is not None
 
 
 def test_deleted_group_can_be_created_again():

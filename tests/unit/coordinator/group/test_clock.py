@@ -1,7 +1,7 @@
 """The manual clock and timer that drive every group test."""
 
 from coordinator.clock import ManualClock, ManualTimer, join_key, session_timeout_key, sync_key
-from coordinator.records import CoordinatorResult
+from coordinator.result import CoordinatorResult
 
 
 def _op(log, name):

@@ -44,7 +44,7 @@ def test_every_request_is_answered_exactly_once(steps, rnd):
         member_id = getattr(call.response, "member_id", "") if call.done else ""
         if not member_id:
             return
-        group = ctx.manager.groups.get("group-id")
+        group = ctx.shard.groups.get("group-id")
         instance_id = (
             group.member(member_id).group_instance_id if group and group.has_member(member_id) else None
         )
@@ -64,7 +64,7 @@ def test_every_request_is_answered_exactly_once(steps, rnd):
         return call
 
     def generation():
-        group = ctx.manager.groups.get("group-id")
+        group = ctx.shard.groups.get("group-id")
         return group.generation_id if group else 0
 
     for step in steps:
@@ -139,7 +139,7 @@ def test_every_request_is_answered_exactly_once(steps, rnd):
         for call in calls:
             learn(call)
 
-    ctx.apply(ctx.manager.on_unloaded())
+    ctx.apply(ctx.shard.on_unloaded())
     for call in calls:
         assert call.done, f"{call.token} was never answered"
     # whatever timers are left (an old static member id's session) fire without effect on the unloaded shard

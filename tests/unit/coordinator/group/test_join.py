@@ -48,14 +48,14 @@ def test_invalid_group_id(ctx):
     call = ctx.join_group("", "member")
     assert call.error == ErrorCode.invalid_group_id
     assert call.response.member_id == "member"
-    assert not ctx.manager.groups and not call.records
+    assert not ctx.shard.groups and not call.records
 
 
 @pytest.mark.parametrize("session_timeout_ms", [9, 10 * 60 * 1000 + 1])
 def test_invalid_session_timeout(ctx, session_timeout_ms):
     call = ctx.join_group(session_timeout_ms=session_timeout_ms)
     assert call.error == ErrorCode.invalid_session_timeout
-    assert not ctx.manager.groups
+    assert not ctx.shard.groups
 
 
 def test_session_timeout_bounds_use_kafka_defaults():
@@ -72,7 +72,7 @@ def test_join_group_unknown_member_new_group(ctx):
     assert not call.records
     call = ctx.join_group(member_id="member-id", group_instance_id="group-instance-id")
     assert call.error == ErrorCode.unknown_member_id
-    assert "group-id" not in ctx.manager.groups
+    assert "group-id" not in ctx.shard.groups
 
 
 def test_join_group_protocol_type_is_not_provided_when_an_error_occurs():
@@ -182,7 +182,7 @@ def test_generate_records_on_new_classic_group_failure_transforms_error():
     assert not call.result.responses  # parked in the initial rebalance
     ctx.fail(call.result, ErrorCode.not_coordinator)
     assert call.error == ErrorCode.not_coordinator
-    assert "group-id" not in ctx.manager.groups
+    assert "group-id" not in ctx.shard.groups
     assert not ctx.timer.is_scheduled(join_key("group-id"))
 
 
@@ -431,7 +431,7 @@ def test_last_joining_members_are_kicked_out_when_rejoining_group_with_max_size(
     ctx.sync_group(member_id=leader_id, generation_id=1)
     assert group.is_in_state(S.STABLE)
 
-    ctx.manager.settings = dataclasses.replace(ctx.manager.settings, group_max_size=10)
+    ctx.shard.classic.settings = dataclasses.replace(ctx.shard.classic.settings, group_max_size=10)
     rejoins = [
         ctx.join_group(member_id=m, rebalance_timeout_ms=10000, session_timeout_ms=5000) for m in member_ids
     ]
@@ -626,7 +626,7 @@ def test_complete_join_phase_no_members_rejoined_extends_join_phase(ctx):
 def test_new_member_join_expiration(ctx):
     # testNewMemberJoinExpiration
     ctx.create_group()
-    new_member_join_timeout_ms = ctx.manager.settings.group_new_member_join_timeout_ms
+    new_member_join_timeout_ms = ctx.shard.settings.group_new_member_join_timeout_ms
     first = ctx.join_as_dynamic_member_and_complete_join(
         session_timeout_ms=5000 + new_member_join_timeout_ms,
         rebalance_timeout_ms=2 * new_member_join_timeout_ms,

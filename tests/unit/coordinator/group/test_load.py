@@ -13,7 +13,8 @@ import struct
 import pytest
 
 from coordinator.clock import ManualClock, ManualTimer, session_timeout_key
-from coordinator.group import ClassicGroupState, GroupMetadataManager
+from coordinator.group import ClassicGroupState
+from coordinator.shard import GroupCoordinatorShard
 from coordinator.records import (
     CoordinatorRecord,
     GroupMetadataKey,
@@ -44,9 +45,9 @@ def restart(ctx: GroupTestContext, **settings) -> GroupTestContext:
     fresh = GroupTestContext(loaded=False, **{**ctx.settings, **settings})
     fresh.clock.advance(ctx.clock.monotonic_ms())
     for record in ctx.log:
-        fresh.manager.replay(record)
+        fresh.shard.replay(record)
         fresh.log.append(record)
-    fresh.apply(fresh.manager.on_loaded())
+    fresh.apply(fresh.shard.on_loaded())
     return fresh
 
 
@@ -57,7 +58,7 @@ def test_replay_group_metadata_records(use_default_rebalance_timeout, version):
     ctx = GroupTestContext(loaded=False)
     value = GroupMetadataValue("consumer", 1, "range", "member-0", ctx.clock.wall_ms(),
                                members(-1 if use_default_rebalance_timeout else 9000))
-    ctx.manager.replay(group_metadata_record("group-id", value, version))
+    ctx.shard.replay(group_metadata_record("group-id", value, version))
     group = ctx.group()
     assert (
         group.group_id,
@@ -87,7 +88,7 @@ def test_replay_group_metadata_records(use_default_rebalance_timeout, version):
 
 def test_replay_v0_record_uses_session_timeout_and_has_no_instance_ids():
     ctx = GroupTestContext(loaded=False)
-    ctx.manager.replay(
+    ctx.shard.replay(
         group_metadata_record(
             "g", GroupMetadataValue("consumer", 3, "range", "member-0", -1, members()), version=0
         )
@@ -100,28 +101,28 @@ def test_replay_v0_record_uses_session_timeout_and_has_no_instance_ids():
 
 def test_replay_empty_group_and_tombstone():
     ctx = GroupTestContext(loaded=False)
-    ctx.manager.replay(group_metadata_record("g", GroupMetadataValue("consumer", 5, None, None, 77, ())))
+    ctx.shard.replay(group_metadata_record("g", GroupMetadataValue("consumer", 5, None, None, 77, ())))
     group = ctx.group("g")
     assert group.is_in_state(S.EMPTY) and group.generation_id == 5 and group.protocol_type == "consumer"
-    ctx.manager.replay(new_group_metadata_tombstone("g"))
-    assert "g" not in ctx.manager.groups
+    ctx.shard.replay(new_group_metadata_tombstone("g"))
+    assert "g" not in ctx.shard.groups
 
 
 def test_replay_skips_unknown_record_types():
     ctx = GroupTestContext(loaded=False)
-    ctx.manager.replay(CoordinatorRecord(struct.pack(">h", 3) + b"\x00\x01g", b"\x00\x00"))
-    assert not ctx.manager.groups
+    ctx.shard.replay(CoordinatorRecord(struct.pack(">h", 3) + b"\x00\x01g", b"\x00\x00"))
+    assert not ctx.shard.groups
 
 
 def test_on_loaded_exceed_group_max_size_triggers_rebalance():
     # testOnLoadedExceedGroupMaxSizeTriggersRebalance
     ctx = GroupTestContext(loaded=False, group_max_size=1)
-    ctx.manager.replay(
+    ctx.shard.replay(
         group_metadata_record(
             "group-id", GroupMetadataValue("consumer", 1, "range", "member-0", ctx.clock.wall_ms(), members())
         )
     )
-    ctx.apply(ctx.manager.on_loaded())
+    ctx.apply(ctx.shard.on_loaded())
     group = ctx.group()
     assert group.is_in_state(S.PREPARING_REBALANCE)
     assert group.num_members() == 2
@@ -130,12 +131,12 @@ def test_on_loaded_exceed_group_max_size_triggers_rebalance():
 def test_on_loaded_schedules_classic_group_member_heartbeats():
     # testOnLoadedSchedulesClassicGroupMemberHeartbeats
     ctx = GroupTestContext(loaded=False)
-    ctx.manager.replay(
+    ctx.shard.replay(
         group_metadata_record(
             "group-id", GroupMetadataValue("consumer", 1, "range", "member-0", ctx.clock.wall_ms(), members())
         )
     )
-    ctx.apply(ctx.manager.on_loaded())
+    ctx.apply(ctx.shard.on_loaded())
     for i in range(2):
         assert ctx.session_deadline(f"member-{i}") == 4000
 
@@ -153,7 +154,7 @@ def test_group_metadata_records_written_while_serving_replay_as_no_ops():
     ctx.apply(rejoin.result)  # the (now stale) record is replayed
     assert ctx.group() is group
     assert group.is_in_state(S.PREPARING_REBALANCE)
-    assert not ctx.manager._unreplayed
+    assert not ctx.shard.calls.unreplayed
 
 
 def test_a_failed_group_record_is_forgotten():
@@ -161,10 +162,10 @@ def test_a_failed_group_record_is_forgotten():
     call = ctx.join_group(group_instance_id="instance", version=5, apply=False)
     [record] = call.records  # the new group's record
     ctx.fail(call.result)
-    assert not ctx.manager._unreplayed
-    assert "group-id" not in ctx.manager.groups
+    assert not ctx.shard.calls.unreplayed
+    assert "group-id" not in ctx.shard.groups
     # the same bytes read from a log (another coordinator wrote them) are applied
-    ctx.manager.replay(record)
+    ctx.shard.replay(record)
     assert ctx.group().is_in_state(S.EMPTY)
 
 
@@ -187,8 +188,8 @@ def test_restart_restores_stable_group_members_assignments_and_offsets():
     assert group.static_member_id("leader") == result.leader_id
     assert group.static_member_id("follower") == result.follower_id
     assert group.group_assignment() == {result.leader_id: b"\x01", result.follower_id: b"\x02"}
-    assert fresh.manager.offsets.store.get("group-id", "foo", 0).committed_offset == 42
-    assert fresh.manager.offsets.store.get("group-id", "foo", 0).metadata == "m"
+    assert fresh.shard.offsets.store.get("group-id", "foo", 0).committed_offset == 42
+    assert fresh.shard.offsets.store.get("group-id", "foo", 0).metadata == "m"
     assert fresh.group("simple").is_simple_group()
     # members carry on without a rebalance
     sync = fresh.sync_group(member_id=result.follower_id, generation_id=1, group_instance_id="follower")
@@ -236,7 +237,7 @@ def test_restart_loads_deleted_groups_as_gone():
     ctx.leave_group(members=[(leader.member_id, None)])
     ctx.send("delete_groups", 42, 2, "delete", groups_names=["group-id"])
     fresh = restart(ctx)
-    assert "group-id" not in fresh.manager.groups
+    assert "group-id" not in fresh.shard.groups
 
 
 def test_restarted_members_expire_if_they_do_not_come_back():
@@ -252,9 +253,9 @@ def test_on_unloaded_answers_parked_requests_not_coordinator():
     ctx = GroupTestContext()
     ctx.create_group()
     join = ctx.join_group()
-    ctx.apply(ctx.manager.on_unloaded())
+    ctx.apply(ctx.shard.on_unloaded())
     assert join.error == ErrorCode.not_coordinator
-    assert not ctx.manager.groups
+    assert not ctx.shard.groups
     assert not ctx.timer.keys()
 
 
@@ -268,7 +269,7 @@ def test_settings_from_kafka_names():
         "group.max.session.timeout.ms": 1000,
     }
     clock = ManualClock()
-    manager = GroupMetadataManager(clock, ManualTimer(clock), config)
+    manager = GroupCoordinatorShard(clock, ManualTimer(clock), config)
     s = manager.settings
     assert (
         s.group_min_session_timeout_ms,
@@ -285,7 +286,7 @@ def test_settings_from_the_project_config():
     from coordinator.config import Config
 
     clock = ManualClock()
-    manager = GroupMetadataManager(
+    manager = GroupCoordinatorShard(
         clock, ManualTimer(clock), Config({"group.initial.rebalance.delay.ms": "0"}), group_max_size=3
     )
     assert manager.settings.group_initial_rebalance_delay_ms == 0
@@ -295,8 +296,8 @@ def test_settings_from_the_project_config():
 
 def test_session_keys_of_loaded_members():
     ctx = GroupTestContext(loaded=False)
-    ctx.manager.replay(
+    ctx.shard.replay(
         group_metadata_record("g", GroupMetadataValue("consumer", 1, "range", "member-0", 1, members()))
     )
-    ctx.apply(ctx.manager.on_loaded())
+    ctx.apply(ctx.shard.on_loaded())
     assert ctx.timer.keys() == {session_timeout_key("g", "member-0"), session_timeout_key("g", "member-1")}

@@ -87,7 +87,7 @@ def test_offset_commit_with_unknown_group(ctx, version, expected):
     call = ctx.commit("foo", {("bar", 0): 100}, member_id="member", generation_id=10, version=version)
     assert commit_errors(call) == {("bar", 0): expected}
     assert not call.records
-    assert "foo" not in ctx.manager.groups
+    assert "foo" not in ctx.shard.groups
 
 
 def test_simple_group_offset_commit(ctx):
@@ -238,8 +238,8 @@ def test_failed_commit_answers_the_error_for_every_partition(ctx):
         ("bar", 0): ErrorCode.not_coordinator,
         ("baz", 3): ErrorCode.not_coordinator,
     }
-    assert ctx.manager.offsets.store.get("foo", "bar", 0) is None
-    assert not ctx.manager.offsets.store.has_pending("foo", "bar", 0)
+    assert ctx.shard.offsets.store.get("foo", "bar", 0) is None
+    assert not ctx.shard.offsets.store.has_pending("foo", "bar", 0)
 
 
 # -- OffsetFetch ---------------------------------------------------------------------------------------------
@@ -351,7 +351,7 @@ def test_generic_group_offset_delete(ctx):
     call = delete_offsets(ctx, "foo", {"bar": [0]})
     assert call.response.error_code == ErrorCode.none
     assert call.records == [new_offset_commit_tombstone("foo", "bar", 0)]
-    assert ctx.manager.offsets.store.get("foo", "bar", 0) is None
+    assert ctx.shard.offsets.store.get("foo", "bar", 0) is None
 
 
 def test_generic_group_offset_delete_with_errors(ctx):
@@ -414,13 +414,13 @@ def test_cleanup_expired_offsets():
     ctx.commit(offsets={("secondTopic", 1): 100}, member_id=leader.member_id, generation_id=1)
     ctx.advance(60_000 - 500)
     assert ctx.group().is_in_state(S.STABLE)
-    result = ctx.apply(ctx.manager.expire_offsets())
+    result = ctx.apply(ctx.shard.expire_offsets())
     assert result.records == [new_offset_commit_tombstone("group-id", "secondTopic", 0)]
     ctx.clock.advance(500)
-    result = ctx.apply(ctx.manager.expire_offsets())
+    result = ctx.apply(ctx.shard.expire_offsets())
     assert result.records == [new_offset_commit_tombstone("group-id", "secondTopic", 1)]
-    assert ctx.manager.offsets.store.get("group-id", "firstTopic", 0) is not None
-    assert "group-id" in ctx.manager.groups
+    assert ctx.shard.offsets.store.get("group-id", "firstTopic", 0) is not None
+    assert "group-id" in ctx.shard.groups
 
 
 def test_empty_group_offsets_expire_from_when_the_group_became_empty():
@@ -432,15 +432,15 @@ def test_empty_group_offsets_expire_from_when_the_group_became_empty():
     assert group.is_in_state(S.EMPTY)
     empty_since = group.current_state_timestamp_ms
     ctx.clock.advance(empty_since + 60_000 - 1 - ctx.clock.wall_ms())
-    assert not ctx.apply(ctx.manager.expire_offsets()).records
+    assert not ctx.apply(ctx.shard.expire_offsets()).records
     ctx.clock.advance(1)
-    result = ctx.apply(ctx.manager.expire_offsets())
+    result = ctx.apply(ctx.shard.expire_offsets())
     # every offset expired and the group is Empty: the group goes too
     assert result.records == [
         new_offset_commit_tombstone("group-id", "foo", 0),
         new_group_metadata_tombstone("group-id"),
     ]
-    assert "group-id" not in ctx.manager.groups
+    assert "group-id" not in ctx.shard.groups
 
 
 def test_simple_group_offsets_expire_from_their_commit():
@@ -449,9 +449,9 @@ def test_simple_group_offsets_expire_from_their_commit():
     ctx.clock.advance(500)
     ctx.commit("simple", {("t", 1): 1})
     ctx.clock.advance(500)
-    assert ctx.apply(ctx.manager.expire_offsets()).records == [new_offset_commit_tombstone("simple", "t", 0)]
+    assert ctx.apply(ctx.shard.expire_offsets()).records == [new_offset_commit_tombstone("simple", "t", 0)]
     ctx.clock.advance(500)
-    assert ctx.apply(ctx.manager.expire_offsets()).records == [
+    assert ctx.apply(ctx.shard.expire_offsets()).records == [
         new_offset_commit_tombstone("simple", "t", 1),
         new_group_metadata_tombstone("simple"),
     ]
@@ -461,9 +461,9 @@ def test_explicit_expire_timestamp_wins():
     ctx = GroupTestContext(offsets_retention_ms=10**9)
     ctx.commit("simple", {("t", 0): 1}, retention_time_ms=100, version=2)
     ctx.clock.advance(99)
-    assert not ctx.apply(ctx.manager.expire_offsets()).records
+    assert not ctx.apply(ctx.shard.expire_offsets()).records
     ctx.clock.advance(1)
-    assert ctx.apply(ctx.manager.expire_offsets()).records[0] == new_offset_commit_tombstone("simple", "t", 0)
+    assert ctx.apply(ctx.shard.expire_offsets()).records[0] == new_offset_commit_tombstone("simple", "t", 0)
 
 
 def test_rebalancing_groups_keep_their_offsets():
@@ -473,15 +473,15 @@ def test_rebalancing_groups_keep_their_offsets():
     ctx.join_group(rebalance_timeout_ms=10000, session_timeout_ms=5000)
     assert ctx.group().is_in_state(S.PREPARING_REBALANCE)
     ctx.clock.advance(100)
-    assert not ctx.manager.expire_offsets().records
+    assert not ctx.shard.expire_offsets().records
 
 
 def test_empty_group_without_offsets_is_deleted(ctx):
     leader = stable_consumer_group(ctx)
     ctx.leave_group(members=[(leader.member_id, None)])
-    result = ctx.apply(ctx.manager.expire_offsets())
+    result = ctx.apply(ctx.shard.expire_offsets())
     assert [decode_record(r) for r in result.records] == [(GroupMetadataKey("group-id"), None)]
-    assert "group-id" not in ctx.manager.groups
+    assert "group-id" not in ctx.shard.groups
 
 
 def test_uncommitted_group_protocol_type_consumer(ctx):

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.group.manager import AdminAnswer, PauseState
-from coordinator.observability.events import RebalanceReason, RebalanceStarted
+from coordinator.group.pause import PauseState
+from coordinator.shard import AdminAnswer
+from coordinator.group.events import RebalanceReason, RebalanceStarted
 from coordinator.records import (
     GroupPauseKey,
     GroupPauseValue,
@@ -60,7 +61,7 @@ def topics_of(data: bytes) -> dict[str, tuple[int, ...]]:
 
 def pause(ctx: GroupTestContext, group_id: str = GROUP, topics: list[str] | None = None, *, apply: bool = True):
     token = ctx.token("pause")
-    result = ctx.manager.pause_group(token, group_id, topics)
+    result = ctx.shard.pause_group(token, group_id, topics)
     if apply:
         ctx.apply(result)
     return token, result
@@ -68,7 +69,7 @@ def pause(ctx: GroupTestContext, group_id: str = GROUP, topics: list[str] | None
 
 def resume(ctx: GroupTestContext, group_id: str = GROUP, topics: list[str] | None = None):
     token = ctx.token("resume")
-    result = ctx.manager.resume_group(token, group_id, topics)
+    result = ctx.shard.resume_group(token, group_id, topics)
     ctx.apply(result)
     return token, result
 
@@ -80,8 +81,8 @@ def stable_pair(ctx: GroupTestContext, *, generation: int = 1, leader_id: str | 
     if leader_id is None:
         first = ctx.join_group(GROUP, **kwargs)
         second = ctx.join_group(GROUP, **kwargs)
-        ctx.advance(ctx.manager.settings.group_initial_rebalance_delay_ms)
-        ctx.advance(ctx.manager.settings.group_initial_rebalance_delay_ms)
+        ctx.advance(ctx.shard.settings.group_initial_rebalance_delay_ms)
+        ctx.advance(ctx.shard.settings.group_initial_rebalance_delay_ms)
     else:
         first = ctx.join_group(GROUP, leader_id, **kwargs)
         second = ctx.join_group(GROUP, follower_id, **kwargs)
@@ -170,7 +171,7 @@ def test_garbage_assignments_only_raise_assignment_decode_error(data):
 def test_pausing_a_topic_records_it_rebalances_and_withholds_its_partitions_from_everyone():
     ctx = GroupTestContext()
     events = Events()
-    ctx.manager.add_listener(events)
+    ctx.shard.add_listener(events)
     leader_id, follower_id = stable_pair(ctx)
     token, result = pause(ctx, topics=["foo"])
     assert [decode_record(r) for r in result.records] == [(GroupPauseKey(GROUP), GroupPauseValue(False, ("foo",)))]
@@ -209,7 +210,7 @@ def test_pausing_the_whole_group_hands_out_empty_assignments_with_user_data():
 def test_resuming_tombstones_the_pause_rebalances_and_hands_out_everything_again():
     ctx = GroupTestContext()
     events = Events()
-    ctx.manager.add_listener(events)
+    ctx.shard.add_listener(events)
     leader_id, follower_id = stable_pair(ctx)
     pause(ctx, topics=["foo", "bar"])
     stable_pair(ctx, generation=2, leader_id=leader_id, follower_id=follower_id)
@@ -224,7 +225,7 @@ def test_resuming_tombstones_the_pause_rebalances_and_hands_out_everything_again
     stable_pair(ctx, generation=4, leader_id=leader_id, follower_id=follower_id)
     assert topics_of(ctx.last_syncs[1].response.assignment) == {"foo": (1,), "bar": (1,)}
     assert [e.reason for e in events.rebalances()][-3:] == [RebalanceReason.PAUSE] * 3
-    assert GROUP not in ctx.manager.pauses
+    assert GROUP not in ctx.shard.pauses
 
 
 def test_pausing_what_is_already_paused_writes_nothing_and_does_not_rebalance():
@@ -242,27 +243,27 @@ def test_resuming_a_topic_of_a_group_paused_as_a_whole_is_refused():
     pause(ctx, "g")
     token, result = resume(ctx, "g", ["foo"])
     assert result.records == [] and ctx.answers[token].error == ErrorCode.invalid_request
-    assert ctx.manager.pause_state("g") == PauseState(True, frozenset())
+    assert ctx.shard.pause_state("g") == PauseState(True, frozenset())
 
 
 def test_a_group_of_another_protocol_type_cannot_be_paused():
     ctx = GroupTestContext()
     join = ctx.join_group(GROUP, protocol_type="connect", protocols=(("default", b"\x00\x01"),))
-    ctx.advance(ctx.manager.settings.group_initial_rebalance_delay_ms)
+    ctx.advance(ctx.shard.settings.group_initial_rebalance_delay_ms)
     assert join.error == ErrorCode.none
     token, result = pause(ctx)
     assert result.records == []
     answer = ctx.answers[token]
     assert answer.error == ErrorCode.inconsistent_group_protocol
     assert "'connect'" in answer.message and "'consumer'" in answer.message
-    assert GROUP not in ctx.manager.pauses
+    assert GROUP not in ctx.shard.pauses
 
 
 def test_a_group_can_be_paused_before_it_exists_and_forms_paused():
     ctx = GroupTestContext()
     token, result = pause(ctx, topics=["foo"])
     assert ctx.answers[token].error == ErrorCode.none and len(result.records) == 1
-    assert GROUP not in ctx.manager.groups
+    assert GROUP not in ctx.shard.groups
     stable_pair(ctx)
     assert [topics_of(s.response.assignment) for s in ctx.last_syncs] == [{"bar": (0,)}, {"bar": (1,)}]
 
@@ -302,29 +303,29 @@ def test_replaying_the_log_restores_the_pause_and_filtering():
 
     restarted = GroupTestContext(loaded=False)
     for record in ctx.log:
-        restarted.manager.replay(record)
-    restarted.apply(restarted.manager.on_loaded())
-    assert restarted.manager.pause_state(GROUP) == PauseState(False, frozenset({"foo"}))
-    assert restarted.manager.pause_state("other-group") == PauseState(True, frozenset())
+        restarted.shard.replay(record)
+    restarted.apply(restarted.shard.on_loaded())
+    assert restarted.shard.pause_state(GROUP) == PauseState(False, frozenset({"foo"}))
+    assert restarted.shard.pause_state("other-group") == PauseState(True, frozenset())
     sync = restarted.sync_group(GROUP, follower_id, 2)
     assert topics_of(sync.response.assignment) == {"bar": (1,)}
 
 
 def test_replay_of_a_tombstone_resumes_while_loading():
     ctx = GroupTestContext(loaded=False)
-    ctx.manager.replay(new_group_pause_record("g", True, ()))
-    ctx.manager.replay(new_group_pause_record("g", False, ()))
-    assert "g" not in ctx.manager.pauses
+    ctx.shard.replay(new_group_pause_record("g", True, ()))
+    ctx.shard.replay(new_group_pause_record("g", False, ()))
+    assert "g" not in ctx.shard.pauses
 
 
 def test_a_failed_pause_write_changes_nothing_and_answers_the_error():
     ctx = GroupTestContext()
     leader_id, follower_id = stable_pair(ctx)
     token, result = pause(ctx, topics=["foo"], apply=False)
-    assert ctx.manager.pause_state(GROUP).topics == {"foo"}
+    assert ctx.shard.pause_state(GROUP).topics == {"foo"}
     ctx.fail(result)
     assert ctx.answers[token].error == ErrorCode.coordinator_not_available
-    assert ctx.manager.pause_state(GROUP) == PauseState()
+    assert ctx.shard.pause_state(GROUP) == PauseState()
     stable_pair(ctx, generation=2, leader_id=leader_id, follower_id=follower_id)
     assert topics_of(ctx.last_syncs[0].response.assignment) == {"foo": (0,), "bar": (0,)}
 
@@ -335,14 +336,14 @@ def test_delete_groups_tombstones_the_pause_and_settings_but_offset_expiry_keeps
     ctx.commit("g2", {("foo", 0): 1})
     pause(ctx, "g1")
     pause(ctx, "g2", ["foo"])
-    ctx.apply(ctx.manager.set_group_settings(ctx.token("settings"), "g1", {"group.expansion.timeout.ms": 10}))
+    ctx.apply(ctx.shard.set_group_settings(ctx.token("settings"), "g1", {"group.expansion.timeout.ms": 10}))
     deleted = ctx.send("delete_groups", DELETE_GROUPS, None, "delete", groups_names=["g1"])
     assert deleted.response.results[0].error_code == ErrorCode.none
     assert (GroupPauseKey("g1"), None) in [decode_record(r) for r in deleted.records]
     assert (GroupSettingsKey("g1"), None) in [decode_record(r) for r in deleted.records]
-    assert "g1" not in ctx.manager.pauses and "g1" not in ctx.manager.group_settings
-    ctx.clock.advance(ctx.manager.settings.offsets_retention_ms + 1)
-    expired = ctx.apply(ctx.manager.expire_offsets())
-    assert "g2" not in ctx.manager.groups
+    assert "g1" not in ctx.shard.pauses and "g1" not in ctx.shard.group_settings
+    ctx.clock.advance(ctx.shard.settings.offsets_retention_ms + 1)
+    expired = ctx.apply(ctx.shard.expire_offsets())
+    assert "g2" not in ctx.shard.groups
     assert not [r for r in expired.records if decode_record(r)[0] == GroupPauseKey("g2")]
-    assert ctx.manager.pause_state("g2").topics == {"foo"}
+    assert ctx.shard.pause_state("g2").topics == {"foo"}

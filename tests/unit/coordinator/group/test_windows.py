@@ -6,8 +6,9 @@ The two tables are the proposal's, with minutes scaled to seconds: registration 
 
 from __future__ import annotations
 
-from coordinator.group.manager import EXPANSION_TIMEOUT, REGISTRATION_TIMEOUT, expansion_key, registration_key
-from coordinator.observability.events import MemberRemoved, RebalanceReason, RebalanceStarted, RemovalCause
+from coordinator.group.settings import EXPANSION_TIMEOUT, REGISTRATION_TIMEOUT
+from coordinator.group.windows import expansion_key, registration_key
+from coordinator.group.events import MemberRemoved, RebalanceReason, RebalanceStarted, RemovalCause
 from coordinator.records import GroupSettingsKey, GroupSettingsValue, decode_record
 from protocol.errors import ErrorCode
 
@@ -58,7 +59,7 @@ def static_group(ctx: GroupTestContext, names: list[str]) -> Members:
     members = Members(ctx)
     joins = {name: ctx.join_group(GROUP, group_instance_id=name, **STATIC) for name in names}
     while not all(join.done for join in joins.values()):
-        ctx.advance(ctx.manager.settings.group_initial_rebalance_delay_ms)
+        ctx.advance(ctx.shard.settings.group_initial_rebalance_delay_ms)
     for name, join in joins.items():
         assert join.error == ErrorCode.none, (name, join.error)
         members.ids[name] = join.response.member_id
@@ -82,7 +83,7 @@ def test_registration_window_table_of_the_proposal():
     ctx = GroupTestContext(group_static_registration_timeout_ms=15000)
     members = static_group(ctx, ["L", "A", "B"])
     events = Events()
-    ctx.manager.add_listener(events)
+    ctx.shard.add_listener(events)
     last_a_ms = ctx.clock.monotonic_ms()
     assert members.heartbeat("A") == ErrorCode.none
     origin = last_a_ms + 3000  # 00:00: A's session expires
@@ -127,7 +128,7 @@ def test_members_lost_together_cost_one_rebalance_at_the_earliest_deadline():
     ctx = GroupTestContext(group_static_registration_timeout_ms=15000)
     members = static_group(ctx, ["L", "A", "B"])
     events = Events()
-    ctx.manager.add_listener(events)
+    ctx.shard.add_listener(events)
     start = ctx.clock.monotonic_ms()
     members.run_until(start + 2000, {"L", "B"})  # A offline at start+3000, B at start+5000
     members.run_until(start + 3000 + 15000, {"L"})
@@ -167,7 +168,7 @@ def test_without_a_registration_window_a_static_member_is_removed_at_session_exp
     ctx = GroupTestContext()
     members = static_group(ctx, ["L", "A"])
     events = Events()
-    ctx.manager.add_listener(events)
+    ctx.shard.add_listener(events)
     start = ctx.clock.monotonic_ms()
     members.run_until(start + 3000, {"L"})
     assert [e.member.group_instance_id for e in events.removed()] == ["A"]
@@ -188,7 +189,7 @@ def test_expansion_window_table_of_the_proposal():
     leader_id = first.response.member_id
     assert ctx.sync_group(GROUP, leader_id, 1, assignments={leader_id: b"L"}).error == ErrorCode.none
     events = Events()
-    ctx.manager.add_listener(events)
+    ctx.shard.add_listener(events)
     origin = ctx.clock.monotonic_ms()
 
     join_a = ctx.join_group(GROUP, **kwargs)  # 00:00
@@ -254,7 +255,7 @@ def test_a_held_back_joiner_that_leaves_is_forgotten_without_a_rebalance():
     leader_id = first.response.member_id
     ctx.sync_group(GROUP, leader_id, 1, assignments={leader_id: b"L"})
     events = Events()
-    ctx.manager.add_listener(events)
+    ctx.shard.add_listener(events)
     required = ctx.join_group(GROUP, version=4, **kwargs)
     joiner = ctx.join_group(GROUP, required.response.member_id, version=4, **kwargs)
     leave = ctx.leave_group(GROUP, [(required.response.member_id, None)])
@@ -298,26 +299,26 @@ def test_a_rebalance_for_another_reason_admits_the_held_back_joiners_at_once():
 def test_per_group_settings_are_a_record_override_the_server_and_replay():
     ctx = GroupTestContext(group_expansion_timeout_ms=5000)
     token = ctx.token("settings")
-    result = ctx.apply(ctx.manager.set_group_settings(token, GROUP, {REGISTRATION_TIMEOUT: 15000}))
+    result = ctx.apply(ctx.shard.set_group_settings(token, GROUP, {REGISTRATION_TIMEOUT: 15000}))
     assert [decode_record(r) for r in result.records] == [
         (GroupSettingsKey(GROUP), GroupSettingsValue(((REGISTRATION_TIMEOUT, 15000),)))]
     assert ctx.answers[token].data == {
         "settings": {REGISTRATION_TIMEOUT: 15000},
         "effective_settings": {REGISTRATION_TIMEOUT: 15000, EXPANSION_TIMEOUT: 5000},
     }
-    assert ctx.manager.effective_settings("other") == {REGISTRATION_TIMEOUT: 0, EXPANSION_TIMEOUT: 5000}
-    ctx.apply(ctx.manager.set_group_settings(ctx.token("settings"), GROUP, {EXPANSION_TIMEOUT: 0}))
+    assert ctx.shard.effective_settings("other") == {REGISTRATION_TIMEOUT: 0, EXPANSION_TIMEOUT: 5000}
+    ctx.apply(ctx.shard.set_group_settings(ctx.token("settings"), GROUP, {EXPANSION_TIMEOUT: 0}))
 
     restarted = GroupTestContext(loaded=False, group_expansion_timeout_ms=5000)
     for record in ctx.log:
-        restarted.manager.replay(record)
-    assert restarted.manager.effective_settings(GROUP) == {REGISTRATION_TIMEOUT: 15000, EXPANSION_TIMEOUT: 0}
+        restarted.shard.replay(record)
+    assert restarted.shard.effective_settings(GROUP) == {REGISTRATION_TIMEOUT: 15000, EXPANSION_TIMEOUT: 0}
 
     token = ctx.token("settings")
-    result = ctx.apply(ctx.manager.set_group_settings(token, GROUP, {REGISTRATION_TIMEOUT: None,
+    result = ctx.apply(ctx.shard.set_group_settings(token, GROUP, {REGISTRATION_TIMEOUT: None,
                                                                     EXPANSION_TIMEOUT: None}))
     assert [decode_record(r) for r in result.records] == [(GroupSettingsKey(GROUP), None)]
-    assert GROUP not in ctx.manager.group_settings
+    assert GROUP not in ctx.shard.group_settings
 
 
 def test_bad_per_group_settings_are_refused_without_a_record():
@@ -325,13 +326,13 @@ def test_bad_per_group_settings_are_refused_without_a_record():
     for changes in ({"group.max.size": 3}, {REGISTRATION_TIMEOUT: -1}, {EXPANSION_TIMEOUT: "5"},
                     {EXPANSION_TIMEOUT: True}):
         token = ctx.token("settings")
-        result = ctx.apply(ctx.manager.set_group_settings(token, GROUP, changes))
+        result = ctx.apply(ctx.shard.set_group_settings(token, GROUP, changes))
         assert result.records == [] and ctx.answers[token].error == ErrorCode.invalid_config
 
 
 def test_a_per_group_window_applies_and_setting_it_to_zero_ends_it_now():
     ctx = GroupTestContext()
-    ctx.apply(ctx.manager.set_group_settings(ctx.token("settings"), GROUP, {EXPANSION_TIMEOUT: 5000}))
+    ctx.apply(ctx.shard.set_group_settings(ctx.token("settings"), GROUP, {EXPANSION_TIMEOUT: 5000}))
     kwargs = dict(rebalance_timeout_ms=60000, session_timeout_ms=10000)
     first = ctx.join_group(GROUP, **kwargs)
     ctx.advance(3000)
@@ -339,7 +340,7 @@ def test_a_per_group_window_applies_and_setting_it_to_zero_ends_it_now():
     ctx.sync_group(GROUP, leader_id, 1, assignments={leader_id: b"L"})
     joiner = ctx.join_group(GROUP, **kwargs)
     assert not joiner.done and ctx.group().state.value == "Stable"
-    ctx.apply(ctx.manager.set_group_settings(ctx.token("settings"), GROUP, {EXPANSION_TIMEOUT: 0}))
+    ctx.apply(ctx.shard.set_group_settings(ctx.token("settings"), GROUP, {EXPANSION_TIMEOUT: 0}))
     ctx.advance(0)
     assert ctx.group().state.value == "PreparingRebalance"
     ctx.join_group(GROUP, leader_id, **kwargs)
@@ -350,7 +351,7 @@ def test_an_offline_leader_is_replaced_as_leader_by_the_next_rebalance_and_remov
     ctx = GroupTestContext(group_static_registration_timeout_ms=20000)
     members = static_group(ctx, ["L", "A"])
     events = Events()
-    ctx.manager.add_listener(events)
+    ctx.shard.add_listener(events)
     start = ctx.clock.monotonic_ms()
     members.run_until(start + 3000, {"A"})
     group = ctx.group()

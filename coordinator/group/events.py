@@ -1,9 +1,10 @@
 """What the group state machine tells its listeners, and the categories operators see.
 
-The state machine (coordinator.group.manager) calls `on_group_event(event)` on each listener synchronously, inside
-the call that caused the event, with timestamps from its injected clock. A listener must be quick, must not call
-back into the state machine, and cannot change what the state machine does: an exception it raises is logged and
-swallowed by the manager. This module is pure (no asyncio, no time, no I/O) because the state machine imports it.
+The state machine (coordinator.shard and its managers, through coordinator.group.effects.Calls) calls
+`on_group_event(event)` on each listener synchronously, inside the call that caused the event, with timestamps
+from its injected clock. A listener must be quick, must not call back into the state machine, and cannot change
+what the state machine does: an exception it raises is logged and swallowed. Observers (coordinator.observability)
+live above the state machine and import this module; it imports nothing of ours.
 
 Rebalance reasons are a small closed set so they can be a Prometheus label (user-needs §A.2): the state machine
 knows which of its code paths started a rebalance, and the client's own KIP-800 text (JoinGroup v8+, LeaveGroup

@@ -1,0 +1,385 @@
+"""One shard of the group coordinator (Kafka's GroupCoordinatorShard): the face of the pure state machine.
+
+A shard owns the groups whose ids hash to it (coordinator.sharding) and everything durable about them, in the
+records of its own log. It routes each group and offset API and each admin operation to the part that owns it,
+and composes those parts:
+
+* `GroupMetadataManager` (coordinator.group.manager): classic groups, JoinGroup/SyncGroup/Heartbeat/LeaveGroup;
+* `OffsetMetadataManager` (coordinator.offsets.manager): OffsetCommit/OffsetFetch/OffsetDelete and retention,
+  validated against the groups (it asks the group manager, never the other way round);
+* `PauseRegistry` and `GroupSettingsRegistry` (coordinator.group.pause, .settings): operator intent about group
+  ids, durable as records of our own types;
+* DescribeGroups/ListGroups (coordinator.group.describe) are reads over the groups.
+
+Like its parts it is pure: time comes from the injected Clock and Timer, and each handler returns a
+`CoordinatorResult` whose answers the runtime releases once the result's records are durable. The parts share
+one `Calls` (coordinator.group.effects): an entry point here or in a manager is one call into the state machine.
+
+Replay. `replay(record)` is the only code that changes committed offsets, and it dispatches every record by
+type: offset commits go to the offsets manager whenever the runtime replays them (while serving, after they are
+durable, and while loading); GroupMetadata, GroupPause and GroupSettings records are applied in memory by the
+handler that writes them, so their replay while serving is skipped (counted in `Calls.unreplayed`) and only the
+log being loaded applies them. Records of types this coordinator does not know are skipped with a warning.
+
+Admin operations (pause, resume, per-group settings, DeleteGroups) follow the GroupMetadata rule: applied at
+once, undone if the append fails, answered (an `AdminAnswer` for ours) once durable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from kio.schema.delete_groups.v2.response import DeleteGroupsResponse
+from kio.schema.describe_groups.v6.response import DescribeGroupsResponse
+from kio.schema.list_groups.v5.response import ListGroupsResponse
+
+from coordinator.clock import Clock, Timer
+from coordinator.group.describe import describe_group, list_group_entries
+from coordinator.group.effects import Calls, state_machine_call
+from coordinator.group.events import GroupEventListener, OffsetsWritten
+from coordinator.group.group import ClassicGroup
+from coordinator.group.manager import GroupMetadataManager
+from coordinator.group.pause import NOT_PAUSED, PauseRegistry, PauseState
+from coordinator.group.settings import GroupCoordinatorSettings, GroupSettingsRegistry, validate_setting_changes
+from coordinator.offsets.manager import OffsetMetadataManager
+from coordinator.records import (
+    CoordinatorRecord,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    GroupPauseKey,
+    GroupPauseValue,
+    GroupSettingsKey,
+    GroupSettingsValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    UnknownRecordType,
+    count_offset_records,
+    decode_record,
+    new_group_metadata_tombstone,
+    new_group_pause_record,
+    new_group_settings_record,
+    simple_offset_commit,
+)
+from coordinator.result import CoordinatorResult
+from protocol.build import build
+from protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AdminAnswer:
+    """The answer of an admin operation on a group (pause, resume, settings): NONE or an error, a message for
+    people, and the resulting state."""
+
+    error: ErrorCode = ErrorCode.none
+    message: str = ""
+    data: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class GroupCoordinatorShard:
+    def __init__(
+        self,
+        clock: Clock,
+        timer: Timer,
+        settings: GroupCoordinatorSettings | Mapping[str, Any] | Any = None,
+        *,
+        new_uuid: Callable[[], str] | None = None,
+        **overrides: int,
+    ) -> None:
+        """`settings` is a GroupCoordinatorSettings, or anything indexed by Kafka's names
+        (coordinator.config.Config); keyword overrides use the Python names
+        (`group_initial_rebalance_delay_ms=0`). `new_uuid` makes member ids predictable in tests."""
+        if settings is None:
+            settings = GroupCoordinatorSettings()
+        elif not isinstance(settings, GroupCoordinatorSettings):
+            settings = GroupCoordinatorSettings.from_config(settings)
+        self.settings: GroupCoordinatorSettings = dataclasses.replace(settings, **overrides)
+        self.clock = clock
+        self.calls = Calls()
+        self.pauses = PauseRegistry()
+        self.group_settings = GroupSettingsRegistry(self.settings)
+        self.classic = GroupMetadataManager(self.calls, clock, timer, self.settings, self.pauses,
+                                            self.group_settings, new_uuid=new_uuid)
+        self.offsets = OffsetMetadataManager(
+            self.classic, clock,
+            offset_metadata_max_bytes=self.settings.offset_metadata_max_bytes,
+            offsets_retention_ms=self.settings.offsets_retention_ms,
+        )
+
+    # -- for observers ---------------------------------------------------------------------------------------
+
+    @property
+    def groups(self) -> dict[str, ClassicGroup]:
+        return self.classic.groups
+
+    def add_listener(self, listener: GroupEventListener) -> None:
+        """`listener.on_group_event(event)` is called synchronously for every event, with this shard's clock
+        in the timestamps; what it raises is logged and ignored."""
+        self.calls.listeners.append(listener)
+
+    def pause_state(self, group_id: str) -> PauseState:
+        return self.pauses.state(group_id)
+
+    def effective_settings(self, group_id: str) -> dict[str, int]:
+        """The per-group settings in force for the group: its own values, else the server's."""
+        return self.group_settings.effective(group_id)
+
+    # -- group APIs ------------------------------------------------------------------------------------------
+
+    def join_group(self, token: object, api_version: int, request: Any, *, client_id: str = "",
+                   client_host: str = "") -> CoordinatorResult:
+        """JoinGroup v0-v9. `client_id` and `client_host` come from the request header and the connection."""
+        return self.classic.join_group(token, api_version, request, client_id=client_id, client_host=client_host)
+
+    def sync_group(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        return self.classic.sync_group(token, api_version, request)
+
+    def heartbeat(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        return self.classic.heartbeat(token, api_version, request)
+
+    def leave_group(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        return self.classic.leave_group(token, api_version, request)
+
+    def describe_groups(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        """DescribeGroups v0-v6."""
+        described = [describe_group(group_id, self.groups.get(group_id), api_version, self.pauses.deliverable)
+                     for group_id in request.groups]
+        return CoordinatorResult(responses=[(token, build(DescribeGroupsResponse, {"groups": described}))])
+
+    def list_groups(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        """ListGroups v0-v5."""
+        listed = list_group_entries(self.groups.values(), request)
+        return CoordinatorResult(
+            responses=[(token, build(ListGroupsResponse, {"error_code": ErrorCode.none, "groups": listed}))]
+        )
+
+    @state_machine_call
+    def delete_groups(self, token: object, api_version: int, request: Any) -> None:
+        """DeleteGroups v0-v2: only Empty groups; their offsets, the group, its pause and its settings are
+        tombstoned."""
+        group_ids = list(request.groups_names)
+        fx = self.calls.fx
+        fx.own_token = token
+        fx.own_error = lambda error: build(
+            DeleteGroupsResponse,
+            {"results": [{"group_id": group_id, "error_code": error} for group_id in group_ids]},
+        )
+        results = []
+        deleted: list[ClassicGroup] = []
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            error = ErrorCode.group_id_not_found if group is None else group.validate_delete_group()
+            if group is not None and error == ErrorCode.none:
+                fx.records.extend(self.offsets.delete_all_offsets(group_id))
+                fx.records.append(new_group_metadata_tombstone(group_id))
+                fx.records.extend(self.pauses.forget(group_id))
+                fx.records.extend(self.group_settings.forget(group_id))
+                self.classic.remove_group(group)
+                deleted.append(group)
+            results.append({"group_id": group_id, "error_code": error})
+        if deleted:
+            log.info("deleted groups %s", [g.group_id for g in deleted])
+            fx.failure_hooks.append(lambda error: self._restore_groups(deleted))
+        self.calls.respond(token, build(DeleteGroupsResponse, {"results": results}))
+
+    def _restore_groups(self, groups: Iterable[ClassicGroup]) -> dict[object, Any]:
+        for group in groups:
+            self.groups.setdefault(group.group_id, group)
+        return {}
+
+    # -- offset APIs -----------------------------------------------------------------------------------------
+
+    def offset_commit(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        """OffsetCommit v2-v9."""
+        result = self.offsets.commit_offsets(token, api_version, request)
+        if self.calls.listeners and result.records:
+            self.calls.emit(OffsetsWritten(request.group_id, committed=count_offset_records(result.records)))
+        return result
+
+    def offset_fetch(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        """OffsetFetch v1-v9 (one group before v8, a batch of groups from v8)."""
+        return self.offsets.fetch_offsets(token, api_version, request)
+
+    def offset_delete(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        """OffsetDelete v0."""
+        result = self.offsets.delete_offsets(token, api_version, request)
+        if self.calls.listeners and result.records:
+            self.calls.emit(OffsetsWritten(request.group_id, deleted=count_offset_records(result.records)))
+        return result
+
+    @state_machine_call
+    def expire_offsets(self) -> None:
+        """Tombstone the offsets whose retention has passed, and delete Empty groups left without offsets.
+        Kafka runs this every offsets.retention.check.interval.ms."""
+        fx = self.calls.fx
+        now_ms = self.clock.wall_ms()
+        for group_id, group in list(self.groups.items()):
+            records, all_expired = self.offsets.cleanup_expired_offsets(group_id, now_ms)
+            fx.records.extend(records)
+            if self.calls.listeners and records:
+                self.calls.emit(OffsetsWritten(group_id, expired=count_offset_records(records)))
+            if all_expired and group.is_empty():
+                fx.records.append(new_group_metadata_tombstone(group_id))
+                self.classic.remove_group(group)
+        if fx.records:
+            log.info("offset retention wrote %d tombstones", len(fx.records))
+
+    # -- admin: pause and resume, per-group settings ---------------------------------------------------------
+
+    @state_machine_call
+    def pause_group(self, token: object, group_id: str, topics: Iterable[str] | None = None) -> None:
+        """Pause the whole group (`topics` None or empty) or the partitions of `topics` (added to those already
+        paused). Answers an AdminAnswer whose data is the resulting pause state."""
+        old = self.pauses.state(group_id)
+        wanted = sorted(set(topics or ()))
+        new = PauseState(True, old.topics) if not wanted else PauseState(old.group_paused,
+                                                                        old.topics | frozenset(wanted))
+        what = "the whole group" if not wanted else f"topics {wanted}"
+        self._change_pause(token, group_id, old, new, f"pause of {what}")
+
+    @state_machine_call
+    def resume_group(self, token: object, group_id: str, topics: Iterable[str] | None = None) -> None:
+        """Resume the whole group (`topics` None or empty: everything paused is resumed) or the partitions of
+        `topics`. Resuming topics of a group paused as a whole is refused: resume the group."""
+        old = self.pauses.state(group_id)
+        wanted = sorted(set(topics or ()))
+        if wanted and old.group_paused:
+            self.calls.respond(token, AdminAnswer(
+                ErrorCode.invalid_request,
+                f"group {group_id} is paused as a whole: resume the whole group (then pause topics if needed)",
+                {"paused": old.to_json()}))
+            return
+        new = NOT_PAUSED if not wanted else PauseState(False, old.topics - frozenset(wanted))
+        what = "the whole group" if not wanted else f"topics {wanted}"
+        self._change_pause(token, group_id, old, new, f"resume of {what}")
+
+    def _change_pause(self, token: object, group_id: str, old: PauseState, new: PauseState, what: str) -> None:
+        """Pause and resume start a rebalance at once (Stable/CompletingRebalance -> PreparingRebalance): members
+        see it at their next heartbeat. Applied in memory now, undone if the append fails (then a rebalance hands
+        out the old state again)."""
+        if not group_id:
+            self.calls.respond(token, AdminAnswer(ErrorCode.invalid_group_id, "the group id is empty"))
+            return
+        group = self.groups.get(group_id)
+        if group is not None and group.protocol_type is not None and not group.uses_consumer_protocol():
+            self.calls.respond(token, AdminAnswer(
+                ErrorCode.inconsistent_group_protocol,
+                f"group {group_id} uses protocol type {group.protocol_type!r}: only groups of protocol type "
+                "'consumer' can be paused, because only their assignments can be read by the coordinator",
+                {"paused": old.to_json()}))
+            return
+        answer = AdminAnswer(ErrorCode.none, f"{what} of group {group_id}: nothing changed"
+                             if new == old else f"{what} of group {group_id} recorded", {"paused": new.to_json()})
+        fx = self.calls.fx
+        fx.own_token = token
+        fx.own_error = lambda error: AdminAnswer(
+            error, f"writing the {what} of group {group_id} failed ({error.name}); nothing changed",
+            {"paused": old.to_json()})
+        if new != old:
+            fx.records.append(new_group_pause_record(group_id, new.group_paused, new.topics))
+            self.pauses.set(group_id, new)
+            log.info("group %s: %s; paused now: %s", group_id, what, new.to_json())
+            self.classic.rebalance_for_admin(group_id, f"{what} by an administrator")
+
+            def revert(error: ErrorCode) -> dict[object, Any]:
+                if self.pauses.state(group_id) == new:
+                    self.pauses.set(group_id, old)
+                    self.classic.rebalance_for_admin(group_id, f"the {what} could not be written ({error.name})")
+                return {}
+
+            fx.failure_hooks.append(revert)
+        self.calls.respond(token, answer)
+
+    @state_machine_call
+    def set_group_settings(self, token: object, group_id: str, changes: Mapping[str, int | None]) -> None:
+        """Set (an int >= 0) or unset (None: the server's value applies again) per-group settings, by their
+        config names (PER_GROUP_SETTINGS). Answers an AdminAnswer with the group's own and effective values."""
+        if not group_id:
+            self.calls.respond(token, AdminAnswer(ErrorCode.invalid_group_id, "the group id is empty"))
+            return
+        refused = validate_setting_changes(changes)
+        if refused is not None:
+            self.calls.respond(token, AdminAnswer(ErrorCode.invalid_config, refused))
+            return
+        old = self.group_settings.own(group_id)
+        new = dict(old)
+        for name, value in changes.items():
+            if value is None:
+                new.pop(name, None)
+            else:
+                new[name] = value
+        fx = self.calls.fx
+        fx.own_token = token
+        fx.own_error = lambda error: AdminAnswer(
+            error, f"writing the settings of group {group_id} failed ({error.name}); nothing changed",
+            self.group_settings.to_json(group_id))
+        if new != old:
+            fx.records.append(new_group_settings_record(group_id, new))
+            self.group_settings.set(group_id, new)
+            log.info("group %s: settings now %s", group_id, new)
+            self.classic.settings_changed(group_id)
+
+            def revert(error: ErrorCode) -> dict[object, Any]:
+                if self.group_settings.own(group_id) == new:
+                    self.group_settings.set(group_id, old)
+                    self.classic.settings_changed(group_id)
+                return {}
+
+            fx.failure_hooks.append(revert)
+        self.calls.respond(token, AdminAnswer(ErrorCode.none, f"settings of group {group_id} recorded",
+                                              self.group_settings.to_json(group_id)))
+
+    # -- loading: replay, on_loaded, on_unloaded -------------------------------------------------------------
+
+    def replay_entry(self, key: bytes, value: bytes | None) -> None:
+        """`replay(CoordinatorRecord(key, value))`, with a shortcut for the record a big log is made of: an
+        offset commit without metadata is stored from its fields, without building key and value objects
+        (loading a log of 1,000,000 offsets calls this once per entry)."""
+        if value is not None:
+            fields = simple_offset_commit(key, value)
+            if fields is not None:
+                if fields[0] not in self.groups:
+                    self.classic.create_group(fields[0])
+                self.offsets.store.replay_simple(*fields)
+                return
+        self.replay(CoordinatorRecord(key, value))
+
+    def replay(self, record: CoordinatorRecord) -> None:
+        """Apply a durable record (see the module doc)."""
+        try:
+            key, value = decode_record(record)
+        except UnknownRecordType as exc:
+            log.warning("skipping record: %s", exc)
+            return
+        if isinstance(key, OffsetCommitKey):
+            assert value is None or isinstance(value, OffsetCommitValue)
+            self.offsets.replay(key, value)
+        elif self.calls.replayed(record):
+            pass  # its handler applied it in memory when it wrote it
+        elif isinstance(key, GroupPauseKey):
+            assert value is None or isinstance(value, GroupPauseValue)
+            self.pauses.replay(key.group, value)
+        elif isinstance(key, GroupSettingsKey):
+            assert value is None or isinstance(value, GroupSettingsValue)
+            self.group_settings.replay(key.group, value)
+        else:
+            assert isinstance(key, GroupMetadataKey) and (value is None or isinstance(value, GroupMetadataValue))
+            self.classic.replay_group_metadata(key, value)
+
+    @state_machine_call
+    def on_loaded(self) -> None:
+        """The log is loaded: timers start (coordinator.group.manager.on_loaded)."""
+        self.classic.on_loaded()
+        offsets = self.offsets.store.num_offsets()
+        # One line per shard: only the shards that hold something are worth an info line.
+        log.log(logging.INFO if self.groups or offsets else logging.DEBUG, "loaded %d groups and %d offsets",
+                len(self.groups), offsets)
+
+    @state_machine_call
+    def on_unloaded(self) -> None:
+        """The shard is going away: parked requests are answered NOT_COORDINATOR, timers are cancelled."""
+        self.classic.on_unloaded()
