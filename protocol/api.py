@@ -24,11 +24,10 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 
+from .api_keys import ApiKey
 from .build import build, fields_of
 from .errors import ErrorCode, RequestDecodeError, UnknownApiKey
 from .shape import array_check
-
-API_VERSIONS = 18
 
 _PREFIX = struct.Struct(">hhi")
 
@@ -136,7 +135,7 @@ def encode_body(api_key: int, version: int, response: Any) -> Encoded:
 def decode_response(api_key: int, version: int, payload: bytes | memoryview, offset: int = 0) -> Any:
     """The response entity in `payload` from `offset`, where its header continues after the correlation id."""
     cls = response_class(api_key, version)
-    if cls.__flexible__ and api_key != API_VERSIONS:
+    if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
         # Response header v1: tagged fields (none are defined; skip a count of zero, refuse others).
         if payload[offset] != 0:
             raise ValueError("unexpected tagged fields in a response header")
@@ -148,7 +147,7 @@ def decode_response(api_key: int, version: int, payload: bytes | memoryview, off
 class ApiTable:
     def __init__(self) -> None:
         self._specs: dict[int, ApiSpec] = {}
-        self.register(API_VERSIONS, 0, 4, self._api_versions)
+        self.register(ApiKey.API_VERSIONS, 0, 4, self._api_versions)
 
     def register(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
         for v in range(min_version, max_version + 1):
@@ -207,16 +206,16 @@ class ApiTable:
         """Encode a response (header + body) for the request's version. `response` may be an entity of another
         version or a mapping: it is rebuilt as the exact version's class; or an Encoded body, sent as it is."""
         if isinstance(response, Encoded):
-            flexible = response_class(ctx.api_key, ctx.api_version).__flexible__ and ctx.api_key != API_VERSIONS
+            flexible = response_class(ctx.api_key, ctx.api_version).__flexible__ and ctx.api_key != ApiKey.API_VERSIONS
             return struct.pack(">i", ctx.correlation_id) + (b"\x00" if flexible else b"") + response.body
-        if ctx.api_key == API_VERSIONS and isinstance(response, ApiVersionsResponseV0):
+        if ctx.api_key == ApiKey.API_VERSIONS and isinstance(response, ApiVersionsResponseV0):
             cls: type = ApiVersionsResponseV0
         else:
             cls = response_class(ctx.api_key, ctx.api_version)
         body = build(cls, response)
         buf = io.BytesIO()
         buf.write(struct.pack(">i", ctx.correlation_id))
-        if cls.__flexible__ and ctx.api_key != API_VERSIONS:
+        if cls.__flexible__ and ctx.api_key != ApiKey.API_VERSIONS:
             buf.write(b"\x00")  # response header v1: empty tagged fields
         _writer(cls)(buf, body)
         return buf.getvalue()
@@ -228,7 +227,7 @@ class ApiTable:
         was asked. Other APIs answer UNSUPPORTED_VERSION in the top-level error code when kio knows that version
         and the response has one; otherwise the connection is closed, as Kafka does for requests it cannot parse.
         """
-        if ctx.api_key == API_VERSIONS:
+        if ctx.api_key == ApiKey.API_VERSIONS:
             return ApiVersionsResponseV0(error_code=ErrorCode.unsupported_version, api_keys=self._api_keys())
         return self.error_response(ctx, ErrorCode.unsupported_version)
 

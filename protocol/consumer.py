@@ -1,4 +1,11 @@
-"""The consumer protocol's Assignment (what a SyncGroup answer carries for `protocolType` "consumer").
+"""The consumer protocol: the Subscription and Assignment a "consumer" group's members and leader exchange
+through JoinGroup and SyncGroup.
+
+Subscription and the read-only view of an Assignment (`parse_subscription_topics`, `assignment_partitions`) use
+kio's generated entities: every version of both is prefixed by an int16 version and extends version 0, so
+version 0's reader decodes the fields needed there.
+
+The Assignment that is filtered and re-encoded (what a SyncGroup answer carries for `protocolType` "consumer"):
 
 Layout (apache/kafka clients/src/main/resources/common/message/ConsumerProtocolAssignment.json; versions 0-3
 share one non-flexible layout, 1-3 exist only to signal what the client understands):
@@ -19,6 +26,13 @@ import dataclasses
 import struct
 from collections.abc import Callable
 
+from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment as AssignmentV0
+from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription as SubscriptionV0
+from kio.serial import entity_reader
+from kio.serial.errors import DecodeError
+
+_read_subscription_v0 = entity_reader(SubscriptionV0)
+_read_assignment_v0 = entity_reader(AssignmentV0)
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
@@ -105,5 +119,39 @@ def filter_assignment(data: bytes, withhold: Callable[[str], bool]) -> bytes:
     return encode_assignment(dataclasses.replace(assignment, partitions=kept))
 
 
-__all__ = ["AssignmentDecodeError", "ConsumerAssignment", "decode_assignment", "encode_assignment",
-           "filter_assignment"]
+def parse_subscription_topics(metadata: bytes) -> list[str] | None:
+    """The topics of a consumer-protocol Subscription (any version), or None if the bytes do not parse."""
+    if len(metadata) < 2:
+        return None
+    version = int.from_bytes(metadata[:2], "big", signed=True)
+    if version < 0:
+        return None
+    try:
+        subscription, _ = _read_subscription_v0(metadata, 2)
+    except (DecodeError, ValueError, OverflowError):
+        return None
+    return list(subscription.topics)
+
+
+def assignment_partitions(data: bytes) -> dict[str, list[int]] | None:
+    """topic -> sorted partitions of a consumer-protocol Assignment; {} for empty bytes (no assignment yet);
+    None when the bytes are not a consumer Assignment."""
+    if not data:
+        return {}
+    if len(data) < 2:
+        return None
+    version = int.from_bytes(data[:2], "big", signed=True)
+    if version < 0:
+        return None
+    try:
+        assignment, _ = _read_assignment_v0(bytes(data), 2)
+    except (DecodeError, ValueError, OverflowError, KeyError):
+        return None
+    out: dict[str, list[int]] = {}
+    for tp in assignment.assigned_partitions:
+        out.setdefault(str(tp.topic), []).extend(int(p) for p in tp.partitions)
+    return {topic: sorted(set(parts)) for topic, parts in out.items()}
+
+
+__all__ = ["AssignmentDecodeError", "ConsumerAssignment", "assignment_partitions", "decode_assignment",
+           "encode_assignment", "filter_assignment", "parse_subscription_topics"]

@@ -16,10 +16,7 @@ import collections
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 
-from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription as SubscriptionV0
-from kio.serial import entity_reader
-from kio.serial.errors import DecodeError
-
+from protocol.consumer import parse_subscription_topics
 from protocol.errors import ErrorCode
 
 from .state import ClassicGroupState, IllegalStateTransition
@@ -30,7 +27,6 @@ CONSUMER_PROTOCOL_TYPE = "consumer"
 Protocols = tuple[tuple[str, bytes], ...]
 """A member's supported protocols in its order of preference: (name, metadata)."""
 
-_read_subscription_v0 = entity_reader(SubscriptionV0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -531,17 +527,3 @@ class ClassicGroup:
                 return lambda commit_timestamp_ms: commit_timestamp_ms
             return None
         return lambda commit_timestamp_ms: commit_timestamp_ms
-
-
-def parse_subscription_topics(metadata: bytes) -> list[str] | None:
-    """The topics of a consumer-protocol Subscription (any version), or None if the bytes do not parse."""
-    if len(metadata) < 2:
-        return None
-    version = int.from_bytes(metadata[:2], "big", signed=True)
-    if version < 0:
-        return None
-    try:
-        subscription, _ = _read_subscription_v0(metadata, 2)
-    except (DecodeError, ValueError, OverflowError):
-        return None
-    return list(subscription.topics)

@@ -14,9 +14,8 @@ from typing import Any, Protocol
 from coordinator.group.group import ClassicGroup, ClassicGroupMember
 from coordinator.group.pause import PauseState
 from coordinator.offsets.store import OffsetStore
-from protocol.consumer import decode_assignment
+from protocol.consumer import assignment_partitions, decode_assignment, parse_subscription_topics
 
-from .consumer import parse_assignment, parse_subscription_topics
 from .history import GroupHistory, member_json
 from .lag import GroupLag, OffsetHistory, group_lag
 
@@ -84,7 +83,7 @@ class CoordinatorView:
         if not group.uses_consumer_protocol():
             return out
         for member in group.all_members():
-            for topic, partitions in (parse_assignment(member.assignment) or {}).items():
+            for topic, partitions in (assignment_partitions(member.assignment) or {}).items():
                 for partition in partitions:
                     out[(topic, partition)] = member
         return out
@@ -146,7 +145,7 @@ class CoordinatorView:
                     subscription = parse_subscription_topics(member.metadata(group.protocol_name))
                 except KeyError:
                     subscription = None
-            assignment = parse_assignment(member.assignment) if group.uses_consumer_protocol() else None
+            assignment = assignment_partitions(member.assignment) if group.uses_consumer_protocol() else None
             members.append({
                 "member_id": member.member_id,
                 "group_instance_id": member.group_instance_id,

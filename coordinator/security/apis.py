@@ -17,6 +17,7 @@ from collections import Counter
 from typing import Any
 
 from protocol.api import ApiTable, RequestContext
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
 from .acl import (
@@ -31,9 +32,6 @@ from .acl import (
 )
 from .scram import MAX_ITERATIONS, MECHANISM_CODES, MECHANISM_NAMES, MIN_ITERATIONS, ScramCredential
 from .store import SecurityStore
-
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
-DESCRIBE_SCRAM, ALTER_SCRAM = 50, 51
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 CLUSTER_DENIED = "Cluster authorization failed."
@@ -53,11 +51,11 @@ class SecurityApis:
         self._on_denied = on_denied
 
     def register(self, table: ApiTable) -> None:
-        table.register(DESCRIBE_ACLS, 1, 3, self.describe_acls)
-        table.register(CREATE_ACLS, 1, 3, self.create_acls)
-        table.register(DELETE_ACLS, 1, 3, self.delete_acls)
-        table.register(DESCRIBE_SCRAM, 0, 0, self.describe_scram)
-        table.register(ALTER_SCRAM, 0, 0, self.alter_scram)
+        table.register(ApiKey.DESCRIBE_ACLS, 1, 3, self.describe_acls)
+        table.register(ApiKey.CREATE_ACLS, 1, 3, self.create_acls)
+        table.register(ApiKey.DELETE_ACLS, 1, 3, self.delete_acls)
+        table.register(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, self.describe_scram)
+        table.register(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, self.alter_scram)
 
     def _cluster(self, ctx: RequestContext, op: Operation) -> bool:
         if not self.enabled:

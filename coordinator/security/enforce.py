@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from protocol.api import ApiTable, Encoded, Handler, RequestContext, response_class
+from protocol.api_keys import ApiKey
 from protocol.build import build
 from protocol.errors import ErrorCode
 
@@ -51,12 +52,11 @@ INT32_MIN = -(2**31)
 GAF, TAF = ErrorCode.group_authorization_failed, ErrorCode.topic_authorization_failed
 CAF, TXN_AF = ErrorCode.cluster_authorization_failed, ErrorCode.transactional_id_authorization_failed
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 10, 11, 12, 13, 14
-DESCRIBE_GROUPS, LIST_GROUPS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID = 15, 16, 19, 20, 22
-DELETE_GROUPS, OFFSET_DELETE = 42, 47
 # Authenticated by the connection or checked by their own handlers.
-SELF_CHECKED = frozenset({17, 18, 29, 30, 31, 36, 50, 51})
+SELF_CHECKED = frozenset({
+    ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS, ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
+    ApiKey.SASL_AUTHENTICATE, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+})
 
 Wrapped = Callable[[Handler, RequestContext, Any], Awaitable[Any]]
 
@@ -100,13 +100,13 @@ class Enforcer:
 
     def install(self, table: ApiTable) -> None:
         wrappers: dict[int, Wrapped] = {
-            JOIN_GROUP: self.join_group, SYNC_GROUP: self.sync_group, HEARTBEAT: self.heartbeat,
-            LEAVE_GROUP: self.leave_group, OFFSET_COMMIT: self.offset_commit, OFFSET_FETCH: self.offset_fetch,
-            DESCRIBE_GROUPS: self.describe_groups, LIST_GROUPS: self.list_groups,
-            DELETE_GROUPS: self.delete_groups, OFFSET_DELETE: self.offset_delete,
-            FIND_COORDINATOR: self.find_coordinator, PRODUCE: self.produce, FETCH: self.fetch,
-            LIST_OFFSETS: self.list_offsets, METADATA: self.metadata, CREATE_TOPICS: self.create_topics,
-            DELETE_TOPICS: self.delete_topics, INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.JOIN_GROUP: self.join_group, ApiKey.SYNC_GROUP: self.sync_group, ApiKey.HEARTBEAT: self.heartbeat,
+            ApiKey.LEAVE_GROUP: self.leave_group, ApiKey.OFFSET_COMMIT: self.offset_commit, ApiKey.OFFSET_FETCH: self.offset_fetch,
+            ApiKey.DESCRIBE_GROUPS: self.describe_groups, ApiKey.LIST_GROUPS: self.list_groups,
+            ApiKey.DELETE_GROUPS: self.delete_groups, ApiKey.OFFSET_DELETE: self.offset_delete,
+            ApiKey.FIND_COORDINATOR: self.find_coordinator, ApiKey.PRODUCE: self.produce, ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets, ApiKey.METADATA: self.metadata, ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics, ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
         }
         for spec in table.specs():
             if spec.api_key in SELF_CHECKED:

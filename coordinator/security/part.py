@@ -17,6 +17,8 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from protocol.api_keys import api_name
+
 from .acl import Authorizer, parse_principals
 from .apis import SecurityApis
 from .enforce import Enforcer
@@ -68,8 +70,6 @@ class Security:
         return self.authorizer_enabled or any(spec.protocol != "PLAINTEXT" for spec in self.listeners)
 
     def _denied(self, api_key: int, operation: str) -> None:
-        from coordinator.server.metrics import api_name  # the metrics' own API names
-
         self.auth_failures.labels(api_name(api_key), operation).inc()
 
     # -- part lifecycle -----------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol.api import RequestContext
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
 from .acl import ANONYMOUS
@@ -32,8 +33,7 @@ from .scram import PLAIN, AuthenticationFailed, ScramCredential, ScramServer, pl
 
 log = logging.getLogger(__name__)
 
-API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
-PRE_AUTH_APIS = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
 class SecuritySession:
@@ -66,8 +66,8 @@ class SaslApis:
         self._on_failure = on_failure
 
     def register(self, table: Any) -> None:
-        table.register(SASL_HANDSHAKE, 1, 1, self.handshake)
-        table.register(SASL_AUTHENTICATE, 0, 2, self.authenticate)
+        table.register(ApiKey.SASL_HANDSHAKE, 1, 1, self.handshake)
+        table.register(ApiKey.SASL_AUTHENTICATE, 0, 2, self.authenticate)
 
     async def handshake(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         session: SecuritySession | None = ctx.session

@@ -36,8 +36,8 @@ loaded, the group log is wrapped in a timing decorator (coordinator.observabilit
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import contextlib
+import dataclasses
 import logging
 import time
 import urllib.parse
@@ -56,6 +56,7 @@ from coordinator.observability.storage import TimedLog
 from coordinator.observability.view import CoordinatorView
 from coordinator.security.admin_auth import admin_auth_middleware, admin_ssl_context
 from protocol.api import RequestContext
+from protocol.api_keys import ApiKey
 from protocol.build import build
 from protocol.errors import ErrorCode
 
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OFFSET_COMMIT, LIST_OFFSETS, DELETE_GROUPS = 8, 2, 42
 OFFSET_COMMIT_VERSION, DELETE_GROUPS_VERSION = 9, 2
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 TIMELINE_LIMIT_MAX = 1000
@@ -321,7 +321,7 @@ class AdminApi:
         self._view()
         group_id = _group_id(request)
         groups = self.server.groups
-        request_class = load_request_schema(DELETE_GROUPS, DELETE_GROUPS_VERSION)
+        request_class = load_request_schema(ApiKey.DELETE_GROUPS, DELETE_GROUPS_VERSION)
         entity = build(request_class, {"groups_names": [group_id]})
         shard = _owner(groups, group_id)
         response = await shard.runtime.call(shard.machine.delete_groups, DELETE_GROUPS_VERSION, entity)
@@ -442,7 +442,7 @@ class AdminApi:
         self, partitions: list[tuple[str, int]], timestamp: int
     ) -> dict[tuple[str, int], int]:
         """Ask the data plane's ListOffsets handler, as a client would."""
-        spec = self.server.table.spec(LIST_OFFSETS)
+        spec = self.server.table.spec(ApiKey.LIST_OFFSETS)
         if spec is None:
             raise ApiError(503, "NO_DATA_PLANE", "this server has no ListOffsets handler")
         version = max(spec.min_version, min(spec.max_version, 7))
@@ -450,11 +450,11 @@ class AdminApi:
         for topic, partition in partitions:
             topics.setdefault(topic, []).append(
                 {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp})
-        entity = build(load_request_schema(LIST_OFFSETS, version), {
+        entity = build(load_request_schema(ApiKey.LIST_OFFSETS, version), {
             "replica_id": -1, "isolation_level": 0,
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
         })
-        ctx = RequestContext(LIST_OFFSETS, version, 0, "kgc-admin", "admin")
+        ctx = RequestContext(ApiKey.LIST_OFFSETS, version, 0, "kgc-admin", "admin")
         response = await spec.handler(ctx, entity)
         out: dict[tuple[str, int], int] = {}
         for topic in _get(response, "topics") or ():
@@ -474,7 +474,7 @@ class AdminApi:
                 "partition_index": entry["partition"], "committed_offset": entry["offset"],
                 "committed_leader_epoch": -1, "committed_metadata": "",
             })
-        entity = build(load_request_schema(OFFSET_COMMIT, OFFSET_COMMIT_VERSION), {
+        entity = build(load_request_schema(ApiKey.OFFSET_COMMIT, OFFSET_COMMIT_VERSION), {
             "group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
             "group_instance_id": None,
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],

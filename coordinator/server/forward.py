@@ -45,11 +45,9 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-
 from coordinator.config import Config
 from coordinator.dataplane import Broker
 from protocol.api import (
-    API_VERSIONS,
     ApiTable,
     RequestContext,
     decode_response,
@@ -57,12 +55,12 @@ from protocol.api import (
     encode_request,
     request_class,
 )
+from protocol.api_keys import ApiKey
 from protocol.build import build
 from protocol.framing import frame_length
 
 log = logging.getLogger(__name__)
 
-PRODUCE, LIST_OFFSETS, METADATA = 0, 2, 3
 LATEST_TIMESTAMP = -1
 REFRESH_INTERVAL_S = 1.0
 _CID = struct.Struct(">i")
@@ -167,14 +165,13 @@ class ForwardingDataPlane:
 
     def register(self, table: ApiTable) -> None:
         from coordinator.dataplane.embedded import EmbeddedDataPlane
-
         from coordinator.security import Security
 
         ranges = ApiTable()
         EmbeddedDataPlane(self._config, lambda: Broker(0, "", 0)).register(ranges)
         Security(self._config, None).register(ranges)  # the SASL, ACL and SCRAM APIs: worker 0 keeps that state
         for spec in ranges.specs():
-            if spec.api_key != API_VERSIONS:
+            if spec.api_key != ApiKey.API_VERSIONS:
                 table.register(spec.api_key, spec.min_version, spec.max_version, self._handler(spec.api_key))
 
     async def start(self) -> None:
@@ -233,13 +230,13 @@ class ForwardingDataPlane:
 
     def _handler(self, api_key: int) -> Any:
         async def forward(ctx: RequestContext, request: Any) -> Any:
-            no_answer = api_key == PRODUCE and getattr(request, "acks", 1) == 0
+            no_answer = api_key == ApiKey.PRODUCE and getattr(request, "acks", 1) == 0
             future = self._upstream(ctx.connection_id).send(api_key, ctx.api_version, ctx.client_id, request,
                                                             expect_answer=not no_answer)
             if future is None:
                 return None
             payload = await future
-            if api_key == METADATA:
+            if api_key == ApiKey.METADATA:
                 return self._metadata_answer(ctx.api_version, payload)
             return decode_response(api_key, ctx.api_version, payload)
 
@@ -254,10 +251,10 @@ class ForwardingDataPlane:
         kept = self._metadata_answers.get(key)
         if kept is not None:
             return kept
-        response = self._rewrite_metadata(decode_response(METADATA, version, payload))
+        response = self._rewrite_metadata(decode_response(ApiKey.METADATA, version, payload))
         if getattr(response, "error_code", 0) or any(t.error_code for t in response.topics):
             return response
-        kept = encode_body(METADATA, version, response)
+        kept = encode_body(ApiKey.METADATA, version, response)
         self._metadata_bytes += len(payload) + len(kept.body)
         if self._metadata_bytes > METADATA_ANSWERS_BYTES:
             self._metadata_answers.clear()
@@ -290,14 +287,14 @@ class ForwardingDataPlane:
         return decode_response(api_key, version, await future)
 
     async def refresh(self) -> None:
-        metadata = await self._ask(METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
+        metadata = await self._ask(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
                                                   "include_topic_authorized_operations": False})
         partitions = {t.name: len(t.partitions) for t in metadata.topics if t.error_code == 0 and t.name}
         self._partitions = partitions
         if not partitions:
             self._log_end = {}
             return
-        offsets = await self._ask(LIST_OFFSETS, 7, {
+        offsets = await self._ask(ApiKey.LIST_OFFSETS, 7, {
             "replica_id": -1, "isolation_level": 0,
             "topics": [{"name": name, "partitions": [
                 {"partition_index": p, "current_leader_epoch": -1, "timestamp": LATEST_TIMESTAMP}

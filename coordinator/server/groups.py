@@ -40,6 +40,7 @@ from coordinator.group.pause import NOT_PAUSED
 from coordinator.shard import GroupCoordinatorShard
 from coordinator.sharding import shard_of
 from protocol.api import ApiTable, RequestContext
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from storage import Log
 
@@ -47,26 +48,24 @@ from .runtime import AsyncioTimer, LoopClock, ShardAborted, ShardRuntime
 
 log = logging.getLogger(__name__)
 
-OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 11, 12, 13, 14
-DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 
 # (api key, min version, max version, shard method): Kafka 4.1's ranges for the classic protocol, floors
 # kept low so older clients still work (Kafka 4.0 dropped some and broke them).
 GROUP_APIS = (
-    (OFFSET_COMMIT, 2, 9, "offset_commit"),
-    (OFFSET_FETCH, 1, 9, "offset_fetch"),
-    (JOIN_GROUP, 0, 9, "join_group"),
-    (HEARTBEAT, 0, 4, "heartbeat"),
-    (LEAVE_GROUP, 0, 5, "leave_group"),
-    (SYNC_GROUP, 0, 5, "sync_group"),
-    (DESCRIBE_GROUPS, 0, 6, "describe_groups"),
-    (LIST_GROUPS, 0, 5, "list_groups"),
-    (DELETE_GROUPS, 0, 2, "delete_groups"),
-    (OFFSET_DELETE, 0, 0, "offset_delete"),
+    (ApiKey.OFFSET_COMMIT, 2, 9, "offset_commit"),
+    (ApiKey.OFFSET_FETCH, 1, 9, "offset_fetch"),
+    (ApiKey.JOIN_GROUP, 0, 9, "join_group"),
+    (ApiKey.HEARTBEAT, 0, 4, "heartbeat"),
+    (ApiKey.LEAVE_GROUP, 0, 5, "leave_group"),
+    (ApiKey.SYNC_GROUP, 0, 5, "sync_group"),
+    (ApiKey.DESCRIBE_GROUPS, 0, 6, "describe_groups"),
+    (ApiKey.LIST_GROUPS, 0, 5, "list_groups"),
+    (ApiKey.DELETE_GROUPS, 0, 2, "delete_groups"),
+    (ApiKey.OFFSET_DELETE, 0, 0, "offset_delete"),
 )
 
 # Requests that read or change membership wait for in-flight group-metadata writes (see ShardRuntime).
-GATED_APIS = frozenset({JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, OFFSET_COMMIT, DELETE_GROUPS, OFFSET_DELETE})
+GATED_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT, ApiKey.DELETE_GROUPS, ApiKey.OFFSET_DELETE})
 
 METHODS = {api_key: method for api_key, _lo, _hi, method in GROUP_APIS}
 
@@ -437,17 +436,17 @@ class GroupCoordinator:
         return await shard.runtime.call(method, ctx.api_version, request, group=group, **kwargs)
 
     def _handler(self, api_key: int) -> Any:
-        if api_key == LIST_GROUPS:
+        if api_key == ApiKey.LIST_GROUPS:
             return self._list_groups
-        if api_key == DESCRIBE_GROUPS:
+        if api_key == ApiKey.DESCRIBE_GROUPS:
             return self._split("groups", "groups", lambda g: g, _describe_error)
-        if api_key == DELETE_GROUPS:
+        if api_key == ApiKey.DELETE_GROUPS:
             return self._split("groups_names", "results", lambda g: g,
                                lambda g, code, version: {"group_id": g, "error_code": code})
-        extra_join = api_key == JOIN_GROUP
+        extra_join = api_key == ApiKey.JOIN_GROUP
 
         async def handle(ctx: RequestContext, request: Any) -> Any:
-            if api_key == OFFSET_FETCH and ctx.api_version >= 8:
+            if api_key == ApiKey.OFFSET_FETCH and ctx.api_version >= 8:
                 return await self._offset_fetch_groups(ctx, request)
             shard = self.shard_for(request.group_id)
             if shard is None and self.relay is not None:
@@ -531,7 +530,7 @@ class GroupCoordinator:
                 error = code if error == ErrorCode.none else error
                 continue
             try:
-                response = await self._call(shard, LIST_GROUPS, ctx, request)
+                response = await self._call(shard, ApiKey.LIST_GROUPS, ctx, request)
             except ShardAborted:
                 error = ErrorCode.coordinator_not_available
                 continue
@@ -607,21 +606,21 @@ def error_response(api_key: int, version: int, request: Any, code: ErrorCode) ->
     errors. While a shard loads (COORDINATOR_LOAD_IN_PROGRESS) Heartbeat answers NONE, as Kafka does, so members
     are not kicked out by a restart."""
     base: dict[str, Any] = {"throttle_time": 0}
-    if api_key == HEARTBEAT:
+    if api_key == ApiKey.HEARTBEAT:
         return base | {"error_code": ErrorCode.none if code == ErrorCode.coordinator_load_in_progress else code}
-    if api_key == JOIN_GROUP:
+    if api_key == ApiKey.JOIN_GROUP:
         return base | {"error_code": code, "generation_id": -1, "protocol_type": None,
                        "protocol_name": None if version >= 7 else "", "leader": "",
                        "member_id": getattr(request, "member_id", ""), "members": ()}
-    if api_key == SYNC_GROUP:
+    if api_key == ApiKey.SYNC_GROUP:
         return base | {"error_code": code, "protocol_type": None, "protocol_name": None, "assignment": b""}
-    if api_key == LEAVE_GROUP:
+    if api_key == ApiKey.LEAVE_GROUP:
         return base | {"error_code": code, "members": ()}
-    if api_key == OFFSET_COMMIT:
+    if api_key == ApiKey.OFFSET_COMMIT:
         return base | {"topics": [{"name": t.name, "partitions": [
             {"partition_index": p.partition_index, "error_code": code} for p in t.partitions]}
             for t in request.topics]}
-    if api_key == OFFSET_FETCH:
+    if api_key == ApiKey.OFFSET_FETCH:
         def topics(ts: Any) -> list[dict[str, Any]]:
             return [{"name": t.name, "partitions": [
                 {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
@@ -630,13 +629,13 @@ def error_response(api_key: int, version: int, request: Any, code: ErrorCode) ->
             return base | {"groups": [{"group_id": g.group_id, "topics": [], "error_code": code}
                                       for g in request.groups]}
         return base | {"error_code": code, "topics": topics(request.topics)}
-    if api_key == DESCRIBE_GROUPS:
+    if api_key == ApiKey.DESCRIBE_GROUPS:
         return base | {"groups": [_describe_error(g, code, version) for g in request.groups]}
-    if api_key == LIST_GROUPS:
+    if api_key == ApiKey.LIST_GROUPS:
         return base | {"error_code": code, "groups": ()}
-    if api_key == DELETE_GROUPS:
+    if api_key == ApiKey.DELETE_GROUPS:
         return base | {"results": [{"group_id": g, "error_code": code} for g in request.groups_names]}
-    if api_key == OFFSET_DELETE:
+    if api_key == ApiKey.OFFSET_DELETE:
         return base | {"error_code": code, "topics": ()}
     raise ValueError(f"no error answer for api {api_key}")
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from coordinator.dataplane import Broker
 from protocol.api import ApiTable, RequestContext
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
-FIND_COORDINATOR = 10
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 
 
@@ -25,7 +25,7 @@ class CoordinatorLookup:
         self._owner = owner
 
     def register(self, table: ApiTable) -> None:
-        table.register(FIND_COORDINATOR, 0, 6, self.find_coordinator)
+        table.register(ApiKey.FIND_COORDINATOR, 0, 6, self.find_coordinator)
 
     async def start(self) -> None:
         pass

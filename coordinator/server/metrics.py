@@ -15,10 +15,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.registry import Collector
 
+from protocol.api_keys import api_name
 from protocol.errors import ErrorCode
 
 # `_created` series double every counter and histogram for little use; they are off for the whole process.
@@ -81,19 +81,6 @@ class ServerMetrics:
             children = self._children[key] = (self.requests.labels(*labels), self.request_duration.labels(*labels))
         children[0].inc()
         children[1].observe(seconds)
-
-
-@functools.cache
-def api_name(api_key: int) -> str:
-    """Kafka's name of an API ("JoinGroup"), from kio's generated classes; the number if kio has none."""
-    for version in range(32):  # kio omits versions Kafka removed, so try until one exists
-        try:
-            return str(load_request_schema(api_key, version).__name__).removesuffix("Request")
-        except UnknownAPIKey:
-            break
-        except (UnknownEntity, KeyError, ValueError):
-            continue
-    return str(api_key)
 
 
 @functools.cache

@@ -188,7 +188,7 @@ class RecordingProxy:
 
     def api_versions(self, prefixes: list[str]) -> dict[str, list[int]]:
         """{api name: sorted versions} over every client.id that starts with one of `prefixes`."""
-        from coordinator.server.metrics import api_name
+        from protocol.api_keys import api_name
 
         merged: dict[int, set[int]] = {}
         with self._lock:

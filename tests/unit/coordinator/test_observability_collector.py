@@ -10,7 +10,8 @@ from coordinator.observability.collector import CoordinatorCollector
 from coordinator.observability.history import GroupHistory
 from coordinator.observability.lag import MetricsFilter, OffsetHistory, compile_pattern
 from coordinator.observability.view import CoordinatorView
-from coordinator.server.metrics import api_name, error_name, response_error
+from coordinator.server.metrics import error_name, response_error
+from protocol.api_keys import api_name
 
 from .group.context import GroupTestContext
 
