@@ -4,7 +4,7 @@
 
 Targets:
 
-* requests: `ApiTable.decode` of the table the real server builds (`coordinator.server.app.build_server`, not
+* requests: `ApiTable.decode` of the table the real server builds (`coordinator.app.build`, not
   started), for every registered api key and every version in its range. A corpus of valid requests is generated
   per (key, version) from the kio entity's type hints (random ints, strings, bytes, nested arrays) and encoded
   with kio's writer; each case is one such frame mutated (bit flips, interesting integers written over 1/2/4/8
@@ -77,12 +77,12 @@ _INTERESTING = [
 
 def server_table() -> ApiTable:
     """The API table of the real server (every part registered), built without starting anything."""
+    from coordinator import app
     from coordinator.config import Config
-    from coordinator.server.app import build_server
 
     with tempfile.TemporaryDirectory(prefix="kgc-fuzz-") as data_dir:
-        server = build_server(Config(), ("127.0.0.1", 0), None, None, data_dir)
-    return server.table
+        built = app.build(Config(), ("127.0.0.1", 0), None, None, data_dir)
+    return built.server.table
 
 
 def api_versions(table: ApiTable) -> list[tuple[int, int]]:
@@ -276,7 +276,8 @@ def _log_corpus(rng: random.Random) -> tuple[bytes, list[tuple[int, bytes, bytes
 def fuzz_log_case(rng: random.Random, kind: str | None = None) -> str:
     """One mutated log, opened and replayed. Returns the outcome; raises AssertionError on a finding and lets
     unexpected exceptions through."""
-    from storage import Log, MemFS, StorageError
+    from storage import Log, StorageError
+    from storage.fakefs import MemFS
 
     raw, entries = _log_corpus(rng)
     other, other_entries = _log_corpus(rng)

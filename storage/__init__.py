@@ -2,10 +2,10 @@
 
 It knows bytes, not groups: entries are (key, value) pairs of bytes, and a value of None is a tombstone.
 See `storage.log` for the format and the theory of operation, `storage.fs` for the filesystem interface and
-its fault-injecting doubles.
+`storage.fakefs` for its test doubles (MemFS, FaultFS), which production code never imports.
 """
 
-from storage.fs import FS, FaultFS, File, Lock, MemFS, OsFS, SimulatedCrash
+from storage.fs import FS, File, Lock, OsFS
 from storage.log import (
     FORMAT_VERSION,
     CompactionResult,
@@ -28,9 +28,6 @@ __all__ = [
     "File",
     "Lock",
     "OsFS",
-    "MemFS",
-    "FaultFS",
-    "SimulatedCrash",
     "Log",
     "Entry",
     "Recovery",

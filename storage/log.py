@@ -521,7 +521,7 @@ class Log:
             raise ValueError("linger_ms must be >= 0 and max_batch_bytes > 0")
         fs = fs if fs is not None else OsFS()
         try:
-            _make_dirs(fs, directory)
+            fs.make_dirs(directory)
             dir_lock = fs.lock(os.path.join(directory, LOCK_FILE))
         except BlockingIOError as exc:
             raise StorageError(f"log {directory} is in use by another Log", op="open") from exc
@@ -1041,21 +1041,6 @@ class _Plan:
     @property
     def unchanged(self) -> bool:
         return self.kept_bytes == self.segment.size
-
-
-def _make_dirs(fs: FS, directory: str) -> None:
-    """makedirs, and make each new directory's name durable (its parent fsynced)."""
-    created = []
-    missing = os.path.normpath(directory)
-    while not fs.exists(missing):
-        created.append(missing)
-        parent = os.path.dirname(missing)
-        if parent == missing:
-            break
-        missing = parent
-    fs.makedirs(directory)
-    for new_dir in reversed(created):
-        fs.fsync_dir(os.path.dirname(new_dir) or ".")
 
 
 def _recover(fs: FS, directory: str, progress: ProgressFn | None) -> tuple[list[_Segment], int, Recovery]:

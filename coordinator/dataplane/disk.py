@@ -50,7 +50,6 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import dataclasses
-import errno
 import json
 import logging
 import os
@@ -61,7 +60,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from storage.fs import FS, FaultFS, File, Lock, MemFS
+from storage.fs import FS, TEMP_SUFFIX, File, Lock
 
 from .batches import read_header
 from .segments import (
@@ -80,7 +79,6 @@ LOCK_FILE = "LOCK"
 PRODUCER_IDS_FILE = "producer-ids.state"
 PARTITION_METADATA = "partition.metadata"
 META_SUFFIX = ".json"
-TEMP_SUFFIX = ".tmp"
 DELETE_SUFFIX = "-delete"
 _PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
 _BASE_OFFSET = struct.Struct(">q")
@@ -111,107 +109,6 @@ def _failure(what: str, exc: BaseException) -> StorageFailure:
     return failure
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Directory operations the FS protocol lacks
-
-
-def rename_dir(fs: FS, src: str, dst: str) -> None:
-    """Rename a directory (atomic, like rename(2)); FaultFS counts and faults it as a "rename"."""
-    own = getattr(fs, "rename_dir", None)
-    if own is not None:
-        own(src, dst)
-    elif isinstance(fs, FaultFS):
-        fs._call("rename", src, lambda: rename_dir(fs.inner, src, dst))
-    elif isinstance(fs, MemFS):
-        _mem_rename_dir(fs, os.path.normpath(src), os.path.normpath(dst))
-    else:
-        os.rename(src, dst)
-
-
-def remove_dir(fs: FS, path: str) -> None:
-    """Remove an empty directory; FaultFS counts and faults it as a "remove"."""
-    own = getattr(fs, "remove_dir", None)
-    if own is not None:
-        own(path)
-    elif isinstance(fs, FaultFS):
-        fs._call("remove", path, lambda: remove_dir(fs.inner, path))
-    elif isinstance(fs, MemFS):
-        _mem_remove_dir(fs, os.path.normpath(path))
-    else:
-        os.rmdir(path)
-
-
-def _mem_rename_dir(fs: MemFS, src: str, dst: str) -> None:
-    with fs._lock:
-        if src not in fs._dirs:
-            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), src)
-        if dst in fs._dirs or dst in fs._files:
-            raise OSError(errno.EEXIST, os.strerror(errno.EEXIST), dst)
-        prefix = src + "/"
-        for d in [d for d in fs._dirs if d == src or d.startswith(prefix)]:
-            fs._dirs.discard(d)
-            fs._dirs.add(dst + d[len(src):])
-        for table in (fs._files, fs._durable_names):
-            for p in [p for p in table if p.startswith(prefix)]:
-                table[dst + p[len(src):]] = table.pop(p)
-
-
-def _mem_remove_dir(fs: MemFS, path: str) -> None:
-    with fs._lock:
-        if path not in fs._dirs:
-            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), path)
-        prefix = path + "/"
-        if any(p.startswith(prefix) for p in fs._files) or any(d.startswith(prefix) for d in fs._dirs):
-            raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), path)
-        fs._dirs.discard(path)
-
-
-def make_dirs(fs: FS, directory: str) -> None:
-    """makedirs, each new directory made durable in its parent."""
-    created = []
-    missing = os.path.normpath(directory)
-    while not fs.exists(missing):
-        created.append(missing)
-        parent = os.path.dirname(missing)
-        if parent == missing or not parent:
-            break
-        missing = parent
-    fs.makedirs(directory)
-    for new_dir in reversed(created):
-        fs.fsync_dir(os.path.dirname(new_dir) or ".")
-
-
-def write_atomically(fs: FS, path: str, data: bytes) -> None:
-    """Replace `path` with `data`: temp file, fsync, rename over, directory fsync."""
-    tmp = path + TEMP_SUFFIX
-    try:
-        if fs.exists(tmp):
-            fs.remove(tmp)
-        f = fs.open_append(tmp)
-        try:
-            f.write(data)
-            f.fsync()
-        finally:
-            f.close()
-        fs.rename(tmp, path)
-    except BaseException:
-        try:
-            if fs.exists(tmp):
-                fs.remove(tmp)
-        except OSError:
-            pass  # the next start removes it
-        raise
-    fs.fsync_dir(os.path.dirname(path) or ".")
-
-
-def read_file(fs: FS, path: str) -> bytes:
-    f = fs.open_read(path)
-    try:
-        return f.read_at(0, f.size())
-    finally:
-        f.close()
-
-
 def remove_tree(fs: FS, path: str) -> None:
     """Remove a directory and everything in it (files and directories one level deep or more)."""
     for name in fs.listdir(path):
@@ -221,7 +118,7 @@ def remove_tree(fs: FS, path: str) -> None:
         except (IsADirectoryError, PermissionError, FileNotFoundError):
             remove_tree(fs, child)
     fs.fsync_dir(path)
-    remove_dir(fs, path)
+    fs.remove_dir(path)
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -741,7 +638,7 @@ class TopicStore:
     # -- open / close -----------------------------------------------------------------------------
 
     def open(self) -> None:
-        make_dirs(self.fs, self.directory)
+        self.fs.make_dirs(self.directory)
         try:
             self._lock = self.fs.lock(os.path.join(self.directory, LOCK_FILE))
         except BlockingIOError as exc:
@@ -773,7 +670,7 @@ class TopicStore:
             elif name.endswith(META_SUFFIX):
                 topic = name[:-len(META_SUFFIX)]
                 try:
-                    meta = TopicMeta.decode(read_file(fs, path))
+                    meta = TopicMeta.decode(fs.read_file(path))
                     if meta.name != topic:
                         raise ValueError(f"names topic {meta.name!r}")
                 except (ValueError, KeyError, TypeError) as exc:
@@ -816,7 +713,7 @@ class TopicStore:
 
     def _partition_topic_id(self, directory: str) -> uuid.UUID | None:
         try:
-            text = read_file(self.fs, os.path.join(directory, PARTITION_METADATA)).decode()
+            text = self.fs.read_file(os.path.join(directory, PARTITION_METADATA)).decode()
             fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
             return parse_kafka_uuid(fields["topic_id"].strip())
         except (OSError, ValueError, KeyError, UnicodeDecodeError):
@@ -828,7 +725,7 @@ class TopicStore:
             log.warning("partition directory %s is missing; starting it empty", directory)
             self._make_partition_dir(meta, partition)
         elif self._partition_topic_id(directory) is None:
-            write_atomically(self.fs, os.path.join(directory, PARTITION_METADATA), _partition_metadata(meta))
+            self.fs.write_atomically(os.path.join(directory, PARTITION_METADATA), _partition_metadata(meta))
         recovered = recover_partition(self.fs, directory)
         try:
             writer_file = self.fs.open_append(recovered.segments[-1].path)
@@ -863,7 +760,7 @@ class TopicStore:
                 self._delete_partition_dir(meta.name, partition, uuid.uuid4())
             self._make_partition_dir(meta, partition)
         fs.fsync_dir(self.directory)
-        write_atomically(fs, os.path.join(self.directory, meta.name + META_SUFFIX), meta.encode())
+        fs.write_atomically(os.path.join(self.directory, meta.name + META_SUFFIX), meta.encode())
         logs: list[DiskLog] = []
         try:
             for partition in range(meta.partitions):
@@ -903,7 +800,7 @@ class TopicStore:
         if not self.fs.exists(src):
             return None
         dst = os.path.join(self.directory, delete_dir_name(topic, partition, topic_id))
-        rename_dir(self.fs, src, dst)
+        self.fs.rename_dir(src, dst)
         return dst
 
     def _delete_partition_dir(self, topic: str, partition: int, unique: uuid.UUID) -> None:
@@ -924,12 +821,12 @@ class TopicStore:
         path = os.path.join(self.directory, PRODUCER_IDS_FILE)
         if not self.fs.exists(path):
             return 0
-        doc = json.loads(read_file(self.fs, path))
+        doc = json.loads(self.fs.read_file(path))
         return int(doc["next_producer_id"])
 
     def write_next_producer_id(self, value: int) -> None:
         data = json.dumps({"version": FORMAT_VERSION, "next_producer_id": value}).encode() + b"\n"
-        write_atomically(self.fs, os.path.join(self.directory, PRODUCER_IDS_FILE), data)
+        self.fs.write_atomically(os.path.join(self.directory, PRODUCER_IDS_FILE), data)
 
 
 def _partition_metadata(meta: TopicMeta) -> bytes:

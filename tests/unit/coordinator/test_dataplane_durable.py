@@ -26,7 +26,8 @@ from coordinator.dataplane.batches import read_header, with_base_offset
 from coordinator.dataplane.embedded import DELETE_TOPICS, INIT_PRODUCER_ID, PRODUCE, EmbeddedDataPlane
 from protocol.api import ApiTable
 from protocol.errors import ErrorCode
-from storage import FS, FaultFS, MemFS, OsFS
+from storage import FS, OsFS
+from storage.fakefs import FaultFS, MemFS
 
 from .test_dataplane import BASE_TS, NODE, Harness, batch, split_batches, ts
 

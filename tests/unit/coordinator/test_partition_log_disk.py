@@ -20,7 +20,6 @@ from coordinator.dataplane.disk import (
     kafka_uuid,
     parse_kafka_uuid,
     remove_tree,
-    rename_dir,
 )
 from coordinator.dataplane.segments import (
     Segment,
@@ -28,7 +27,8 @@ from coordinator.dataplane.segments import (
     recover_partition,
     segment_name,
 )
-from storage import FS, FaultFS, MemFS, OsFS
+from storage import FS, OsFS
+from storage.fakefs import FaultFS, MemFS
 
 from .test_dataplane import BASE_TS, batch
 
@@ -212,7 +212,7 @@ def test_directory_helpers(kind: str, tmp_path: Any) -> None:
     f.write(b"data")
     f.close()
     dst = os.path.join(root, "a-0.gone-delete")
-    rename_dir(fs, src, dst)
+    fs.rename_dir(src, dst)
     assert not fs.exists(src) and fs.listdir(dst) == ["x.log"]
     remove_tree(fs, dst)
     assert not fs.exists(dst)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from storage import MemFS
+from storage.fakefs import MemFS
 from tests.unit.storage.support import DIR, Logs
 
 

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from storage import FaultFS, Log, MemFS, StorageError
+from storage import Log, StorageError
+from storage.fakefs import FaultFS, MemFS
 from storage.log import encode_entry
 from tests.unit.storage.support import DIR, Logs, entries, pairs, seg_path, segment_names, state
 

@@ -9,15 +9,8 @@ from concurrent.futures import Future
 
 import pytest
 
-from storage import (
-    FaultFS,
-    Log,
-    MemFS,
-    OsFS,
-    StorageError,
-    StorageFullError,
-    StorageIOError,
-)
+from storage import Log, OsFS, StorageError, StorageFullError, StorageIOError
+from storage.fakefs import FaultFS, MemFS
 from storage.log import encode_entry
 from tests.unit.storage.support import DIR, Logs, kv, pairs, seg_path, segment_names
 

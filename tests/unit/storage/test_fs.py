@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from storage import FS, FaultFS, MemFS, OsFS, SimulatedCrash
+from storage import FS, OsFS
+from storage.fakefs import FaultFS, MemFS, SimulatedCrash
 
 
 @pytest.fixture(params=["os", "mem"])

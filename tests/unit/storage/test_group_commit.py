@@ -6,7 +6,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from storage import FaultFS, MemFS
+from storage.fakefs import FaultFS, MemFS
 from storage.log import encode_entry
 from tests.unit.storage.support import DIR, Logs, entries, kv, seg_path
 

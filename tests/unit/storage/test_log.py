@@ -10,15 +10,14 @@ import pytest
 
 from storage import (
     Entry,
-    FaultFS,
     Log,
-    MemFS,
     OsFS,
     StorageClosedError,
     StorageCorruptError,
     StorageError,
     StorageFormatError,
 )
+from storage.fakefs import FaultFS, MemFS
 from storage.log import BAD_HEADER, CHECKSUM, FRAME_SIZE, INCOMPLETE, encode_entry
 from tests.unit.storage.support import DIR, Logs, entries, kv, pairs, seg_path, segment_names, state
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage import Log, MemFS, StorageFormatError
+from storage import Log, StorageFormatError
+from storage.fakefs import MemFS
 from storage.log import encode_entry
 from tests.unit.storage.support import DIR, pairs, seg_path, state
 
