@@ -1,6 +1,11 @@
 """Listening sockets and the addresses clients see. Light on imports: the supervisor of several workers uses it
 before it starts them.
 
+What address a client sees (`client_address`): the advertised listener if one is set; for a wildcard listener,
+the local address of the connection the current request came in on (`local_address`, set by each connection), so
+a client is told the address it already reached; else the bound address. Metadata, FindCoordinator and every
+worker's view of the others follow this one rule.
+
 A listener is bound here, not by asyncio: a port that is still taken (a predecessor SIGKILLed a moment ago whose
 workers have not died yet, a client connection that happens to hold the port as its local one) is retried for
 `BIND_RETRY_S` with a line in the log, then refused with a message that says what was tried.
@@ -8,6 +13,8 @@ workers have not died yet, a client connection that happens to hold the port as 
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import errno
 import logging
 import socket
@@ -15,9 +22,42 @@ import time
 
 log = logging.getLogger(__name__)
 
+WILDCARDS = ("", "0.0.0.0", "::")
 LISTEN_BACKLOG = 4096  # capped by net.core.somaxconn; asyncio's default of 100 overflowed with 500 clients
 BIND_RETRY_S = 10.0
 _RETRY_PAUSE_S = 0.1
+
+
+# The local address a request arrived on: a wildcard listener advertises the address its client reached.
+local_address: contextvars.ContextVar[tuple[str, int]] = contextvars.ContextVar("local_address")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Broker:
+    """A node as clients reach it (Metadata's brokers, FindCoordinator's answer)."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+def client_address(host: str, port: int, advertised: tuple[str, int] | None = None) -> tuple[str, int]:
+    """The address a client should use for a listener bound on host:port (see the module doc). An advertised
+    port of 0 means the bound port."""
+    if advertised is not None:
+        return advertised[0], advertised[1] or port
+    if host in WILDCARDS:
+        host = local_address.get((host, port))[0]
+        if host in WILDCARDS:
+            host = socket.gethostname()
+    return host, port
+
+
+def show_host(host: str) -> str:
+    """A host as the announce line prints it."""
+    if host in WILDCARDS:
+        return "0.0.0.0"
+    return f"[{host}]" if ":" in host else host
 
 
 class ListenError(OSError):

@@ -1,6 +1,6 @@
 """Command line: `kafka-group-coordinator serve [...]` (the same as `python -m coordinator serve [...]`), and
 `kafka-group-coordinator groups list | describe G | timeline G | reset-offsets G ... | delete G` over a running
-server's admin API (coordinator.observability.cli)."""
+server's admin API (coordinator.admin.cli)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", default=os.environ.get("KGC_COORDINATOR_WORKERS"), metavar="N|auto",
                        help="worker processes, each owning a share of the group shards behind its own listener "
                             "(default: the setting coordinator.workers, auto: one per core)")
-    from coordinator.observability import cli as groups_cli
+    from coordinator.admin import cli as groups_cli
 
     groups_cli.add_parser(sub)
     return parser
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         # for its types; a server never uses them and the import costs ~0.3 s of start-up (measured).
         sys.modules.setdefault("hypothesis", None)  # type: ignore[assignment]
     if args.command == "groups":
-        from coordinator.observability import cli as groups_cli
+        from coordinator.admin import cli as groups_cli
 
         return groups_cli.run(args)
     if args.command == "serve" and os.environ.get(WORKER_SPEC_ENV):
@@ -63,22 +63,24 @@ def main(argv: list[str] | None = None) -> int:
         admin = None if args.admin_listen == "off" else parse_hostport(args.admin_listen, 9464)
         advertised = parse_hostport(args.advertised_listener, 9092) if args.advertised_listener else None
         os.makedirs(args.data_dir, exist_ok=True)
-        from coordinator.server import workers
+        from coordinator.cluster import topology
 
         try:
-            count = workers.resolve_workers(args.workers, config)
+            count = topology.resolve_workers(args.workers, config)
         except ValueError as exc:
             print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
             return 2
         if count > 1:
-            supervisor = workers.Supervisor(count, sys.argv[1:] if argv is None else argv, listen, admin,
-                                            config["shutdown.timeout.ms"] / 1000)
+            from coordinator.cluster.supervisor import Supervisor
+
+            supervisor = Supervisor(count, sys.argv[1:] if argv is None else argv, listen, admin,
+                                    config["shutdown.timeout.ms"] / 1000)
             return supervisor.run()
+        from coordinator import app  # not before: a supervisor does not need it
         from coordinator.brokers import ListenError
-        from coordinator.server.app import build_server, run  # not before: a supervisor does not need it
 
         try:
-            run(build_server(config, listen, admin, advertised, args.data_dir))
+            app.run(app.build(config, listen, admin, advertised, args.data_dir))
         except ListenError as exc:
             print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
             return 1
@@ -86,16 +88,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve_worker(args: argparse.Namespace, spec_json: str) -> int:
-    """One worker of `serve --workers N`, started by the supervisor (coordinator.server.workers)."""
+    """One worker of `serve --workers N`, started by the supervisor (coordinator.cluster.supervisor)."""
+    from coordinator import app
+    from coordinator.cluster.supervisor import die_with_parent
+    from coordinator.cluster.topology import WorkerSpec
     from coordinator.config import parse_hostport
-    from coordinator.server import workers
 
-    spec = workers.WorkerSpec.from_json(spec_json)
-    workers.die_with_parent(spec.supervisor_pid)
+    spec = WorkerSpec.from_json(spec_json)
+    die_with_parent(spec.supervisor_pid)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s worker={spec.index} %(name)s: %(message)s")
     config = Config.load(args.config, overrides=args.set)
     advertised = parse_hostport(args.advertised_listener, 9092) if args.advertised_listener else None
-    server = workers.build_worker_server(config, spec, advertised, args.data_dir)
-    workers.run_worker(server, spec.notify_fd)
+    listen = (spec.host, spec.kafka_ports[spec.index])
+    app.run(app.build(config, listen, None, advertised, args.data_dir, placement=spec), notify_fd=spec.notify_fd)
     return 0

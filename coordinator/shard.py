@@ -43,7 +43,11 @@ from coordinator.group.events import GroupEventListener, OffsetsWritten
 from coordinator.group.group import ClassicGroup
 from coordinator.group.manager import GroupMetadataManager
 from coordinator.group.pause import NOT_PAUSED, PauseRegistry, PauseState
-from coordinator.group.settings import GroupCoordinatorSettings, GroupSettingsRegistry, validate_setting_changes
+from coordinator.group.settings import (
+    GroupCoordinatorSettings,
+    GroupSettingsRegistry,
+    validate_setting_changes,
+)
 from coordinator.offsets.manager import OffsetMetadataManager
 from coordinator.records import (
     CoordinatorRecord,

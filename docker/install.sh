@@ -36,5 +36,5 @@ export PIP_NO_CACHE_DIR="${PIP_NO_CACHE_DIR:-1}"
 "$prefix/bin/python" -m pip install --quiet --no-input "$src"
 # Fail the build now, not at the first start, if the entry point or an import is broken.
 "$prefix/bin/kafka-group-coordinator" serve --help >/dev/null
-"$prefix/bin/python" -c "import coordinator.server.app, storage, protocol"
+"$prefix/bin/python" -c "import coordinator.app, storage, protocol"
 echo "install.sh: installed kafka-group-coordinator into $prefix"

@@ -88,7 +88,7 @@ def _writer(cls: type) -> Any:
 
 def encode_request(body: Any, correlation_id: int, client_id: str | None) -> bytes:
     """A request frame as a client sends it (length prefix, header v1 or v2, body) for a kio request entity: for
-    relaying a request to another server (coordinator.server.forward), tests and tools."""
+    relaying a request to another server (coordinator.cluster), tests and tools."""
     cls = type(body)
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")

@@ -27,7 +27,7 @@ class _Offsets(Protocol):
 
 class GroupsSource(Protocol):
     """What the view reads: a shard (coordinator.shard.GroupCoordinatorShard) or every shard of a server seen as
-    one (coordinator.server.groups.ShardedView)."""
+    one (coordinator.server.shards.ShardedView)."""
 
     @property
     def groups(self) -> Mapping[str, ClassicGroup]: ...

@@ -1,6 +1,6 @@
 """The security part of a server: its listeners' sessions, the SASL / ACL / SCRAM APIs and the authorization layer.
 
-Built by coordinator.server.app for every server (the SASL and ACL APIs are always registered, so clients and
+Built by coordinator.app for every server (the SASL and ACL APIs are always registered, so clients and
 tools get Kafka's answers: ILLEGAL_SASL_STATE on a PLAINTEXT listener, SECURITY_DISABLED for ACLs without an
 authorizer). `start()` opens and replays the security log, creates the bootstrap SCRAM users, and, when
 `authorizer.class.name` is set, wraps every other registered API with the Enforcer; it runs after the other parts

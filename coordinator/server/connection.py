@@ -16,24 +16,21 @@ closes that connection only.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import struct
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from protocol.api import DecodedRequest
+from coordinator.brokers import local_address
+from coordinator.config import Config
+from protocol.api import ApiTable, DecodedRequest
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.framing import frame_length
 
-if TYPE_CHECKING:
-    from .listener import Server
+from .metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
-
-# The local address a request arrived on: a wildcard listener advertises the address its client reached.
-local_address: contextvars.ContextVar[tuple[str, int]] = contextvars.ContextVar("local_address")
 
 _LEN = struct.Struct(">i")
 _CLOSE = object()
@@ -72,8 +69,17 @@ class RequestMemory:
         return lambda _task: self.release(size)
 
 
+class ConnectionContext(Protocol):
+    """What a connection needs of its server (coordinator.server.listener.Server)."""
+
+    config: Config
+    table: ApiTable
+    metrics: ServerMetrics
+    request_memory: RequestMemory
+
+
 class Connection:
-    def __init__(self, server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+    def __init__(self, server: ConnectionContext, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  connection_id: int) -> None:
         self.server = server
         self.reader = reader

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from coordinator.dataplane import Broker
+from coordinator.brokers import Broker
 from protocol.api import ApiTable, RequestContext
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -20,7 +20,7 @@ GROUP, TRANSACTION, SHARE = 0, 1, 2
 class CoordinatorLookup:
     def __init__(self, broker: Callable[[], Broker], owner: Callable[[str], Broker] | None = None) -> None:
         """`owner(group_id)`: the node coordinating a group when it may be another worker of this server
-        (coordinator.server.workers); default: this node."""
+        (coordinator.cluster.topology); default: this node."""
         self._broker = broker
         self._owner = owner
 

@@ -125,12 +125,12 @@ def _error_in(obj: Any, depth: int, budget: list[int]) -> int | None:
 
 
 class ShardCollector(Collector):
-    """The group shards' health, read at scrape time from the group part (coordinator.server.groups)."""
+    """The group shards' health, read at scrape time (coordinator.server.shards.Shards)."""
 
     STATES = ("loading", "active", "stalled", "failed")
 
-    def __init__(self, groups: Any) -> None:
-        self._groups = groups
+    def __init__(self, shards: Any) -> None:
+        self._shards = shards
 
     def collect(self) -> Any:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -139,11 +139,11 @@ class ShardCollector(Collector):
                                    "Group shards this server owns, by state (stalled: its log fails or times out; "
                                    "failed: given up and reloading).", labels=["state"])
         counts = dict.fromkeys(self.STATES, 0)
-        for shard in list(self._groups.shards.values()):
+        for shard in list(self._shards.by_index.values()):
             counts[shard.state.value] = counts.get(shard.state.value, 0) + 1
         for state, count in counts.items():
             shards.add_metric([state], count)
         yield shards
         yield CounterMetricFamily("kafka_group_coordinator_group_shard_failures",
                                   "Times a group shard was marked failed and reloaded from its log.",
-                                  value=self._groups.shard_failures)
+                                  value=self._shards.failures)

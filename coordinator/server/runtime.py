@@ -144,9 +144,13 @@ class ShardRuntime:
     heartbeats of the other groups of its shard.
     """
 
-    def __init__(self, log: Any = None, timeout_ms: int = 5000, failure_error: int = 15) -> None:
+    def __init__(self, log: Any = None, timeout_ms: int = 5000, failure_error: int = 15,
+                 on_append: Callable[[float], None] | None = None) -> None:
+        """`on_append(seconds)`: how long each successful append took, from queueing to durable (the log's
+        group-commit linger, the write and the fsync: what a request waiting for its records pays)."""
         self.machine: Any = None  # the state machine; set once it is built (it needs our timer)
         self.log = log  # storage.Log or None (tests, in-memory)
+        self._on_append = on_append
         self.timeout_ms = timeout_ms
         self.failure_error = failure_error  # COORDINATOR_NOT_AVAILABLE
         self._futures: dict[object, asyncio.Future[Any]] = {}
@@ -284,7 +288,10 @@ class ShardRuntime:
     async def _persist(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
         entries = [(r.key, r.value) for r in result.records]
         try:
-            durable = asyncio.wrap_future(self.log.append(entries))
+            appended = self.log.append(entries)
+            if self._on_append is not None:
+                appended.add_done_callback(functools.partial(_observe, self._on_append, time.perf_counter()))
+            durable = asyncio.wrap_future(appended)
             await asyncio.wait_for(durable, self.timeout_ms / 1000)
         except Exception as exc:  # StorageError, timeout, closed log: all answer a retriable error
             self.append_failures += 1
@@ -326,6 +333,12 @@ class ShardRuntime:
         """Wait for every write in flight to settle."""
         while self._writes:
             await asyncio.wait(list(self._writes))
+
+
+def _observe(observer: Callable[[float], None], started: float, future: Any) -> None:
+    """Runs in the log's writer thread when an append completes."""
+    if not future.cancelled() and future.exception() is None:
+        observer(time.perf_counter() - started)
 
 
 class ShardAborted(Exception):

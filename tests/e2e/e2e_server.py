@@ -76,7 +76,7 @@ class ServerProcess:
         """How many worker processes (brokers in Metadata) the server runs: its `coordinator.workers`, else one
         per core (`serve`'s default), one when security settings rule several out."""
         from coordinator.config import Config
-        from coordinator.server.workers import resolve_workers
+        from coordinator.cluster.topology import resolve_workers
 
         config = Config.load(environ={}, overrides=[f"{k}={v}" for k, v in self.settings.items()])
         return resolve_workers(None, config)

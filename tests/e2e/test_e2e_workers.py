@@ -1,4 +1,4 @@
-"""`serve --workers 2` (coordinator.server.workers) with real clients in their own processes.
+"""`serve --workers 2` (coordinator.cluster) with real clients in their own processes.
 
 Groups are picked so that their shards belong to different workers; each is checked to be coordinated by the
 worker FindCoordinator names, to consume everything and commit it, to be seen by the AdminClient (which asks
@@ -35,7 +35,7 @@ from groups_support import (  # noqa: E402 - the group e2e helpers live beside t
     wait_for,
 )
 
-from coordinator.server.workers import owner_of  # noqa: E402
+from coordinator.cluster.topology import owner_of  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

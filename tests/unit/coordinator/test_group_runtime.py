@@ -1,4 +1,4 @@
-"""Fault injection through the real runtime: GroupCoordinator + ShardRuntime + storage.Log on a FaultFS.
+"""Fault injection through the real runtime: GroupCoordinatorService + Shards + ShardRuntime + storage.Log on a FaultFS.
 
 Every test runs the production group part (coordinator/server/groups.py) on the test's event loop; only its
 log is opened on a `FaultFS` around a `MemFS` (the module's `Log` is swapped for one that passes `fs=`), so
@@ -23,6 +23,7 @@ What is checked:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import itertools
 import json
@@ -36,10 +37,10 @@ from typing import Any
 
 import pytest
 
+from coordinator import app
 from coordinator.clock import ManualClock, ManualTimer
 from coordinator.config import Config
 from coordinator.group import ClassicGroupState
-from coordinator.shard import GroupCoordinatorShard
 from coordinator.records import (
     CoordinatorRecord,
     GroupMetadataKey,
@@ -50,17 +51,20 @@ from coordinator.records import (
     encode_value,
     new_offset_commit_record,
 )
-from coordinator.server import groups as groups_module
-from coordinator.server.groups import GroupCoordinator
-from coordinator.server.lookup import CoordinatorLookup
+from coordinator.result import CoordinatorResult
+from coordinator.server.group_service import GroupCoordinatorService
+from coordinator.server.runtime import ShardRuntime
+from coordinator.server.shards import Shards
+from coordinator.shard import GroupCoordinatorShard
 from protocol.api import ApiTable, RequestContext, response_class
 from protocol.build import build
 from protocol.errors import ErrorCode
-from storage import FaultFS, Log, MemFS, OsFS
+from storage import Log, OsFS
+from storage.fakefs import FaultFS, MemFS
 from tests.wire import WireClient
 
 from .group.context import request, subscription
-from .server_thread import running
+from .server_thread import running, running_app
 
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, SYNC_GROUP, DESCRIBE_GROUPS = 8, 9, 11, 12, 14, 15
 NOT_AVAILABLE = ErrorCode.coordinator_not_available
@@ -70,16 +74,6 @@ S = ClassicGroupState
 
 # ------------------------------------------------------------------------------------------------------------
 # The harness
-
-
-class _LogOn:
-    """Stands in for storage.Log in coordinator.server.groups: opens the log on the given FS."""
-
-    def __init__(self, fs: Any) -> None:
-        self.fs = fs
-
-    def open(self, directory: str, **kwargs: Any) -> Log:
-        return Log.open(directory, fs=self.fs, **kwargs)
 
 
 class Shard:
@@ -98,19 +92,19 @@ class Shard:
         self.fs = fs
         self.data_dir = data_dir
         self.directory = os.path.join(data_dir, "groups", "shard-0")
-        self.part = GroupCoordinator(self.config, data_dir)
+        self.part = GroupCoordinatorService(Shards(self.config, data_dir, fs=fs))
         self.table = ApiTable()
         self.part.register(self.table)
         self._correlation = itertools.count(1)
 
     @property
     def machine(self) -> GroupCoordinatorShard:
-        return self.part.shards[0].machine
+        return self.part.shards.by_index[0].machine
 
     async def start(self) -> None:
         await self.part.start()
         deadline = time.monotonic() + 10
-        while not self.part.loaded:
+        while not self.part.shards.loaded:
             assert time.monotonic() < deadline, "the group part did not load"
             await asyncio.sleep(0.005)
 
@@ -278,13 +272,12 @@ def durable_offset(manager: GroupCoordinatorShard, group: str, topic: str, parti
 
 
 @pytest.fixture
-async def make_shard(tmp_path, monkeypatch) -> Any:
+async def make_shard(tmp_path) -> Any:
     """make_shard(**settings) -> a started Shard on a fresh FaultFS(MemFS()); closed at teardown."""
     made: list[Shard] = []
 
     async def make(**settings: Any) -> Shard:
         fs = FaultFS(MemFS())
-        monkeypatch.setattr(groups_module, "Log", _LogOn(fs))
         s = Shard(str(tmp_path / f"shard{len(made)}"), fs, **settings)
         made.append(s)
         await s.start()
@@ -321,7 +314,7 @@ async def test_failed_append_answers_not_available_and_changes_nothing(shard: Sh
     answer = await shard.commit("g", {P0: 11, P1: 21})
     assert answer == {P0: NOT_AVAILABLE, P1: NOT_AVAILABLE}  # per partition, a retriable error
     assert time.monotonic() - started < COMMIT_TIMEOUT_MS / 1000  # it failed; it did not time out
-    assert shard.part.shards[0].runtime.append_failures == 1
+    assert shard.part.shards.by_index[0].runtime.append_failures == 1
     assert await shard.fetch("g", [P0, P1]) == {P0: 10, P1: 20}  # memory did not move
     assert not shard.machine.offsets.store.pending_partitions("g")
     # Retrying while the fault is still on fails the same way and still changes nothing.
@@ -600,8 +593,8 @@ def _write_big_log(directory: str, groups: int, partitions: int) -> None:
             the_log.append(batch).result()
 
 
-def _readyz(server: Any) -> int:
-    host, port = server.admin_bound
+def _readyz(built: Any) -> int:
+    host, port = built.admin.bound
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/readyz", timeout=5) as resp:
             json.load(resp)
@@ -613,27 +606,21 @@ def _readyz(server: Any) -> int:
 
 
 @pytest.fixture
-def loading_server(tmp_path, monkeypatch) -> Iterator[tuple[Any, GatedFS]]:
+def loading_server(tmp_path) -> Iterator[tuple[Any, GatedFS]]:
     data_dir = tmp_path / "data"
     _write_big_log(str(data_dir / "groups" / "shard-0"), groups=200, partitions=100)  # 20,000 offsets
     fs = GatedFS()
-    monkeypatch.setattr(groups_module, "Log", _LogOn(fs))
-
-    def setup(server: Any) -> None:
-        server.add_part(CoordinatorLookup(server.broker))
-        server.groups = GroupCoordinator(server.config, str(data_dir))
-        server.add_part(server.groups)
-
+    config = Config({"offsets.topic.num.partitions": 1})
     try:
-        with running(setup, **{"offsets.topic.num.partitions": 1}) as server:
-            yield server, fs
+        with running_app(app.build(config, ("127.0.0.1", 0), ("127.0.0.1", 0), None, str(data_dir), fs=fs)) as built:
+            yield built, fs
     finally:
         fs.gate.set()
 
 
 def test_loading_answers_load_in_progress_and_not_ready(loading_server):
     server, fs = loading_server
-    with WireClient(*server.bound) as c:
+    with WireClient(*server.server.bound) as c:
         for _ in range(3):  # stays so for as long as loading takes
             fetch = c.call(
                 request(
@@ -702,7 +689,7 @@ def test_loading_answers_load_in_progress_and_not_ready(loading_server):
             )
             assert describe.groups[0].error_code == ErrorCode.coordinator_load_in_progress
             assert _readyz(server) == 503
-            assert not server.groups.loaded
+            assert not server.groups.shards.loaded
             time.sleep(0.1)
 
         fs.gate.set()
@@ -710,7 +697,7 @@ def test_loading_answers_load_in_progress_and_not_ready(loading_server):
         while _readyz(server) != 200:
             assert time.monotonic() < deadline, "did not finish loading"
             time.sleep(0.02)
-        assert server.groups.load_stats["records"] == 20_001
+        assert server.groups.shards.load_stats["records"] == 20_001
         fetch = c.call(
             request(
                 OFFSET_FETCH,
@@ -749,8 +736,7 @@ def test_shutdown_answers_parked_joins_not_coordinator_without_waiting_for_the_r
     not sit out shutdown.timeout.ms (10 s) for it."""
 
     def setup(server: Any) -> None:
-        server.groups = GroupCoordinator(server.config, str(tmp_path / "data"))
-        server.add_part(server.groups)
+        server.add_part(GroupCoordinatorService(Shards(server.config, str(tmp_path / "data"))))
 
     join = request(JOIN_GROUP, 9, group_id="parked", session_timeout=30000, rebalance_timeout=30000, member_id="",
                    group_instance_id="instance-1", protocol_type="consumer", reason=None,
@@ -765,3 +751,30 @@ def test_shutdown_answers_parked_joins_not_coordinator_without_waiting_for_the_r
         _cid, answer = c.recv(join)
     assert answer.error_code == ErrorCode.not_coordinator
     assert took < 3.0, f"the shutdown took {took:.1f} s"
+
+
+async def test_the_runtime_times_appends_until_durable_and_not_failed_ones():
+    """ShardRuntime(on_append=...) reports how long each append took from queueing to durable (the storage
+    histogram of /metrics); an append that fails is not a duration of a durable append."""
+    seen: list[float] = []
+    futures: list[concurrent.futures.Future[Any]] = []
+
+    class OneLog:
+        def append(self, entries: Any) -> concurrent.futures.Future[Any]:
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            futures.append(future)
+            return future
+
+    runtime = ShardRuntime(log=OneLog(), timeout_ms=5000, on_append=seen.append)
+    runtime.machine = GroupCoordinatorShard(ManualClock(), ManualTimer(ManualClock()))
+    record = new_offset_commit_record("g", "t", 0, 5, commit_timestamp_ms=1)
+    runtime.apply(CoordinatorResult(records=[record]))
+    await asyncio.sleep(0)
+    futures[0].set_result(1)
+    await runtime.drain()
+    assert len(seen) == 1 and seen[0] >= 0
+    runtime.apply(CoordinatorResult(records=[record], on_append_failure=lambda code: CoordinatorResult()))
+    await asyncio.sleep(0)
+    futures[1].set_exception(OSError("disk"))
+    await runtime.drain()
+    assert len(seen) == 1

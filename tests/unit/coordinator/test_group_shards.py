@@ -1,4 +1,4 @@
-"""Groups split into shards (coordinator.sharding, coordinator.server.groups): routing, requests naming several
+"""Groups split into shards (coordinator.sharding, coordinator.server.shards and .group_service): routing, requests naming several
 groups, shards this part does not own, and a shard whose log hangs failing alone and being reloaded.
 
 The production group part runs on the test's loop with its logs on a FaultFS (the harness of
@@ -13,14 +13,22 @@ from typing import Any
 import pytest
 
 from coordinator.config import Config
-from coordinator.server import groups as groups_module
-from coordinator.server.groups import GroupCoordinator, ShardState
+from coordinator.server.group_service import GroupCoordinatorService
 from coordinator.server.metrics import ShardCollector
+from coordinator.server.shards import Shards, ShardState
 from coordinator.sharding import java_string_hash, shard_of
 from protocol.errors import ErrorCode
-from storage import FaultFS, MemFS
+from storage.fakefs import FaultFS, MemFS
 
-from .test_group_runtime import COMMIT_TIMEOUT_MS, NOT_AVAILABLE, P0, P1, Shard, _LogOn, durable_offset, load_manager
+from .test_group_runtime import (
+    COMMIT_TIMEOUT_MS,
+    NOT_AVAILABLE,
+    P0,
+    P1,
+    Shard,
+    durable_offset,
+    load_manager,
+)
 
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_FETCH, HEARTBEAT = 15, 16, 42, 9, 12
 
@@ -47,15 +55,14 @@ def test_shard_of_follows_kafka():
 
 
 @pytest.fixture
-async def make(tmp_path, monkeypatch) -> Any:
+async def make(tmp_path) -> Any:
     made: list[Shard] = []
 
     async def build(owned: frozenset[int] | None = None, **settings: Any) -> Shard:
         fs = FaultFS(MemFS())
-        monkeypatch.setattr(groups_module, "Log", _LogOn(fs))
         harness = Shard(str(tmp_path / f"d{len(made)}"), fs, **{"offsets.topic.num.partitions": 4, **settings})
         if owned is not None:
-            harness.part = GroupCoordinator(harness.config, harness.data_dir, owned=owned)
+            harness.part = GroupCoordinatorService(Shards(harness.config, harness.data_dir, owned, fs=fs))
             harness.table = type(harness.table)()
             harness.part.register(harness.table)
         made.append(harness)
@@ -77,7 +84,7 @@ async def test_each_group_lives_in_its_own_shard_log(make):
     shard3 = load_manager(crashed, f"{h.data_dir}/groups/shard-3")
     assert durable_offset(shard0, a, *P0) == 1 and durable_offset(shard0, b, *P0) is None
     assert durable_offset(shard3, b, *P0) == 2 and durable_offset(shard3, a, *P0) is None
-    assert h.part.load_stats["shards"] == 4
+    assert h.part.shards.load_stats["shards"] == 4
 
 
 async def test_requests_naming_several_groups_are_split_by_shard_and_merged_in_order(make):
@@ -115,8 +122,8 @@ async def test_a_group_of_a_shard_not_owned_gets_not_coordinator(make):
     assert join.error_code == ErrorCode.not_coordinator
     described = await h.call(DESCRIBE_GROUPS, 5, groups=[other, mine], include_authorized_operations=False)
     assert [g.error_code for g in described.groups] == [ErrorCode.not_coordinator, ErrorCode.none]
-    assert sorted(h.part.shards) == [0, 2]
-    assert h.part.owns(mine) and not h.part.owns(other)
+    assert sorted(h.part.shards.by_index) == [0, 2]
+    assert h.part.shards.for_group(mine) is not None and h.part.shards.for_group(other) is None
 
 
 async def _wait_for(predicate: Any, timeout: float, what: str) -> None:
@@ -143,18 +150,18 @@ async def test_a_hung_shard_fails_alone_then_is_reloaded_from_its_log(make):
     assert time.monotonic() - t0 < COMMIT_TIMEOUT_MS / 1000
     # The sick shard answers its own requests with a retriable error within the commit timeout.
     assert await asyncio.wait_for(pending, COMMIT_TIMEOUT_MS / 1000 + 2) == {P0: NOT_AVAILABLE}
-    await _wait_for(lambda: h.part.status().get("stalled") == [1] or h.part.shard_failures, 2, "stalled")
+    await _wait_for(lambda: h.part.shards.status().get("stalled") == [1] or h.part.shards.failures, 2, "stalled")
 
     # Past coordinator.shard.failure.timeout.ms it is marked failed and reloaded from what is on disk: the
     # commit that timed out had reached the file (only its fsync hung), so the reloaded shard knows it.
-    await _wait_for(lambda: h.part.shard_failures == 1, 5, "the shard to be failed")
+    await _wait_for(lambda: h.part.shards.failures == 1, 5, "the shard to be failed")
     metrics = {(m.name, tuple(s.labels.items())): s.value
-               for m in ShardCollector(h.part).collect() for s in m.samples}
+               for m in ShardCollector(h.part.shards).collect() for s in m.samples}
     assert metrics[("kafka_group_coordinator_group_shard_failures", ())] == 1
     by_state = {state: metrics[("kafka_group_coordinator_group_shards", (("state", state),))]
                 for state in ShardCollector.STATES}
     assert sum(by_state.values()) == 4 and by_state["active"] >= 3  # shard 1 may be reloaded already
-    await _wait_for(lambda: h.part.shards[1].state is ShardState.ACTIVE, 5, "the reload")
+    await _wait_for(lambda: h.part.shards.by_index[1].state is ShardState.ACTIVE, 5, "the reload")
     assert h.part.ready
     assert await h.fetch(sick, [P0]) == {P0: 11}
     assert await h.fetch(healthy, [P0]) == {P0: 20}
@@ -162,14 +169,14 @@ async def test_a_hung_shard_fails_alone_then_is_reloaded_from_its_log(make):
     h.fs.release_fsyncs()
     assert await h.commit(sick, {P0: 12}) == {P0: ErrorCode.none}
     assert durable_offset(load_manager(h.fs.inner.crash(), f"{h.data_dir}/groups/shard-1"), sick, *P0) == 12
-    assert h.part.shard_failures == 1
+    assert h.part.shards.failures == 1
 
 
 async def test_a_data_dir_keeps_its_shard_count(make):
     h = await make()
     await h.close()
     with pytest.raises(SystemExit, match="cannot change"):
-        await GroupCoordinator(Config({"offsets.topic.num.partitions": 8}), h.data_dir).start()
+        await Shards(Config({"offsets.topic.num.partitions": 8}), h.data_dir, fs=h.fs).start()
 
 
 async def test_a_group_waits_only_for_its_own_group_metadata_writes(make):

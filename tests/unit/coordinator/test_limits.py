@@ -19,7 +19,7 @@ from coordinator.config import Config, ConfigError
 from protocol.errors import ErrorCode
 from tests.wire import WireClient, encode_request, recv_frame
 
-from .server_thread import running
+from .server_thread import run_on, running
 
 WAIT_S = 20.0  # generous: the machine is shared
 
@@ -51,12 +51,10 @@ def _connect(server) -> socket.socket:
 
 
 def _on_loop(server, fn):
-    loop = server._server.get_loop()
-
     async def call():
-        return fn(loop)
+        return fn(asyncio.get_running_loop())
 
-    return asyncio.run_coroutine_threadsafe(call(), loop).result(WAIT_S)
+    return run_on(server, call(), WAIT_S)
 
 
 def _wait_until(predicate) -> None:

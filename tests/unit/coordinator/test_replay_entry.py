@@ -7,7 +7,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.clock import ManualClock, ManualTimer
-from coordinator.shard import GroupCoordinatorShard
 from coordinator.records import (
     CoordinatorRecord,
     new_empty_group_metadata_record,
@@ -15,6 +14,7 @@ from coordinator.records import (
     new_offset_commit_record,
     new_offset_commit_tombstone,
 )
+from coordinator.shard import GroupCoordinatorShard
 
 GROUPS = st.sampled_from(["g1", "g2", "gé", ""])
 TOPICS = st.sampled_from(["t", "u", "topic-ü"])

@@ -1,4 +1,4 @@
-"""Coordinator workers (coordinator.server.workers, .forward): the owner rule, the worker layout as clients see it,
+"""Coordinator workers (coordinator.cluster: topology, forwarding, and admin.peers): the owner rule, the worker layout as clients see it,
 the merged metrics exposition, and the relay's request/response codec."""
 
 from __future__ import annotations
@@ -8,21 +8,27 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.config import Config
-from coordinator.dataplane import Broker
-from coordinator.server import workers
-from coordinator.server.connection import local_address
-from coordinator.server.workers import (
+from coordinator.admin.peers import merge_expositions
+from coordinator.brokers import Broker, local_address
+from coordinator.cluster import topology as workers
+from coordinator.cluster.topology import (
     Topology,
     WorkerSpec,
-    merge_expositions,
     owned_shards,
     owner_of,
     requested_workers,
     resolve_workers,
 )
+from coordinator.config import Config
 from coordinator.sharding import shard_of
-from protocol.api import ApiTable, RequestContext, decode_response, encode_request, request_class, response_class
+from protocol.api import (
+    ApiTable,
+    RequestContext,
+    decode_response,
+    encode_request,
+    request_class,
+    response_class,
+)
 from protocol.build import build
 
 
@@ -174,16 +180,16 @@ def test_a_relayed_response_decodes_after_its_correlation_id(version):
 
 
 def test_other_workers_advertise_the_same_data_plane_and_security_apis_as_worker_0():
+    from coordinator.cluster.forwarding import ForwardingDataPlane
     from coordinator.dataplane.embedded import EmbeddedDataPlane
     from coordinator.security import Security
-    from coordinator.server.forward import ForwardingDataPlane
 
     config = Config()
     worker0 = ApiTable()
     EmbeddedDataPlane(config, lambda: Broker(1, "h", 1)).register(worker0)
     Security(config, None).register(worker0)
     relay = ApiTable()
-    ForwardingDataPlane(config, None, ("127.0.0.1", 1), brokers=list).register(relay)
+    ForwardingDataPlane(config, ("127.0.0.1", 1), brokers=list, abort_connection=print).register(relay)
     ranges = [(s.api_key, s.min_version, s.max_version) for s in worker0.specs()]
     assert [(s.api_key, s.min_version, s.max_version) for s in relay.specs()] == ranges
 

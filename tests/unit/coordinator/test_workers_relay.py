@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 
-from coordinator.dataplane import Broker
+from coordinator.cluster.forwarding import ForwardingDataPlane
+
+from coordinator.brokers import Broker
 from coordinator.dataplane.embedded import EmbeddedDataPlane
-from coordinator.server.forward import ForwardingDataPlane
 from protocol.api import request_class
 from protocol.build import build
 from tests.wire import WireClient, encode_request
@@ -21,15 +22,13 @@ BROKERS = [Broker(1, "127.0.0.1", 9001), Broker(2, "127.0.0.1", 9002)]
 
 
 def _worker0(server):
-    server.dataplane = EmbeddedDataPlane(server.config, server.broker)
-    server.add_part(server.dataplane)
+    server.add_part(EmbeddedDataPlane(server.config, server.broker))
 
 
 def _relay_to(upstream):
     def setup(server):
-        server.dataplane = ForwardingDataPlane(server.config, server, ("127.0.0.1", upstream.bound[1]),
-                                               brokers=lambda: BROKERS)
-        server.add_part(server.dataplane)
+        server.add_part(ForwardingDataPlane(server.config, ("127.0.0.1", upstream.bound[1]), brokers=lambda: BROKERS,
+                                            abort_connection=server.abort_connection))
     return setup
 
 
@@ -46,7 +45,7 @@ def _wait(predicate, what: str, timeout_s: float = 30.0) -> None:
 
 def test_relayed_requests_are_answered_in_order_with_the_relays_brokers():
     with running(_worker0) as worker0, running(_relay_to(worker0)) as relay:
-        relay_part = relay.dataplane
+        relay_part = relay.parts[0]
         with WireClient(*relay.bound) as c:
             create = _req(CREATE_TOPICS, 7, topics=[{"name": "t", "num_partitions": 2, "replication_factor": 1,
                                                      "assignments": [], "configs": []}],
@@ -90,7 +89,7 @@ def test_a_topic_created_on_worker_0_is_known_to_the_relaying_worker_as_soon_as_
     """Read-your-writes across workers: the admin API of a worker w > 0 catches up before it reads topics, so a
     topic worker 0 acknowledged is never unknown there (the periodic refresh alone left a window of a second)."""
     with running(_worker0) as worker0, running(_relay_to(worker0)) as relay:
-        plane = relay.dataplane
+        plane = relay.parts[0]
         with WireClient(*worker0.bound) as c:
             for i in range(20):
                 name = f"created-{i}"

@@ -14,7 +14,6 @@ import pytest
 
 from coordinator.clock import ManualClock, ManualTimer, session_timeout_key
 from coordinator.group import ClassicGroupState
-from coordinator.shard import GroupCoordinatorShard
 from coordinator.records import (
     CoordinatorRecord,
     GroupMetadataKey,
@@ -24,6 +23,7 @@ from coordinator.records import (
     encode_value,
     new_group_metadata_tombstone,
 )
+from coordinator.shard import GroupCoordinatorShard
 from protocol.errors import ErrorCode
 
 from .context import GroupTestContext, subscription, to_protocols

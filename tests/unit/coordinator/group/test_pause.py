@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.group.pause import PauseState
-from coordinator.shard import AdminAnswer
 from coordinator.group.events import RebalanceReason, RebalanceStarted
+from coordinator.group.pause import PauseState
 from coordinator.records import (
     GroupPauseKey,
     GroupPauseValue,
@@ -24,6 +23,7 @@ from coordinator.records import (
     new_group_pause_record,
     new_group_settings_record,
 )
+from coordinator.shard import AdminAnswer
 from protocol.consumer import (
     AssignmentDecodeError,
     ConsumerAssignment,

@@ -6,9 +6,9 @@ The two tables are the proposal's, with minutes scaled to seconds: registration 
 
 from __future__ import annotations
 
+from coordinator.group.events import MemberRemoved, RebalanceReason, RebalanceStarted, RemovalCause
 from coordinator.group.settings import EXPANSION_TIMEOUT, REGISTRATION_TIMEOUT
 from coordinator.group.windows import expansion_key, registration_key
-from coordinator.group.events import MemberRemoved, RebalanceReason, RebalanceStarted, RemovalCause
 from coordinator.records import GroupSettingsKey, GroupSettingsValue, decode_record
 from protocol.errors import ErrorCode
 

@@ -1,7 +1,6 @@
-"""Relays between workers: the data plane of a worker other than worker 0 (every data-plane request relayed to
-worker 0), and PeerRelay (a group request relayed to the worker that owns the group).
+"""The data plane of a worker other than worker 0: every data-plane request relayed to worker 0.
 
-With `serve --workers N` (coordinator.server.workers) the topics live in worker 0's embedded data plane only;
+With `serve --workers N` (coordinator.cluster.topology) the topics live in worker 0's embedded data plane only;
 Metadata names worker 0 (node.id + 0) as every partition's leader, so clients produce and fetch there directly.
 Workers w > 0 still get Metadata (clients ask any broker they know), CreateTopics, DeleteTopics, ListOffsets,
 InitProducerId, and whatever a client sends before it has read Metadata. They answer them by relaying:
@@ -9,7 +8,7 @@ InitProducerId, and whatever a client sends before it has read Metadata. They an
 * The forwarder registers the same APIs and version ranges as the embedded data plane and the security part
   (read from throwaway instances' registrations, so they cannot drift), so ApiVersions is identical on every
   worker. Security state (ACLs, SCRAM credentials, in DATA_DIR/security) is worker 0's alone: its APIs are
-  relayed too. (SASL listeners and the authorizer are refused with several workers, see workers.py.)
+  relayed too. (SASL listeners and the authorizer are refused with several workers, see topology.py.)
 * Each client connection gets its own upstream connection to worker 0, opened on its first forwarded request
   and closed with it. A handler encodes the request (the decoded kio entity, re-encoded for the same version,
   with the client's client id and an upstream correlation id) and writes it synchronously, before its first
@@ -39,116 +38,35 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import itertools
 import logging
-import struct
 from collections.abc import Callable
 from typing import Any
 
+from coordinator.brokers import Broker
 from coordinator.config import Config
-from coordinator.dataplane import Broker
-from protocol.api import (
-    ApiTable,
-    RequestContext,
-    decode_response,
-    encode_body,
-    encode_request,
-    request_class,
-)
+from protocol.api import ApiTable, RequestContext, decode_response, encode_body, request_class
 from protocol.api_keys import ApiKey
 from protocol.build import build
-from protocol.framing import frame_length
+
+from .upstream import Upstream
 
 log = logging.getLogger(__name__)
 
 LATEST_TIMESTAMP = -1
 REFRESH_INTERVAL_S = 1.0
-_CID = struct.Struct(">i")
 METADATA_ANSWERS_BYTES = 32 << 20  # kept Metadata answers (and the answers they were made from), at most
 CACHE_CONNECTION = -1  # the connection key of the forwarder's own requests (cache refresh, admin)
-
-
-class UpstreamError(ConnectionError):
-    pass
-
-
-class Upstream:
-    """One connection to another worker: requests written in call order, answers matched by correlation id."""
-
-    def __init__(self, address: tuple[str, int], max_bytes: int, on_broken: Callable[[Upstream, bool], None],
-                 name: str = "worker 0") -> None:
-        """`on_broken(self, lost)` when the connection ends by itself; `lost`: requests had no answer yet."""
-        self._address = address
-        self._name = name
-        self._max_bytes = max_bytes
-        self._on_broken = on_broken
-        self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[bytes]] = {}
-        self._queued: list[bytes] = []  # written once connected
-        self._writer: asyncio.StreamWriter | None = None
-        self._broken: BaseException | None = None
-        self._task = asyncio.create_task(self._run())
-
-    def send(self, api_key: int, version: int, client_id: str | None, body: Any,
-             expect_answer: bool = True) -> asyncio.Future[bytes] | None:
-        """Write one request now (or queue it until connected); the future gets the answer's bytes."""
-        if self._broken is not None:
-            raise UpstreamError(f"the connection to {self._name} is closed: {self._broken}")
-        cid = next(self._ids) & 0x7FFFFFFF
-        data = encode_request(body, cid, client_id)
-        future: asyncio.Future[bytes] | None = None
-        if expect_answer:
-            future = asyncio.get_running_loop().create_future()
-            self._pending[cid] = future
-        if self._writer is None:
-            self._queued.append(data)
-        else:
-            self._writer.write(data)
-        return future
-
-    async def _run(self) -> None:
-        try:
-            reader, writer = await asyncio.open_connection(*self._address, limit=2**20)
-            self._writer = writer
-            for data in self._queued:
-                writer.write(data)
-            self._queued.clear()
-            while True:
-                size = frame_length(await reader.readexactly(4), self._max_bytes)
-                frame = await reader.readexactly(size)
-                (cid,) = _CID.unpack_from(frame, 0)
-                future = self._pending.pop(cid, None)
-                if future is not None and not future.done():
-                    future.set_result(frame[4:])
-        except asyncio.CancelledError:
-            self._fail(UpstreamError("closed"))
-            raise
-        except Exception as exc:  # noqa: BLE001 - any failure ends this connection the same way
-            lost = bool(self._pending or self._queued)
-            self._fail(exc)
-            self._on_broken(self, lost)
-        finally:
-            if self._writer is not None:
-                self._writer.close()
-
-    def _fail(self, exc: BaseException) -> None:
-        self._broken = exc
-        pending, self._pending = self._pending, {}
-        for future in pending.values():
-            if not future.done():
-                future.set_exception(UpstreamError(f"the connection to {self._name} failed: {exc!r}"))
-
-    def close(self) -> None:
-        self._task.cancel()
 
 
 class ForwardingDataPlane:
     """The data plane of a worker w > 0 (see the module doc)."""
 
-    def __init__(self, config: Config, server: Any, upstream: tuple[str, int], *,
-                 brokers: Callable[[], list[Broker]]) -> None:
+    def __init__(self, config: Config, upstream: tuple[str, int], *, brokers: Callable[[], list[Broker]],
+                 abort_connection: Callable[[int], None]) -> None:
+        """`upstream`: worker 0's Kafka listener; `brokers()`: every worker as the current client sees it;
+        `abort_connection(id)`: drop a client connection whose relay broke with requests in flight."""
         self._config = config
-        self._server = server
+        self._abort_connection = abort_connection
         self._address = upstream
         self._brokers = brokers
         self._upstreams: dict[int, Upstream] = {}
@@ -223,10 +141,9 @@ class ForwardingDataPlane:
         reconnects and retries, as after losing a broker)."""
         if self._upstreams.get(connection_id) is upstream:
             del self._upstreams[connection_id]
-        conn = self._server.connections.get(connection_id) if lost else None
-        if conn is not None:
+        if lost:
             log.info("closing connection %d: its relay to worker 0 failed", connection_id)
-            asyncio.create_task(conn.abort())
+            self._abort_connection(connection_id)
 
     def _handler(self, api_key: int) -> Any:
         async def forward(ctx: RequestContext, request: Any) -> Any:
@@ -302,50 +219,3 @@ class ForwardingDataPlane:
         })
         self._log_end = {(t.name, p.partition_index): int(p.offset) for t in offsets.topics
                          for p in t.partitions if p.error_code == 0}
-
-
-class PeerRelay:
-    """Group requests for a group another worker owns, relayed to that worker (any worker answers any group).
-
-    FindCoordinator sends stock clients straight to a group's owner, so they never come here. A client that skips
-    it (a raw client written against one broker, a tool that sends everything to its bootstrap address) still gets
-    the owner's answer instead of NOT_COORDINATOR. The relay works like the data-plane forwarder above: one
-    upstream connection per client connection and owner, written before the first await (so a client's requests
-    reach the owner in the order it sent them), closed with the client connection; a broken upstream with
-    requests in flight closes the client connection. The owner sees the relay's address as the member's client
-    host (DescribeGroups); the client id is the client's own.
-    """
-
-    def __init__(self, config: Config, server: Any, address_of: Callable[[int], tuple[str, int]]) -> None:
-        self._max_bytes = config["socket.request.max.bytes"]
-        self._server = server
-        self._address_of = address_of
-        self._upstreams: dict[tuple[int, int], Upstream] = {}
-
-    async def call(self, worker: int, ctx: RequestContext, request: Any) -> Any:
-        key = (ctx.connection_id, worker)
-        upstream = self._upstreams.get(key)
-        if upstream is None:
-            upstream = Upstream(self._address_of(worker), self._max_bytes, functools.partial(self._broken, key),
-                                name=f"worker {worker}")
-            self._upstreams[key] = upstream
-        future = upstream.send(ctx.api_key, ctx.api_version, ctx.client_id, request)
-        assert future is not None
-        return decode_response(ctx.api_key, ctx.api_version, await future)
-
-    def _broken(self, key: tuple[int, int], upstream: Upstream, lost: bool) -> None:
-        if self._upstreams.get(key) is upstream:
-            del self._upstreams[key]
-        conn = self._server.connections.get(key[0]) if lost else None
-        if conn is not None:
-            log.info("closing connection %d: its relay to worker %d failed", key[0], key[1])
-            asyncio.create_task(conn.abort())
-
-    def connection_closed(self, connection_id: int) -> None:
-        for key in [k for k in self._upstreams if k[0] == connection_id]:
-            self._upstreams.pop(key).close()
-
-    def close(self) -> None:
-        for upstream in self._upstreams.values():
-            upstream.close()
-        self._upstreams.clear()

@@ -1,14 +1,11 @@
-"""The `groups` command line (parsing, request bodies, tables) and the group log's timing decorator."""
+"""The `groups` command line (coordinator.admin.cli): parsing, request bodies, tables."""
 
 from __future__ import annotations
 
-import concurrent.futures
-
 import pytest
 
+from coordinator.admin import cli
 from coordinator.cli import _parser
-from coordinator.observability import cli
-from coordinator.observability.storage import TimedLog
 
 
 def parse(*argv: str):
@@ -64,33 +61,3 @@ def test_short_member_ids_and_durations():
     assert cli.short_member("ck-a-0d1e2f3a-1111-2222-3333-444455556666") == "ck-a-0d1e2f3a…"
     assert cli.short_member("custom") == "custom" and cli.short_member(None) == "-"
     assert [cli.duration(v) for v in (None, 12, 4500, 125000)] == ["-", "12ms", "4.5s", "2m05s"]
-
-
-def test_timed_log_reports_durable_appends_and_delegates_everything_else():
-    seen: list[tuple[str, float]] = []
-    futures: list[concurrent.futures.Future] = []
-
-    class Log:
-        directory = "/data"
-
-        def append(self, entries):
-            future: concurrent.futures.Future = concurrent.futures.Future()
-            futures.append(future)
-            return future
-
-        def compact(self, now_ms, retention_ms):
-            future: concurrent.futures.Future = concurrent.futures.Future()
-            future.set_result("done")
-            return future
-
-    ticks = iter([1.0, 1.25, 2.0, 9.0, 10.0, 10.5])
-    timed = TimedLog(Log(), lambda s: seen.append(("append", s)), lambda s: seen.append(("compact", s)),
-                     clock=lambda: next(ticks))
-    first = timed.append([(b"k", b"v")])
-    futures[0].set_result(7)
-    assert first.result() == 7 and seen == [("append", 0.25)]
-    timed.append([(b"k", b"v")])
-    futures[1].set_exception(OSError("disk"))  # failures are not durations of durable appends
-    assert seen == [("append", 0.25)]
-    assert timed.compact(0, 0).result() == "done" and seen[-1] == ("compact", 1.0)
-    assert timed.directory == "/data"

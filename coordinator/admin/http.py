@@ -22,15 +22,16 @@ offset}]); `topics` selects partitions (["t", "t:0,2"]; default: the topics the 
 `dry_run` true nothing is written. Offsets outside [earliest, latest] are clamped into it, as Kafka's tool does.
 A group id with "/" in it is sent percent-encoded.
 
-Admin writes go through the same durable path as Kafka requests: an OffsetCommit (generation -1, no member) or a
-DeleteGroups request entity is run through the shard runtime, so the answer is sent only once the records are
-fsynced, and the state machine's own checks apply (a member that joins meanwhile makes the commit fail with
+Admin writes go through the same door as Kafka requests (coordinator.server.group_service.call): an OffsetCommit
+(generation -1, no member) or a DeleteGroups request entity, a pause or a settings change, run in the group's
+shard after the group's in-flight writes settle, answered only once its records are fsynced, with the state
+machine's own checks (a member that joins meanwhile makes the commit fail with
 UNKNOWN_MEMBER_ID rather than be overwritten). Earliest, latest and by-timestamp offsets come from the data
 plane's own ListOffsets handler, so they are what a client would be told.
 
 Starting the listener also starts observing: the rebalance history listens to the state machine, the collector is
-registered in the server's registry, a task samples log-end offsets for the lag-in-seconds estimate, and, once
-loaded, the group log is wrapped in a timing decorator (coordinator.observability.storage).
+registered in the server's registry, and a task samples log-end offsets for the lag-in-seconds estimate. With
+several workers, worker 0's listener also fronts the others (coordinator.admin.peers).
 """
 
 from __future__ import annotations
@@ -39,29 +40,36 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import socket
 import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from kio.index import load_request_schema
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from coordinator.brokers import bind_listener
+from coordinator.config import Config
 from coordinator.group.state import ClassicGroupState
 from coordinator.observability.collector import CoordinatorCollector
 from coordinator.observability.history import GroupHistory
 from coordinator.observability.lag import MetricsFilter, OffsetHistory
-from coordinator.observability.storage import TimedLog
 from coordinator.observability.view import CoordinatorView
 from coordinator.security.admin_auth import admin_auth_middleware, admin_ssl_context
+from coordinator.server.group_service import GroupCoordinatorService, ShardUnavailable
+from coordinator.server.listener import Server
+from coordinator.server.runtime import ShardAborted
+from coordinator.server.shards import Shard
 from protocol.api import RequestContext
 from protocol.api_keys import ApiKey
 from protocol.build import build
 from protocol.errors import ErrorCode
 
-if TYPE_CHECKING:
-    from .listener import Server
+from . import reset
+from .errors import ApiError
+from .peers import AdminPeers
 
 log = logging.getLogger(__name__)
 
@@ -70,27 +78,20 @@ EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 TIMELINE_LIMIT_MAX = 1000
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, error: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error = error
-        self.message = message
-
-
 class Observability:
     """The observers of one server's group coordinator (see the module doc)."""
 
-    def __init__(self, server: Server) -> None:
-        config = server.config
+    def __init__(self, config: Config, server: Server, groups: GroupCoordinatorService | None,
+                 dataplane: Any) -> None:
+        self.config = config
         self.server = server
-        self.groups = server.groups
+        self.groups = groups
         self.history = GroupHistory(config["admin.rebalance.timeline.size"])
         self.view: CoordinatorView | None = None
         self._task: asyncio.Task[None] | None = None
-        if self.groups is not None:
-            self.groups.add_listener(self.history)
-            self.view = CoordinatorView(self.groups.view, server.dataplane, self.history,
+        if groups is not None:
+            groups.shards.add_listener(self.history)
+            self.view = CoordinatorView(groups.shards.view, dataplane, self.history,
                                         OffsetHistory(config["metrics.lag.history.samples"]))
             server.metrics.add_collector(CoordinatorCollector(
                 self.view, MetricsFilter.from_config(config), cluster_name=str(config["cluster.id"]),
@@ -98,20 +99,22 @@ class Observability:
             ))
 
     def _log(self) -> Any:
-        if self.groups is None or not self.groups.loaded:
+        if not self.loaded:
             return None
-        logs = [s.runtime.log for s in self.groups.shards.values() if s.runtime.log is not None]
+        assert self.groups is not None
+        logs = self.groups.shards.logs()
         return _Logs(logs) if logs else None
 
     def _load_time_ms(self) -> float | None:
-        if self.groups is None or not self.groups.loaded:
+        if not self.loaded:
             return None
-        seconds = self.groups.load_stats.get("seconds")
+        assert self.groups is not None
+        seconds = self.groups.shards.load_stats.get("seconds")
         return None if seconds is None else seconds * 1000
 
     @property
     def loaded(self) -> bool:
-        return self.groups is not None and self.groups.loaded
+        return self.groups is not None and self.groups.shards.loaded
 
     def start(self) -> None:
         if self.view is not None:
@@ -125,13 +128,10 @@ class Observability:
         self.server.metrics.remove_collectors()
 
     async def _sample_periodically(self) -> None:
-        assert self.view is not None and self.groups is not None
-        interval_s = self.server.config["metrics.lag.sample.interval.ms"] / 1000
-        while not self.groups.loaded:
+        assert self.view is not None
+        interval_s = self.config["metrics.lag.sample.interval.ms"] / 1000
+        while not self.loaded:
             await asyncio.sleep(0.05)
-        metrics = self.server.metrics
-        self.groups.wrap_logs(lambda the_log: the_log if isinstance(the_log, TimedLog) else TimedLog(
-            the_log, metrics.log_append_duration.observe, metrics.log_compaction_duration.observe))
         while True:
             try:
                 self.view.sample()
@@ -140,48 +140,54 @@ class Observability:
             await asyncio.sleep(interval_s)
 
 
-class Handle:
-    """What Server keeps of the admin listener: `cleanup()` stops it."""
+class AdminListener:
+    """The admin HTTP listener of one server (coordinator.app starts it once the Kafka listener is up)."""
 
-    def __init__(self, runner: web.AppRunner, observability: Observability) -> None:
-        self.runner = runner
-        self.observability = observability
+    def __init__(self, config: Config, server: Server, host: str, port: int, *,
+                 groups: GroupCoordinatorService | None, dataplane: Any, security: Any = None,
+                 peers: AdminPeers | None = None, sock: socket.socket | None = None) -> None:
+        """`sock`: an already bound socket to serve on instead of host:port (a worker's, bound by its
+        supervisor); `peers`: worker 0's front for the other workers."""
+        self.host, self.port = host, port
+        self.bound: tuple[str, int] | None = None
+        self._sock = sock
+        self._security = security
+        self._peers = peers
+        self.observability = Observability(config, server, groups, dataplane)
+        self.api = AdminApi(server, groups, self.observability)
+        self._runner: web.AppRunner | None = None
 
-    async def cleanup(self) -> None:
+    async def start(self) -> None:
+        api = self.api
+        guard = [admin_auth_middleware(self._security)] if self._security is not None else []
+        peers = [self._peers.middleware] if self._peers is not None else []
+        app = web.Application(middlewares=[_errors, *guard, *peers])
+        app.router.add_get("/healthz", api.healthz)
+        app.router.add_get("/readyz", api.readyz)
+        app.router.add_get("/metrics", api.metrics)
+        app.router.add_get("/v1/groups", api.list_groups)
+        app.router.add_get("/v1/groups/{group}", api.describe_group)
+        app.router.add_delete("/v1/groups/{group}", api.delete_group)
+        app.router.add_get("/v1/groups/{group}/timeline", api.timeline)
+        app.router.add_post("/v1/groups/{group}/reset-offsets", api.reset_offsets)
+        app.router.add_post("/v1/groups/{group}/pause", api.pause)
+        app.router.add_post("/v1/groups/{group}/resume", api.resume)
+        app.router.add_put("/v1/groups/{group}/settings", api.put_settings)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        sock = self._sock or await asyncio.to_thread(bind_listener, self.host, self.port)
+        site = web.SockSite(self._runner, sock,
+                            ssl_context=admin_ssl_context(self._security) if self._security else None)
+        await site.start()
+        self.bound = (self.host, sock.getsockname()[1])
+        self.observability.start()
+
+    async def close(self) -> None:
         await self.observability.close()
-        await self.runner.cleanup()
-
-
-async def start(server: Server, host: str, port: int,
-                sock: Any = None) -> tuple[Handle, tuple[str, int]]:
-    """`sock`: an already bound socket to serve on instead of host:port (a worker's, bound by its supervisor)."""
-    obs = Observability(server)
-    api = AdminApi(server, obs)
-    # With several workers, worker 0's listener fronts the others (coordinator.server.workers.AdminPeers).
-    peers = [server.admin_middleware] if server.admin_middleware is not None else []
-    security = getattr(server, "security", None)  # coordinator.security: token / certificate for writes
-    guard = [admin_auth_middleware(security)] if security is not None else []
-    app = web.Application(middlewares=[_errors, *guard, *peers])
-    app.router.add_get("/healthz", api.healthz)
-    app.router.add_get("/readyz", api.readyz)
-    app.router.add_get("/metrics", api.metrics)
-    app.router.add_get("/v1/groups", api.list_groups)
-    app.router.add_get("/v1/groups/{group}", api.describe_group)
-    app.router.add_delete("/v1/groups/{group}", api.delete_group)
-    app.router.add_get("/v1/groups/{group}/timeline", api.timeline)
-    app.router.add_post("/v1/groups/{group}/reset-offsets", api.reset_offsets)
-    app.router.add_post("/v1/groups/{group}/pause", api.pause)
-    app.router.add_post("/v1/groups/{group}/resume", api.resume)
-    app.router.add_put("/v1/groups/{group}/settings", api.put_settings)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    if sock is None:
-        sock = await asyncio.to_thread(bind_listener, host, port)
-    site = web.SockSite(runner, sock, ssl_context=admin_ssl_context(security) if security else None)
-    await site.start()
-    bound_port = sock.getsockname()[1]
-    obs.start()
-    return Handle(runner, obs), (host, bound_port)
+        if self._peers is not None:
+            await self._peers.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
 
 
 @web.middleware
@@ -201,8 +207,9 @@ def _group_id(request: web.Request) -> str:
 
 
 class AdminApi:
-    def __init__(self, server: Server, obs: Observability) -> None:
+    def __init__(self, server: Server, groups: GroupCoordinatorService | None, obs: Observability) -> None:
         self.server = server
+        self.groups = groups
         self.obs = obs
 
     # -- health and metrics ----------------------------------------------------------------------------------
@@ -211,7 +218,7 @@ class AdminApi:
         return web.json_response({"status": "ok"})
 
     async def readyz(self, request: web.Request) -> web.Response:
-        shards = self.server.groups.status() if self.server.groups is not None else {}
+        shards = self.groups.shards.status() if self.groups is not None else {}
         if self.server.ready:
             return web.json_response({"status": "ready"})
         return web.json_response({"status": "not ready", "shards": shards}, status=503)
@@ -237,6 +244,11 @@ class AdminApi:
             await view.dataplane.catch_up()
         return view
 
+    def _service(self) -> GroupCoordinatorService:
+        self._view()
+        assert self.groups is not None
+        return self.groups
+
     async def list_groups(self, request: web.Request) -> web.Response:
         view = await self._fresh_view()
         groups = view.list_json()
@@ -253,9 +265,9 @@ class AdminApi:
         if group is None:
             raise ApiError(404, "GROUP_ID_NOT_FOUND", f"group {group_id} does not exist")
         data = view.describe_json(group, _wall_ms())
-        shard = self.server.groups.shard_for(group_id)
+        shard = self._service().shards.for_group(group_id)
         if shard is not None:
-            data.update(_group_admin_state(shard.machine, group_id))
+            data.update(_group_admin_state(shard, group_id))
             paused = shard.machine.pause_state(group_id)
             if paused.is_paused and group.uses_consumer_protocol():
                 for member in data["members"]:  # what members hold, as DescribeGroups shows it
@@ -283,15 +295,29 @@ class AdminApi:
             "rebalances": view.timeline_json(group_id, limit, _wall_ms()),
         })
 
-    # -- writing ---------------------------------------------------------------------------------------------
+    # -- writing: through the group service's door, as Kafka requests ----------------------------------------
+
+    async def _call(self, group_id: str, operation: Callable[[Shard], Callable[..., Any]], *args: Any) -> Any:
+        service = self._service()
+        try:
+            return await service.call(group_id, operation, *args)
+        except ShardUnavailable as exc:
+            if exc.shard is None:
+                raise ApiError(421, "NOT_COORDINATOR", f"group {group_id} belongs to another worker") from None
+            raise ApiError(503, exc.code.name.upper(), f"the shard of group {group_id} is "
+                           f"{exc.shard.state.value if not service.shards.unloaded else 'unloaded'}; retry "
+                           "shortly") from None
+        except ShardAborted:
+            raise ApiError(503, "COORDINATOR_NOT_AVAILABLE",
+                           f"the shard of group {group_id} failed; retry shortly") from None
 
     async def pause(self, request: web.Request) -> web.Response:
-        return await self._pause_or_resume(request, "pause_group")
+        return await self._pause_or_resume(request, "pause")
 
     async def resume(self, request: web.Request) -> web.Response:
-        return await self._pause_or_resume(request, "resume_group")
+        return await self._pause_or_resume(request, "resume")
 
-    async def _pause_or_resume(self, request: web.Request, method: str) -> web.Response:
+    async def _pause_or_resume(self, request: web.Request, what: str) -> web.Response:
         self._view()
         group_id = _group_id(request)
         body = await _json_object(request, allow_empty=True)
@@ -299,32 +325,33 @@ class AdminApi:
         if topics is not None and (not isinstance(topics, list)
                                    or not all(isinstance(t, str) and t for t in topics)):
             raise ApiError(400, "INVALID_REQUEST", '`topics` must be a list of topic names, like ["orders"]')
-        shard = _owner(self.server.groups, group_id)
-        answer = await shard.runtime.call(getattr(shard.machine, method), group_id, topics or None)
+        operation: Callable[[Shard], Callable[..., Any]] = (
+            (lambda s: s.machine.pause_group) if what == "pause" else (lambda s: s.machine.resume_group))
+        answer = await self._call(group_id, operation, group_id, topics or None)
         _raise_admin_error(answer)
-        log.info("admin: %s of group %s: %s", method.removesuffix("_group"), group_id, answer.message)
-        return web.json_response({"group_id": group_id, "message": answer.message,
-                                  **_group_admin_state(shard.machine, group_id)})
+        log.info("admin: %s of group %s: %s", what, group_id, answer.message)
+        return await self._admin_state(group_id, answer.message)
 
     async def put_settings(self, request: web.Request) -> web.Response:
         self._view()
         group_id = _group_id(request)
         body = await _json_object(request, allow_empty=False)
-        shard = _owner(self.server.groups, group_id)
-        answer = await shard.runtime.call(shard.machine.set_group_settings, group_id, body)
+        answer = await self._call(group_id, lambda s: s.machine.set_group_settings, group_id, body)
         _raise_admin_error(answer)
         log.info("admin: settings of group %s: %s", group_id, body)
-        return web.json_response({"group_id": group_id, "message": answer.message,
-                                  **_group_admin_state(shard.machine, group_id)})
+        return await self._admin_state(group_id, answer.message)
+
+    async def _admin_state(self, group_id: str, message: str) -> web.Response:
+        shard = self._service().shards.for_group(group_id)
+        assert shard is not None
+        return web.json_response({"group_id": group_id, "message": message, **_group_admin_state(shard, group_id)})
 
     async def delete_group(self, request: web.Request) -> web.Response:
         self._view()
         group_id = _group_id(request)
-        groups = self.server.groups
         request_class = load_request_schema(ApiKey.DELETE_GROUPS, DELETE_GROUPS_VERSION)
         entity = build(request_class, {"groups_names": [group_id]})
-        shard = _owner(groups, group_id)
-        response = await shard.runtime.call(shard.machine.delete_groups, DELETE_GROUPS_VERSION, entity)
+        response = await self._call(group_id, lambda s: s.machine.delete_groups, DELETE_GROUPS_VERSION, entity)
         code = ErrorCode(_get(response.results[0], "error_code"))
         if code == ErrorCode.none:
             log.info("admin: deleted group %s", group_id)
@@ -345,37 +372,18 @@ class AdminApi:
             raise ApiError(400, "INVALID_REQUEST", "the body must be a JSON object") from None
         if not isinstance(body, dict):
             raise ApiError(400, "INVALID_REQUEST", "the body must be a JSON object")
-        to = body.get("to")
-        if to not in ("earliest", "latest", "timestamp", "offset", "explicit"):
-            raise ApiError(400, "INVALID_REQUEST",
-                           "`to` must be one of earliest, latest, timestamp, offset, explicit")
+        to = reset.reset_target(body)
         dry_run = bool(body.get("dry_run", False))
 
         group = view.group(group_id)
         if group is not None and not group.is_in_state(ClassicGroupState.EMPTY):
             raise ApiError(409, "NON_EMPTY_GROUP",
                            f"group {group_id} is {group.state}; offsets can be reset only while it is Empty")
-        store = view.shards.offsets.store
-        committed = store.group_offsets(group_id)
-
-        explicit: dict[tuple[str, int], int] = {}
-        if to == "explicit":
-            entries = body.get("offsets")
-            if not isinstance(entries, list) or not entries:
-                raise ApiError(400, "INVALID_REQUEST",
-                               "`offsets` must be a list of {topic, partition, offset}")
-            for entry in entries:
-                try:
-                    explicit[(str(entry["topic"]), int(entry["partition"]))] = int(entry["offset"])
-                except (KeyError, TypeError, ValueError):
-                    raise ApiError(400, "INVALID_REQUEST", f"bad offsets entry {entry!r}") from None
-            partitions = sorted(explicit)
-        else:
-            partitions = self._select(body.get("topics"), committed)
-        for topic, partition in partitions:
-            count = view.partition_count(topic)
-            if count is None or not 0 <= partition < count:
-                raise ApiError(404, "UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{partition} does not exist")
+        committed = view.shards.offsets.store.group_offsets(group_id)
+        explicit = reset.explicit_offsets(body) if to == "explicit" else {}
+        partitions = sorted(explicit) if to == "explicit" else \
+            reset.select_partitions(body.get("topics"), committed, view.partition_count)
+        reset.check_partitions(partitions, view.partition_count)
 
         earliest = await self._list_offsets(partitions, EARLIEST_TIMESTAMP)
         latest = await self._list_offsets(partitions, LATEST_TIMESTAMP)
@@ -384,59 +392,19 @@ class AdminApi:
         elif to == "latest":
             targets = dict(latest)
         elif to == "timestamp":
-            try:
-                timestamp_ms = int(body["timestamp_ms"])
-            except (KeyError, TypeError, ValueError):
-                raise ApiError(400, "INVALID_REQUEST",
-                               "`timestamp_ms` is required with to=timestamp") from None
-            found = await self._list_offsets(partitions, timestamp_ms)
+            found = await self._list_offsets(partitions, reset.required_int(body, "timestamp_ms", to))
             targets = {tp: (o if o >= 0 else latest[tp]) for tp, o in found.items()}
         elif to == "offset":
-            try:
-                offset = int(body["offset"])
-            except (KeyError, TypeError, ValueError):
-                raise ApiError(400, "INVALID_REQUEST", "`offset` is required with to=offset") from None
+            offset = reset.required_int(body, "offset", to)
             targets = {tp: offset for tp in partitions}
         else:
             targets = explicit
-        result = []
-        for tp in partitions:
-            target = min(max(targets[tp], earliest[tp]), latest[tp])
-            previous = committed.get(tp[0], {}).get(tp[1])
-            result.append({"topic": tp[0], "partition": tp[1],
-                           "previous": previous.committed_offset if previous is not None else None,
-                           "offset": target, "requested": targets[tp],
-                           "log_start_offset": earliest[tp], "log_end_offset": latest[tp]})
+        result = reset.plan(partitions, targets, earliest, latest, committed)
         if not dry_run:
             await self._commit(group_id, result)
             log.info("admin: reset offsets of group %s to %s: %s", group_id, to,
                      ", ".join(f"{r['topic']}-{r['partition']}={r['offset']}" for r in result))
         return web.json_response({"group_id": group_id, "dry_run": dry_run, "to": to, "offsets": result})
-
-    def _select(self, topics: Any, committed: dict[str, dict[int, Any]]) -> list[tuple[str, int]]:
-        view = self.obs.view
-        assert view is not None
-        if topics is None:
-            if not committed:
-                raise ApiError(400, "INVALID_REQUEST",
-                               "the group has no committed offsets: name the topics to reset")
-            return sorted((t, p) for t, parts in committed.items() for p in parts)
-        if not isinstance(topics, list) or not topics:
-            raise ApiError(400, "INVALID_REQUEST", '`topics` must be a list like ["t", "t:0,2"]')
-        selected: set[tuple[str, int]] = set()
-        for spec in topics:
-            topic, sep, parts = str(spec).partition(":")
-            if sep:
-                try:
-                    selected.update((topic, int(p)) for p in parts.split(",") if p.strip())
-                except ValueError:
-                    raise ApiError(400, "INVALID_REQUEST", f"bad topic selector {spec!r}") from None
-            else:
-                count = view.partition_count(topic)
-                if count is None:
-                    raise ApiError(404, "UNKNOWN_TOPIC_OR_PARTITION", f"topic {topic} does not exist")
-                selected.update((topic, p) for p in range(count))
-        return sorted(selected)
 
     async def _list_offsets(
         self, partitions: list[tuple[str, int]], timestamp: int
@@ -467,7 +435,6 @@ class AdminApi:
         return out
 
     async def _commit(self, group_id: str, offsets: list[dict[str, Any]]) -> None:
-        groups = self.server.groups
         topics: dict[str, list[dict[str, Any]]] = {}
         for entry in offsets:
             topics.setdefault(entry["topic"], []).append({
@@ -479,8 +446,7 @@ class AdminApi:
             "group_instance_id": None,
             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
         })
-        shard = _owner(groups, group_id)
-        response = await shard.runtime.call(shard.machine.offset_commit, OFFSET_COMMIT_VERSION, entity)
+        response = await self._call(group_id, lambda s: s.machine.offset_commit, OFFSET_COMMIT_VERSION, entity)
         errors = sorted({ErrorCode(_get(p, "error_code")) for t in _get(response, "topics")
                          for p in _get(t, "partitions")} - {ErrorCode.none})
         if errors:
@@ -490,17 +456,6 @@ class AdminApi:
             raise ApiError(status, errors[0].name.upper(),
                            f"committing the new offsets of group {group_id} failed: {names} (nothing or only "
                            "part of it may have been written; the group may have gained members)")
-
-
-def _owner(groups: Any, group_id: str) -> Any:
-    """The serving shard of `group_id`, or an ApiError saying why there is none."""
-    shard = groups.shard_for(group_id)
-    if shard is None:
-        raise ApiError(421, "NOT_COORDINATOR", f"group {group_id} belongs to another worker")
-    if not shard.serving:
-        raise ApiError(503, "COORDINATOR_NOT_AVAILABLE",
-                       f"the shard of group {group_id} is {shard.state.value}; retry shortly")
-    return shard
 
 
 class _Logs:
@@ -531,8 +486,9 @@ async def _json_object(request: web.Request, allow_empty: bool) -> dict[str, Any
     return body
 
 
-def _group_admin_state(machine: Any, group_id: str) -> dict[str, Any]:
+def _group_admin_state(shard: Shard, group_id: str) -> dict[str, Any]:
     """What pause and the membership windows hold for a group (coordinator.shard)."""
+    machine = shard.machine
     group = machine.groups.get(group_id)
     return {
         "paused": machine.pause_state(group_id).to_json(),
@@ -553,6 +509,4 @@ def _raise_admin_error(answer: Any) -> None:
 
 
 def _get(obj: Any, name: str) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name)
-    return getattr(obj, name, None)
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)

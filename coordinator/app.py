@@ -1,0 +1,193 @@
+"""The one assembly: a server built from its parts, for one process and for each worker of `serve --workers N`
+alike, and run until SIGTERM/SIGINT.
+
+A server is the Kafka listener (coordinator.server.listener) with these parts, in this order (the security part
+wraps every other API, so it comes last):
+
+    data plane      the embedded topic log (coordinator.dataplane), or in a worker other than worker 0 a forwarder
+                    to worker 0 (coordinator.cluster.forwarding)
+    lookup          FindCoordinator (coordinator.server.lookup): this node, or the worker owning the group
+    groups          the group coordinator service over the shards this process owns (coordinator.server)
+    security        listeners' sessions, SASL, SCRAM, ACLs (coordinator.security); in worker 0 only, the other
+                    workers relay its APIs
+
+and beside it the admin HTTP listener (coordinator.admin.http). A worker (`placement`) brings its share of the
+shards, every worker's address (Metadata lists them all), the sockets its supervisor bound, and a relay to the
+owners of the groups it does not own (coordinator.cluster.relay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import signal
+import socket
+from typing import Any
+
+from coordinator.admin.http import AdminListener
+from coordinator.admin.peers import AdminPeers
+from coordinator.brokers import show_host
+from coordinator.cluster.topology import Topology, WorkerSpec, worker_of_shard
+from coordinator.config import Config
+from coordinator.security import Security
+from coordinator.server.group_service import GroupCoordinatorService
+from coordinator.server.listener import KafkaListener, Server
+from coordinator.server.lookup import CoordinatorLookup
+from coordinator.server.metrics import ServerMetrics, ShardCollector
+from coordinator.server.shards import Shards
+from storage import FS
+
+log = logging.getLogger(__name__)
+
+
+class App:
+    """A built server, its admin listener, and the group service (for those who inspect it: tests, tools)."""
+
+    def __init__(self, server: Server, admin: AdminListener | None, groups: GroupCoordinatorService) -> None:
+        self.server = server
+        self.admin = admin
+        self.groups = groups
+
+    async def start(self) -> None:
+        await self.server.start()
+        if self.admin is not None:
+            await self.admin.start()
+
+    async def close(self) -> None:
+        await self.server.close()
+        if self.admin is not None:
+            await self.admin.close()
+
+    def announce(self) -> str:
+        """`listening kafka=HOST:PORT admin=HOST:PORT` (admin=off without an admin listener): scripts wait for it."""
+        host, port = self.server.bound
+        admin = "off"
+        if self.admin is not None and self.admin.bound is not None:
+            admin = f"{show_host(self.admin.bound[0])}:{self.admin.bound[1]}"
+        return f"listening kafka={show_host(host)}:{port} admin={admin}"
+
+    def listeners_line(self) -> str | None:
+        """`listeners NAME=HOST:PORT ...` for every listener of the `listeners` setting, or None without it."""
+        listeners = [listener for listener in self.server.listeners if listener.spec is not None]
+        if not listeners:
+            return None
+        return "listeners " + " ".join(f"{lst.name}={show_host(lst.host)}:{lst.bound_port}" for lst in listeners)
+
+
+def build(config: Config, listen: tuple[str, int], admin_listen: tuple[str, int] | None,
+          advertised: tuple[str, int] | None, data_dir: str, placement: WorkerSpec | None = None,
+          fs: FS | None = None) -> App:
+    """The server for `serve` in one process (`placement` None) or for worker `placement.index` of a supervisor
+    (coordinator.cluster.supervisor). `advertised`: the --advertised-listener (a worker adds its index to the
+    port). `fs`: where the group and topic logs live (default: the real filesystem; tests pass a double)."""
+    from coordinator.cluster.forwarding import ForwardingDataPlane
+    from coordinator.cluster.relay import PeerRelay
+    from coordinator.dataplane.embedded import EmbeddedDataPlane
+
+    topology: Topology | None = None
+    if placement is not None:
+        topology = Topology(placement, int(config["node.id"]), int(config["offsets.topic.num.partitions"]),
+                            advertised)
+        config.set("node.id", topology.node_id_base + placement.index)
+        advertised = topology.advertised_for(placement.index)
+        listen = (placement.host, placement.kafka_ports[placement.index])
+    metrics = ServerMetrics()
+    # The parts are built before the server they serve: they reach it through these late-bound callables.
+    server: Server
+
+    def broker() -> Any:
+        return server.broker()
+
+    def abort_connection(connection_id: int) -> None:
+        server.abort_connection(connection_id)
+
+    dataplane: Any
+    if topology is None or topology.index == 0:
+        dataplane = EmbeddedDataPlane(config, broker, data_dir=data_dir, fs=fs,
+                                      brokers=topology.brokers if topology is not None else None)
+    else:
+        dataplane = ForwardingDataPlane(config, topology.upstream(), brokers=topology.brokers,
+                                        abort_connection=abort_connection)
+    security = Security(config, data_dir, dataplane, metrics.registry) \
+        if topology is None or topology.index == 0 else None
+
+    sock = socket.socket(fileno=placement.kafka_fd) if placement is not None else None
+    server = Server(config, _kafka_listeners(listen, advertised, security, sock), metrics=metrics,
+                    sessions=security.session if security is not None and security.listeners else None)
+
+    shards = Shards(config, data_dir, topology.owned_shards() if topology is not None else None, fs=fs,
+                    on_append=metrics.log_append_duration.observe,
+                    on_compaction=metrics.log_compaction_duration.observe)
+    relay, owner_of_shard = None, None
+    if topology is not None and topology.count > 1:
+        relay = PeerRelay(config, topology.address, abort_connection)
+        owner_of_shard = functools.partial(worker_of_shard, workers=topology.count)
+    groups = GroupCoordinatorService(shards, relay=relay, owner_of_shard=owner_of_shard)
+    server.add_part(dataplane)
+    server.add_part(CoordinatorLookup(broker, owner=topology.owner_broker if topology is not None else None))
+    server.add_part(groups)
+    metrics.registry.register(ShardCollector(shards))
+    if security is not None:
+        server.add_part(security)
+
+    admin = None
+    if placement is not None and placement.admin_fd is not None:
+        peers = AdminPeers(topology) if topology is not None and topology.index == 0 and topology.count > 1 \
+            else None
+        admin = AdminListener(config, server, placement.admin_host or "127.0.0.1", 0, groups=groups,
+                              dataplane=dataplane, security=security, peers=peers,
+                              sock=socket.socket(fileno=placement.admin_fd))
+    elif placement is None and admin_listen is not None:
+        admin = AdminListener(config, server, *admin_listen, groups=groups, dataplane=dataplane, security=security)
+    return App(server, admin, groups)
+
+
+def _kafka_listeners(listen: tuple[str, int], advertised: tuple[str, int] | None, security: Security | None,
+                     sock: socket.socket | None) -> list[KafkaListener]:
+    """--listen, or with the `listeners` setting its listeners (the first one is the primary; --advertised-listener
+    applies to it when `advertised.listeners` does not name it)."""
+    if security is None or not security.listeners:
+        return [KafkaListener("PLAINTEXT", listen[0], listen[1], advertised=advertised, sock=sock)]
+    listeners = []
+    for i, spec in enumerate(security.listeners):
+        named = security.advertised.get(spec.name)
+        listeners.append(KafkaListener(
+            spec.name, spec.host, spec.port, advertised=named or (advertised if i == 0 else None),
+            ssl=security.ssl_context if spec.tls else None, spec=spec))
+    return listeners
+
+
+async def serve(app: App, notify_fd: int | None = None) -> None:
+    """Run until SIGTERM/SIGINT. One process prints its addresses; a worker tells its supervisor on `notify_fd`
+    that it serves (the supervisor prints the one announce line)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await app.start()
+    if notify_fd is None:
+        listeners = app.listeners_line()
+        if listeners is not None:
+            print(listeners, flush=True)  # before the announce line, which scripts wait for
+        print(app.announce(), flush=True)
+    else:
+        try:
+            os.write(notify_fd, b"serving\n")
+        except OSError:
+            pass  # the supervisor is gone; PR_SET_PDEATHSIG ends us
+    log.info("%s", app.announce())
+    await stop.wait()
+    log.info("shutting down")
+    await app.close()
+    if notify_fd is not None:
+        os.close(notify_fd)
+    log.info("stopped")
+
+
+def run(app: App, notify_fd: int | None = None) -> None:
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(serve(app, notify_fd))

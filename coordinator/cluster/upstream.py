@@ -1,0 +1,94 @@
+"""One ordered Kafka connection to another coordinator process: requests written in call order, answers matched by
+correlation id (used by the relay and the forwarder of coordinator.cluster).
+
+A request is encoded and written synchronously, before the caller's first await: connection handlers start in
+request order, so requests reach the peer in the order the client sent them. When the connection breaks, every
+request without an answer fails with UpstreamError and `on_broken(upstream, lost)` says whether any was lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from protocol.api import encode_request
+from protocol.framing import frame_length
+
+_CID = struct.Struct(">i")
+
+
+class UpstreamError(ConnectionError):
+    pass
+
+
+class Upstream:
+    """One connection to another worker: requests written in call order, answers matched by correlation id."""
+
+    def __init__(self, address: tuple[str, int], max_bytes: int, on_broken: Callable[[Upstream, bool], None],
+                 name: str = "worker 0") -> None:
+        """`on_broken(self, lost)` when the connection ends by itself; `lost`: requests had no answer yet."""
+        self._address = address
+        self._name = name
+        self._max_bytes = max_bytes
+        self._on_broken = on_broken
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[bytes]] = {}
+        self._queued: list[bytes] = []  # written once connected
+        self._writer: asyncio.StreamWriter | None = None
+        self._broken: BaseException | None = None
+        self._task = asyncio.create_task(self._run())
+
+    def send(self, api_key: int, version: int, client_id: str | None, body: Any,
+             expect_answer: bool = True) -> asyncio.Future[bytes] | None:
+        """Write one request now (or queue it until connected); the future gets the answer's bytes."""
+        if self._broken is not None:
+            raise UpstreamError(f"the connection to {self._name} is closed: {self._broken}")
+        cid = next(self._ids) & 0x7FFFFFFF
+        data = encode_request(body, cid, client_id)
+        future: asyncio.Future[bytes] | None = None
+        if expect_answer:
+            future = asyncio.get_running_loop().create_future()
+            self._pending[cid] = future
+        if self._writer is None:
+            self._queued.append(data)
+        else:
+            self._writer.write(data)
+        return future
+
+    async def _run(self) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(*self._address, limit=2**20)
+            self._writer = writer
+            for data in self._queued:
+                writer.write(data)
+            self._queued.clear()
+            while True:
+                size = frame_length(await reader.readexactly(4), self._max_bytes)
+                frame = await reader.readexactly(size)
+                (cid,) = _CID.unpack_from(frame, 0)
+                future = self._pending.pop(cid, None)
+                if future is not None and not future.done():
+                    future.set_result(frame[4:])
+        except asyncio.CancelledError:
+            self._fail(UpstreamError("closed"))
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure ends this connection the same way
+            lost = bool(self._pending or self._queued)
+            self._fail(exc)
+            self._on_broken(self, lost)
+        finally:
+            if self._writer is not None:
+                self._writer.close()
+
+    def _fail(self, exc: BaseException) -> None:
+        self._broken = exc
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(UpstreamError(f"the connection to {self._name} failed: {exc!r}"))
+
+    def close(self) -> None:
+        self._task.cancel()

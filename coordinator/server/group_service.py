@@ -1,0 +1,289 @@
+"""The group coordinator service: the group and offset APIs, routed to the shard that owns each group (Kafka's
+GroupCoordinatorService).
+
+Every way into a shard goes through `call` — Kafka requests and the admin API alike: it finds the owning shard,
+answers for it when it cannot take the request (not ours: NOT_COORDINATOR; loading: COORDINATOR_LOAD_IN_PROGRESS;
+failed: COORDINATOR_NOT_AVAILABLE; shutting down: NOT_COORDINATOR), waits until the group's in-flight writes that
+were applied in memory settle (the runtime's barriers), then runs the operation and waits for its answer, which
+the runtime releases once the records it depends on are durable.
+
+Requests naming several groups (DescribeGroups, DeleteGroups, OffsetFetch v8+) are split by shard and their answers
+merged in request order; ListGroups asks every shard this server owns. A group owned by another coordinator
+(another worker of this machine, coordinator.cluster) is relayed to its owner when a relay is given, else
+answered NOT_COORDINATOR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from protocol.api import ApiTable, RequestContext
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
+
+from .runtime import ShardAborted
+from .shards import Shard, Shards, ShardState
+
+# (api key, min version, max version): Kafka 4.1's ranges for the classic protocol, floors kept low so older
+# clients still work (Kafka 4.0 dropped some and broke them).
+GROUP_API_VERSIONS = {
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 6),
+    ApiKey.LIST_GROUPS: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
+}
+
+
+class Relay(Protocol):
+    """Group requests for a group another coordinator owns (coordinator.cluster.relay.PeerRelay)."""
+
+    async def call(self, owner: int, ctx: RequestContext, request: Any) -> Any: ...
+
+    def connection_closed(self, connection_id: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ShardUnavailable(Exception):
+    """The group's shard cannot take the operation now; `code` is the retriable error Kafka answers."""
+
+    def __init__(self, code: ErrorCode, group_id: str, shard: Shard | None) -> None:
+        super().__init__(f"group {group_id}: {code.name}")
+        self.code = code
+        self.shard = shard
+
+
+class GroupCoordinatorService:
+    """A server part: registers the group APIs and serves them from `shards` (see the module doc)."""
+
+    def __init__(self, shards: Shards, *, relay: Relay | None = None,
+                 owner_of_shard: Callable[[int], int] | None = None) -> None:
+        """`relay` and `owner_of_shard` (which coordinator owns a shard this server does not): given together
+        when groups this server does not own are relayed to their owner."""
+        self.shards = shards
+        self.relay = relay
+        self.owner_of_shard = owner_of_shard
+
+    # -- the door --------------------------------------------------------------------------------------------
+
+    def unavailable(self, shard: Shard | None) -> ErrorCode | None:
+        """Why a shard cannot take a request now (None: it can)."""
+        if shard is None or self.shards.unloaded:
+            return ErrorCode.not_coordinator
+        if shard.serving:
+            return None
+        if shard.state is ShardState.FAILED:
+            return ErrorCode.coordinator_not_available
+        return ErrorCode.coordinator_load_in_progress
+
+    async def call(self, group_id: str, operation: Callable[[Shard], Callable[..., Any]], *args: Any,
+                   gated: bool = True, **kwargs: Any) -> Any:
+        """Run `operation(shard)(token, *args, **kwargs)` in the shard owning `group_id` and return its answer.
+        `gated`: it reads or changes membership, so it waits for the group's writes applied in memory first.
+        Raises ShardUnavailable, or ShardAborted if the shard is given up while the answer is pending."""
+        shard = self.shards.for_group(group_id)
+        code = self.unavailable(shard)
+        if code is not None:
+            raise ShardUnavailable(code, group_id, shard)
+        assert shard is not None
+        return await self._call_shard(shard, group_id, operation, *args, gated=gated, **kwargs)
+
+    async def _call_shard(self, shard: Shard, group_id: str | None, operation: Callable[[Shard], Callable[..., Any]],
+                          *args: Any, gated: bool, **kwargs: Any) -> Any:
+        """`group_id` None: the operation is about several groups of the shard, so it waits for all of the
+        shard's barriers (gated) and its answer for every write before it."""
+        if gated:
+            await shard.runtime.quiesce(group_id)
+            if self.shards.unloaded:  # unloaded while this waited for earlier writes
+                raise ShardUnavailable(ErrorCode.not_coordinator, group_id or "", shard)
+        return await shard.runtime.call(operation(shard), *args, group=group_id, **kwargs)
+
+    # -- the part --------------------------------------------------------------------------------------------
+
+    def register(self, table: ApiTable) -> None:
+        handlers: dict[int, Callable[[RequestContext, Any], Awaitable[Any]]] = {
+            ApiKey.JOIN_GROUP: self._join_group,
+            ApiKey.SYNC_GROUP: self._one_group(lambda s: s.machine.sync_group),
+            ApiKey.HEARTBEAT: self._one_group(lambda s: s.machine.heartbeat),
+            ApiKey.LEAVE_GROUP: self._one_group(lambda s: s.machine.leave_group),
+            ApiKey.OFFSET_COMMIT: self._one_group(lambda s: s.machine.offset_commit),
+            ApiKey.OFFSET_FETCH: self._offset_fetch,
+            ApiKey.OFFSET_DELETE: self._one_group(lambda s: s.machine.offset_delete),
+            ApiKey.DESCRIBE_GROUPS: self._split("groups", "groups", lambda g: g, _describe_error,
+                                                lambda s: s.machine.describe_groups, gated=False),
+            ApiKey.DELETE_GROUPS: self._split("groups_names", "results", lambda g: g,
+                                              lambda g, code, version: {"group_id": g, "error_code": code},
+                                              lambda s: s.machine.delete_groups, gated=True),
+            ApiKey.LIST_GROUPS: self._list_groups,
+        }
+        for api_key, (lo, hi) in GROUP_API_VERSIONS.items():
+            table.register(api_key, lo, hi, handlers[api_key])
+
+    @property
+    def ready(self) -> bool:
+        return self.shards.ready
+
+    async def start(self) -> None:
+        await self.shards.start()
+
+    def stop_waiting(self) -> None:
+        self.shards.unload()
+
+    def connection_closed(self, connection_id: int) -> None:
+        if self.relay is not None:
+            self.relay.connection_closed(connection_id)
+
+    async def close(self) -> None:
+        if self.relay is not None:
+            self.relay.close()
+        await self.shards.close()
+
+    # -- handlers --------------------------------------------------------------------------------------------
+
+    async def _join_group(self, ctx: RequestContext, request: Any) -> Any:
+        return await self._serve(ctx, request, lambda s: s.machine.join_group, gated=True,
+                                 client_id=ctx.client_id or "", client_host="/" + ctx.client_host)
+
+    def _one_group(self, operation: Callable[[Shard], Callable[..., Any]]
+                   ) -> Callable[[RequestContext, Any], Awaitable[Any]]:
+        async def handle(ctx: RequestContext, request: Any) -> Any:
+            return await self._serve(ctx, request, operation, gated=True)
+
+        return handle
+
+    async def _offset_fetch(self, ctx: RequestContext, request: Any) -> Any:
+        if ctx.api_version >= 8:
+            return await self._split("groups", "groups", lambda g: g.group_id,
+                                     lambda g, code, version: {"group_id": g, "topics": [], "error_code": code},
+                                     lambda s: s.machine.offset_fetch, gated=False)(ctx, request)
+        return await self._serve(ctx, request, lambda s: s.machine.offset_fetch, gated=False)
+
+    async def _serve(self, ctx: RequestContext, request: Any, operation: Callable[[Shard], Callable[..., Any]],
+                     gated: bool, **kwargs: Any) -> Any:
+        """A request about one group: its shard's answer, the owner's (relayed), or the error for it."""
+        group_id = request.group_id
+        if self.relay is not None and self.shards.for_group(group_id) is None:
+            return await self.relay.call(self._owner(self.shards.index_of(group_id)), ctx, request)
+        try:
+            return await self.call(group_id, operation, ctx.api_version, request, gated=gated, **kwargs)
+        except ShardUnavailable as exc:
+            return error_response(ctx.api_key, ctx.api_version, request, exc.code)
+        except ShardAborted:
+            return error_response(ctx.api_key, ctx.api_version, request, ErrorCode.coordinator_not_available)
+
+    def _split(self, field: str, answer_field: str, group_of: Callable[[Any], str],
+               error_entry: Callable[[str, ErrorCode, int], dict[str, Any]],
+               operation: Callable[[Shard], Callable[..., Any]], gated: bool,
+               ) -> Callable[[RequestContext, Any], Awaitable[Any]]:
+        """A handler for a request naming several groups: one call per shard, answers merged in request order."""
+        async def handle(ctx: RequestContext, request: Any) -> Any:
+            items = list(getattr(request, field))
+            by_shard: dict[int, list[int]] = {}
+            by_owner: dict[int, list[int]] = {}
+            answers: dict[int, Any] = {}
+            for position, item in enumerate(items):
+                index = self.shards.index_of(group_of(item))
+                if index not in self.shards.by_index and self.relay is not None:
+                    by_owner.setdefault(self._owner(index), []).append(position)
+                    continue
+                code = self.unavailable(self.shards.by_index.get(index))
+                if code is not None:
+                    answers[position] = error_entry(group_of(item), code, ctx.api_version)
+                else:
+                    by_shard.setdefault(index, []).append(position)
+
+            async def one(index: int, positions: list[int]) -> None:
+                sub = dataclasses.replace(request, **{field: tuple(items[p] for p in positions)})
+                try:
+                    response = await self._call_shard(self.shards.by_index[index], None, operation,
+                                                      ctx.api_version, sub, gated=gated)
+                    entries = list(getattr(response, answer_field))
+                except (ShardAborted, ShardUnavailable) as exc:
+                    code = exc.code if isinstance(exc, ShardUnavailable) else ErrorCode.coordinator_not_available
+                    entries = [error_entry(group_of(items[p]), code, ctx.api_version) for p in positions]
+                for position, entry in zip(positions, entries, strict=True):
+                    answers[position] = entry
+
+            async def remote(owner: int, positions: list[int]) -> None:
+                assert self.relay is not None
+                sub = dataclasses.replace(request, **{field: tuple(items[p] for p in positions)})
+                response = await self.relay.call(owner, ctx, sub)
+                for position, entry in zip(positions, getattr(response, answer_field), strict=True):
+                    answers[position] = entry
+
+            await asyncio.gather(*(one(i, ps) for i, ps in by_shard.items()),
+                                 *(remote(w, ps) for w, ps in by_owner.items()))
+            return {"throttle_time": 0, answer_field: [answers[p] for p in range(len(items))]}
+
+        return handle
+
+    def _owner(self, shard_index: int) -> int:
+        assert self.owner_of_shard is not None
+        return self.owner_of_shard(shard_index)
+
+    async def _list_groups(self, ctx: RequestContext, request: Any) -> Any:
+        groups: list[Any] = []
+        error = ErrorCode.none
+        for shard in list(self.shards.by_index.values()):
+            code = self.unavailable(shard)
+            if code is not None:
+                error = code if error == ErrorCode.none else error
+                continue
+            try:
+                response = await shard.runtime.call(shard.machine.list_groups, ctx.api_version, request)
+            except ShardAborted:
+                error = ErrorCode.coordinator_not_available
+                continue
+            groups.extend(response.groups)
+        return {"throttle_time": 0, "error_code": error, "groups": groups}
+
+
+def error_response(api_key: int, version: int, request: Any, code: ErrorCode) -> dict[str, Any]:
+    """The answer of a group API when the group's shard cannot take it: `code` wherever the response carries
+    errors. While a shard loads (COORDINATOR_LOAD_IN_PROGRESS) Heartbeat answers NONE, as Kafka does, so members
+    are not kicked out by a restart."""
+    base: dict[str, Any] = {"throttle_time": 0}
+    if api_key == ApiKey.HEARTBEAT:
+        return base | {"error_code": ErrorCode.none if code == ErrorCode.coordinator_load_in_progress else code}
+    if api_key == ApiKey.JOIN_GROUP:
+        return base | {"error_code": code, "generation_id": -1, "protocol_type": None,
+                       "protocol_name": None if version >= 7 else "", "leader": "",
+                       "member_id": getattr(request, "member_id", ""), "members": ()}
+    if api_key == ApiKey.SYNC_GROUP:
+        return base | {"error_code": code, "protocol_type": None, "protocol_name": None, "assignment": b""}
+    if api_key == ApiKey.LEAVE_GROUP:
+        return base | {"error_code": code, "members": ()}
+    if api_key == ApiKey.OFFSET_COMMIT:
+        return base | {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": code} for p in t.partitions]}
+            for t in request.topics]}
+    if api_key == ApiKey.OFFSET_FETCH:
+        if version >= 8:
+            return base | {"groups": [{"group_id": g.group_id, "topics": [], "error_code": code}
+                                      for g in request.groups]}
+        return base | {"error_code": code, "topics": [{"name": t.name, "partitions": [
+            {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+             "error_code": code} for i in t.partition_indexes]} for t in (request.topics or ())]}
+    if api_key == ApiKey.DESCRIBE_GROUPS:
+        return base | {"groups": [_describe_error(g, code, version) for g in request.groups]}
+    if api_key == ApiKey.LIST_GROUPS:
+        return base | {"error_code": code, "groups": ()}
+    if api_key == ApiKey.DELETE_GROUPS:
+        return base | {"results": [{"group_id": g, "error_code": code} for g in request.groups_names]}
+    if api_key == ApiKey.OFFSET_DELETE:
+        return base | {"error_code": code, "topics": ()}
+    raise ValueError(f"no error answer for api {api_key}")
+
+
+def _describe_error(group_id: str, code: ErrorCode, version: int) -> dict[str, Any]:
+    return {"error_code": code, "error_message": None, "group_id": group_id, "group_state": "",
+            "protocol_type": "", "protocol_data": "", "members": (), "authorized_operations": -2147483648}
