@@ -14,12 +14,15 @@ real consumer Subscription of one topic.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import io
 import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kio.index import load_request_schema
+from kio.schema.join_group.v9.response import JoinGroupResponse, JoinGroupResponseMember
+from kio.static.primitive import i32, i32Timedelta
 from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription as SubscriptionV0
 from kio.serial import entity_writer
 
@@ -58,6 +61,38 @@ def to_protocols(*names: str) -> tuple[tuple[str, bytes], ...]:
 
 def request(api_key: int, version: int, **fields: Any) -> Any:
     return build(load_request_schema(api_key, version), fields)
+
+
+def join_answer(
+    version: int,
+    *,
+    error: ErrorCode = ErrorCode.none,
+    member_id: str = "",
+    generation_id: int = -1,
+    protocol_type: str | None = None,
+    protocol_name: str | None = None,
+    leader: str = "",
+    members: Iterable[Any] = (),
+    skip_assignment: bool = False,
+) -> JoinGroupResponse:
+    """The JoinGroup answer a test expects, spelled out field by field (the handler builds its own). Kafka's
+    JoinGroupResponse: ProtocolName is "" before v7 and null from v7 when no protocol is chosen; the answer is
+    built as the newest version, the codec drops what older versions lack."""
+    if protocol_name is None and version < 7:
+        protocol_name = ""
+    return JoinGroupResponse(
+        throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+        error_code=error,
+        generation_id=i32(generation_id),
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
+        leader=leader,
+        skip_assignment=skip_assignment,
+        member_id=member_id,
+        members=tuple(m if isinstance(m, JoinGroupResponseMember) else JoinGroupResponseMember(
+            member_id=m["member_id"], group_instance_id=m["group_instance_id"], metadata=m["metadata"])
+            for m in members),
+    )
 
 
 @dataclasses.dataclass(eq=False)

@@ -9,11 +9,10 @@ from __future__ import annotations
 import pytest
 
 from coordinator.group import ClassicGroupState
-from coordinator.group.responses import join_response
 from coordinator.records import GroupMetadataKey, decode_record, group_metadata_value
 from protocol.errors import ErrorCode
 
-from .context import GroupTestContext, to_protocols
+from .context import GroupTestContext, join_answer, to_protocols
 
 S = ClassicGroupState
 DELAY = 3000
@@ -96,7 +95,7 @@ def test_replace_static_member_in_stable_state_no_error(ctx, version):
     ]
     ctx.apply(rejoin.result)
     if version >= 9:
-        expected = join_response(
+        expected = join_answer(
             version,
             member_id=new_member_id,
             generation_id=1,
@@ -107,7 +106,7 @@ def test_replace_static_member_in_stable_state_no_error(ctx, version):
             skip_assignment=True,
         )
     else:
-        expected = join_response(
+        expected = join_answer(
             version,
             member_id=new_member_id,
             generation_id=1,
@@ -172,7 +171,7 @@ def test_replace_static_member_in_stable_state_errors(ctx):
         (GroupMetadataKey("group-id"), group_metadata_value(group, group.group_assignment()))
     ]
     ctx.fail(rejoin.result, ErrorCode.coordinator_not_available)
-    assert rejoin.response == join_response(
+    assert rejoin.response == join_answer(
         3,
         error=ErrorCode.coordinator_not_available,
         member_id="",
@@ -249,7 +248,7 @@ def test_static_member_fence_duplicate_rejoined_follower(ctx):
     old_follower = ctx.join_group(member_id=result.follower_id, group_instance_id="follower")
     assert not old_follower.records and not old_follower.done
     ctx.join_group(group_instance_id="follower")  # the duplicate
-    assert old_follower.response == join_response(
+    assert old_follower.response == join_answer(
         3, error=ErrorCode.fenced_instance_id, member_id=result.follower_id
     )
     assert group.is_in_state(S.PREPARING_REBALANCE)
@@ -271,7 +270,7 @@ def test_static_member_fence_duplicate_syncing_follower_after_member_id_changed(
         rebalance_timeout_ms=10000,
     )
     assert old_follower.done and leader_join.done
-    assert leader_join.response == join_response(
+    assert leader_join.response == join_answer(
         3,
         member_id=result.leader_id,
         generation_id=2,
@@ -280,7 +279,7 @@ def test_static_member_fence_duplicate_syncing_follower_after_member_id_changed(
         leader=result.leader_id,
         members=members_list(group),
     )
-    assert old_follower.response == join_response(
+    assert old_follower.response == join_answer(
         3,
         member_id=result.follower_id,
         generation_id=2,
@@ -332,7 +331,7 @@ def test_static_member_fence_duplicate_rejoining_follower_after_member_id_change
         protocols=to_protocols("range"),
     )
     assert not old_follower.records and old_follower.done
-    assert leader_join.response == join_response(
+    assert leader_join.response == join_answer(
         3,
         member_id=result.leader_id,
         generation_id=2,
@@ -341,7 +340,7 @@ def test_static_member_fence_duplicate_rejoining_follower_after_member_id_change
         leader=result.leader_id,
         members=members_list(group),
     )
-    assert duplicate.response == join_response(
+    assert duplicate.response == join_answer(
         3,
         member_id=duplicate.response.member_id,
         generation_id=2,
@@ -349,7 +348,7 @@ def test_static_member_fence_duplicate_rejoining_follower_after_member_id_change
         protocol_name="range",
         leader=result.leader_id,
     )
-    assert old_follower.response == join_response(
+    assert old_follower.response == join_answer(
         3, error=ErrorCode.fenced_instance_id, member_id=result.follower_id
     )
 
@@ -382,7 +381,7 @@ def test_static_member_rejoin_with_leader_id_and_unknown_member_id(ctx, version)
     ctx.apply(rejoin.result)
     new_leader_id = rejoin.response.member_id
     if version >= 9:
-        expected = join_response(
+        expected = join_answer(
             version,
             member_id=new_leader_id,
             generation_id=1,
@@ -393,7 +392,7 @@ def test_static_member_rejoin_with_leader_id_and_unknown_member_id(ctx, version)
             skip_assignment=True,
         )
     else:
-        expected = join_response(
+        expected = join_answer(
             version,
             member_id=new_leader_id,
             generation_id=1,
@@ -427,7 +426,7 @@ def test_static_member_rejoin_with_leader_id_and_known_member_id(ctx):
     )
     ctx.advance(10000)
     assert not group.has_member(result.follower_id)  # its session expired meanwhile
-    assert rejoin.response == join_response(
+    assert rejoin.response == join_answer(
         9,
         member_id=result.leader_id,
         generation_id=2,
@@ -455,7 +454,7 @@ def test_static_member_rejoin_with_follower_id_and_change_of_protocol(ctx):
     assert rejoin.error == ErrorCode.none
     assert group.has_static_member("leader")
     assert group.is_leader(result.follower_id)
-    assert rejoin.response == join_response(
+    assert rejoin.response == join_answer(
         3,
         member_id=result.follower_id,
         generation_id=2,
@@ -486,7 +485,7 @@ def test_static_member_rejoin_with_unknown_member_id_and_change_of_protocol_with
     assert group.has_static_member("leader")
     new_id = rejoin.response.member_id
     assert group.is_leader(new_id)
-    assert rejoin.response == join_response(
+    assert rejoin.response == join_answer(
         3,
         member_id=new_id,
         generation_id=2,
@@ -511,7 +510,7 @@ def test_static_member_rejoin_with_unknown_member_id_and_change_of_protocol_whil
     ]
     ctx.apply(rejoin.result)
     new_follower_id = rejoin.response.member_id
-    assert rejoin.response == join_response(
+    assert rejoin.response == join_answer(
         9,
         member_id=new_follower_id,
         generation_id=1,
@@ -541,7 +540,7 @@ def test_static_member_rejoin_with_unknown_member_id_and_change_of_protocol_pers
         group_instance_id="follower", protocols=to_protocols("range"), version=9, apply=False
     )
     ctx.fail(rejoin.result, ErrorCode.coordinator_not_available)
-    assert rejoin.response == join_response(
+    assert rejoin.response == join_answer(
         9,
         error=ErrorCode.coordinator_not_available,
         member_id="",
@@ -564,7 +563,7 @@ def test_static_member_rejoin_as_follower_with_unknown_member_id(ctx):
     rejoin = ctx.join_group(group_instance_id="follower", protocols=SUPERSET, version=9)
     assert rejoin.records
     assert group.has_static_member("leader")
-    assert rejoin.response == join_response(
+    assert rejoin.response == join_answer(
         9,
         member_id=rejoin.response.member_id,
         generation_id=1,
@@ -587,7 +586,7 @@ def test_static_member_rejoin_as_follower_with_known_member_id_and_no_protocol_c
         member_id=result.follower_id, group_instance_id="follower", protocols=SUPERSET, version=9
     )
     assert not rejoin.records
-    assert rejoin.response == join_response(
+    assert rejoin.response == join_answer(
         9,
         member_id=result.follower_id,
         generation_id=1,
@@ -676,7 +675,7 @@ def test_static_member_follower_fail_to_rejoin_before_rebalance_timeout(ctx):
     )
     assert not leader.records and not leader.done
     ctx.advance(10000)
-    assert leader.response == join_response(
+    assert leader.response == join_answer(
         9,
         member_id=result.leader_id,
         generation_id=2,
@@ -686,7 +685,7 @@ def test_static_member_follower_fail_to_rejoin_before_rebalance_timeout(ctx):
         members=members_list(group),
     )
     assert len(leader.response.members) == 3  # the follower that did not rejoin stays: it is static
-    assert new.response == join_response(
+    assert new.response == join_answer(
         9,
         member_id=new.response.member_id,
         generation_id=2,
@@ -709,7 +708,7 @@ def test_static_member_leader_fail_to_rejoin_before_rebalance_timeout(ctx):
     leader_response = next(r for r in responses if r.leader == r.member_id)
     follower_response = next(r for r in responses if r.leader != r.member_id)
     assert leader_response.member_id != result.leader_id  # a member that rejoined is elected
-    assert leader_response.members == join_response(9, members=members_list(group)).members
+    assert leader_response.members == join_answer(9, members=members_list(group)).members
     assert len(leader_response.members) == 3
     assert follower_response.leader == leader_response.member_id
     assert follower_response.members == ()
