@@ -26,7 +26,14 @@ system-deps:
 serve: install
 	$(PY) -m coordinator serve $(SERVE_ARGS)
 
-test: install-test
+# ruff (lint and format), the import contracts of pyproject.toml, mypy (strict on the pure core): see pyproject.toml.
+lint: install-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
+
+test: lint
 	$(PY) -m pytest -q --durations=25
 
 unit: install-test
