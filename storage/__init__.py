@@ -6,21 +6,17 @@ See `storage.log` for the format and the theory of operation, `storage.fs` for t
 """
 
 from storage.fs import FS, File, Lock, OsFS
-from storage.log import (
+from storage.format import (
     FORMAT_VERSION,
-    CompactionResult,
     Entry,
-    Log,
-    LogStats,
-    Recovery,
     StorageClosedError,
     StorageCorruptError,
     StorageError,
     StorageFormatError,
     StorageFullError,
     StorageIOError,
-    Truncation,
 )
+from storage.log import CompactionResult, Log, LogStats, Recovery, Truncation
 
 __all__ = [
     "FORMAT_VERSION",

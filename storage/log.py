@@ -81,124 +81,43 @@ still checks the framing and the headers, and raises StorageCorruptError if a fi
 from __future__ import annotations
 
 import concurrent.futures
-import errno
 import logging
 import os
-import re
-import struct
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
-import crc32c as _crc32c
 
-from storage.fs import FS, File, Lock, OsFS
+from storage.fs import FS, TEMP_SUFFIX, File, Lock, OsFS
+from storage.format import (
+    COPY_CHUNK,
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_SEGMENT_BYTES,
+    FRAME_SIZE,
+    LOCK_FILE,
+    MAX_LENGTH,
+    PREFIX,
+    SEGMENT_RE,
+    Entry,
+    ProgressFn,
+    Segment,
+    Stop,
+    StorageClosedError,
+    StorageCorruptError,
+    StorageError,
+    StorageIOError,
+    encode_into,
+    entry_size,
+    os_error,
+    parse,
+    reporter,
+    segment_name,
+)
 
-__all__ = [
-    "FORMAT_VERSION",
-    "Entry",
-    "Log",
-    "Recovery",
-    "Truncation",
-    "CompactionResult",
-    "LogStats",
-    "StorageError",
-    "StorageFullError",
-    "StorageIOError",
-    "StorageClosedError",
-    "StorageCorruptError",
-    "StorageFormatError",
-    "encode_entry",
-]
+__all__ = ["CompactionResult", "Log", "LogStats", "Recovery", "Truncation"]
 
 log = logging.getLogger(__name__)
-
-FORMAT_VERSION = 1
-FLAG_TOMBSTONE = 0x01
-
-_FRAME = struct.Struct("<IIBBIQq")  # length, crc, version, flags, key_len, seq, timestamp
-FRAME_SIZE = _FRAME.size  # 30
-_PREFIX = 8  # length + crc
-_HEADER = struct.Struct("<BBIQq")  # what the CRC covers before the key
-_HEADER_SIZE = _HEADER.size  # 22
-_LEN_CRC = struct.Struct("<II")
-_MAX_LENGTH = 0xFFFFFFFF
-
-DEFAULT_SEGMENT_BYTES = 100 * 1024 * 1024
-DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
-_READ_CHUNK = 8 * 1024 * 1024
-_COPY_CHUNK = 4 * 1024 * 1024
-
-LOCK_FILE = "LOCK"  # held (flock) by the open Log
-SEGMENT_SUFFIX = ".log"
-TEMP_SUFFIX = ".tmp"
-_SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
-
-_crc = _crc32c.crc32c
-
-#: progress(bytes_done, bytes_total, entries_so_far), for open() and replay().
-ProgressFn = Callable[[int, int, int], None]
-
-# Why reading stopped early (Truncation.reason).
-INCOMPLETE = "incomplete entry"
-CHECKSUM = "checksum mismatch"
-BAD_HEADER = "invalid header"
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Errors
-
-
-class StorageError(Exception):
-    """A storage operation failed: `op` names the step (write, fsync, roll, ...), `errno` the OS error."""
-
-    def __init__(self, message: str, *, op: str = "", code: int | None = None) -> None:
-        super().__init__(message)
-        self.op = op
-        self.errno = code
-
-
-class StorageFullError(StorageError):
-    """No space left (ENOSPC, EDQUOT)."""
-
-
-class StorageIOError(StorageError):
-    """Any other I/O error (EIO, ...)."""
-
-
-class StorageClosedError(StorageError):
-    """The log is closed."""
-
-
-class StorageCorruptError(StorageError):
-    """Corruption found where it cannot be repaired by truncating (after open, in a closed segment)."""
-
-
-class StorageFormatError(StorageError):
-    """An entry was written by a newer format version than this code reads."""
-
-
-def _os_error(op: str, exc: OSError) -> StorageError:
-    cls = StorageFullError if exc.errno in (errno.ENOSPC, errno.EDQUOT) else StorageIOError
-    err = cls(f"{op} failed: {exc}", op=op, code=exc.errno)
-    err.__cause__ = exc
-    return err
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Public value types
-
-
-class Entry(NamedTuple):
-    """One entry as replayed. `value` None is a tombstone."""
-
-    seq: int
-    key: bytes
-    value: bytes | None
-    timestamp_ms: int
-
 
 @dataclass(frozen=True)
 class Truncation:
@@ -255,163 +174,6 @@ class LogStats:
     compactions: int
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Encoding and parsing
-
-
-def encode_entry(seq: int, key: bytes, value: bytes | None, timestamp_ms: int) -> bytes:
-    """One framed entry, as the writer puts it on disk (for tests and tools)."""
-    out: list[bytes] = []
-    _encode_into(out, [(key, value)], seq, timestamp_ms)
-    return b"".join(out)
-
-
-def _encode_into(out: list[bytes], items: Sequence[tuple[bytes, bytes | None]], seq: int, ts: int) -> int:
-    """Append the framed entries to `out`; return the next sequence number."""
-    pack_header = _HEADER.pack
-    pack_prefix = _LEN_CRC.pack
-    crc = _crc
-    for key, value in items:
-        if value is None:
-            body = pack_header(FORMAT_VERSION, FLAG_TOMBSTONE, len(key), seq, ts) + key
-        else:
-            body = pack_header(FORMAT_VERSION, 0, len(key), seq, ts) + key + value
-        out.append(pack_prefix(len(body), crc(body)))
-        out.append(body)
-        seq += 1
-    return seq
-
-
-def _entry_size(key: bytes, value: bytes | None) -> int:
-    return FRAME_SIZE + len(key) + (0 if value is None else len(value))
-
-
-class _Stop:
-    """How a pass over one segment ended."""
-
-    __slots__ = ("valid_end", "reason", "last_seq", "entries")
-
-    def __init__(self) -> None:
-        self.valid_end = 0
-        self.reason: str | None = None
-        self.last_seq = -1
-        self.entries = 0
-
-
-def _parse(
-    f: File,
-    limit: int,
-    prev_seq: int,
-    stop: _Stop,
-    progress: Callable[[int, int], None] | None = None,
-    chunk: int = _READ_CHUNK,
-    emit: bool = True,
-    verify: bool = True,
-) -> Iterator[Entry]:
-    """Yield the valid entries in the first `limit` bytes of `f`; sequence numbers must exceed `prev_seq`.
-
-    Stops at the end of `limit` or at the first short or corrupt entry; `stop` then tells where and why.
-    `progress(bytes_parsed, entries_parsed)` is called after each chunk is read. With `emit` False it only
-    checks (recovery), yielding nothing. With `verify` False it skips the CRCs, for bytes already checked
-    (replay: see `Log.replay`); the framing and header checks stay. Raises StorageFormatError for an intact
-    entry of a newer version.
-
-    This loop is the replay hot path: the sizes are literals (FRAME_SIZE 30, 8 bytes of length and CRC, 22
-    bytes of header) and the checks are few, because every bytecode counts a million times over.
-    """
-    unpack = _FRAME.unpack_from
-    crc = _crc
-    new = tuple.__new__
-    entry_cls = Entry
-    buf = b""
-    pos = 0  # in buf
-    base = 0  # file offset of buf[0]
-    last = prev_seq
-    count = 0
-    reason = None
-    length = 0
-    while True:
-        n = len(buf)
-        while pos + 30 <= n:
-            length, c, ver, flags, klen, seq, ts = unpack(buf, pos)
-            if length < 22:
-                reason = BAD_HEADER
-                break
-            end = pos + 8 + length
-            if end > n:
-                break
-            if verify and crc(buf[pos + 8 : end]) != c:  # for small entries, copying beats a memoryview
-                reason = CHECKSUM
-                break
-            if (
-                ver != FORMAT_VERSION
-                or flags > 1
-                or klen > length - 22
-                or seq <= last
-                or (flags and klen != length - 22)
-            ):
-                if ver > FORMAT_VERSION and verify:  # unchecked, it may as well be damage
-                    raise StorageFormatError(
-                        f"entry at offset {base + pos} has format version {ver}; this code reads up to "
-                        f"{FORMAT_VERSION} (written by a newer release?)",
-                        op="read",
-                    )
-                reason = BAD_HEADER
-                break
-            if emit:
-                ks = pos + 30
-                ke = ks + klen
-                yield new(entry_cls, (seq, buf[ks:ke], None if flags else buf[ke:end], ts))
-            last = seq
-            count += 1
-            pos = end
-        if reason is not None:
-            break
-        done = base + pos
-        avail = n - pos
-        need = 8 + length if avail >= 30 else 30
-        if done + need > limit:
-            if done < limit:
-                reason = INCOMPLETE
-            break
-        read_from = base + n
-        data = f.read_at(read_from, min(max(chunk, need - avail), limit - read_from))
-        if not data:
-            reason = INCOMPLETE  # the file is shorter than we were told
-            break
-        buf = buf[pos:] + data
-        base = done
-        pos = 0
-        if progress is not None:
-            progress(base, count)
-    stop.valid_end = base + pos
-    stop.reason = reason
-    stop.last_seq = last
-    stop.entries = count
-
-
-def _reporter(progress: ProgressFn, done: int, total: int, entries: int) -> Callable[[int, int], None]:
-    """Turn _parse's per-segment progress into the caller's whole-log progress."""
-    return lambda consumed, count: progress(done + consumed, total, entries + count)
-
-
-def _segment_name(base: int) -> str:
-    return f"{base:020d}{SEGMENT_SUFFIX}"
-
-
-class _Segment:
-    __slots__ = ("base", "name", "path", "size")
-
-    def __init__(self, base: int, name: str, path: str, size: int) -> None:
-        self.base = base
-        self.name = name
-        self.path = path
-        self.size = size  # durable bytes
-
-    def __repr__(self) -> str:
-        return f"_Segment({self.name}, {self.size})"
-
-
 class _Pending:
     __slots__ = ("items", "timestamp_ms", "future", "nbytes", "enqueued")
 
@@ -450,7 +212,7 @@ class Log:
         linger_ms: float,
         max_batch_bytes: int,
         wall_ms: Callable[[], int],
-        segments: list[_Segment],
+        segments: list[Segment],
         active_file: File,
         next_seq: int,
         recovery: Recovery,
@@ -526,14 +288,14 @@ class Log:
         except BlockingIOError as exc:
             raise StorageError(f"log {directory} is in use by another Log", op="open") from exc
         except OSError as exc:
-            raise _os_error("open", exc) from exc
+            raise os_error("open", exc) from exc
         try:
             segments, next_seq, recovery = _recover(fs, directory, progress)
             active_file = fs.open_append(segments[-1].path)
         except BaseException as exc:
             dir_lock.close()
             if isinstance(exc, OSError):
-                raise _os_error("open", exc) from exc
+                raise os_error("open", exc) from exc
             raise
         if not recovery.clean:
             log.warning("log %s recovered with loss: %s", directory, recovery)
@@ -573,7 +335,7 @@ class Log:
             except OSError as exc:
                 for f, _, _ in files:
                     f.close()
-                raise _os_error("replay", exc) from exc
+                raise os_error("replay", exc) from exc
         yield from self._replay(files, progress)
 
     def _replay(
@@ -585,14 +347,14 @@ class Log:
         prev_seq = -1
         try:
             for f, limit, name in files:
-                stop = _Stop()
+                stop = Stop()
                 report = None
                 if progress is not None:
-                    report = _reporter(progress, done, total, entries)
+                    report = reporter(progress, done, total, entries)
                 try:
-                    yield from _parse(f, limit, prev_seq, stop, report, verify=False)
+                    yield from parse(f, limit, prev_seq, stop, report, verify=False)
                 except OSError as exc:
-                    raise _os_error("replay", exc) from exc
+                    raise os_error("replay", exc) from exc
                 if stop.reason is not None:
                     raise StorageCorruptError(
                         f"segment {name} changed after open: {stop.reason} at offset {stop.valid_end}",
@@ -631,8 +393,8 @@ class Log:
                 if not isinstance(value, bytes | bytearray | memoryview):
                     raise TypeError(f"value must be bytes or None, not {type(value).__name__}")
                 value = bytes(value)
-            size = _entry_size(key, value)
-            if size - _PREFIX > _MAX_LENGTH:
+            size = entry_size(key, value)
+            if size - PREFIX > MAX_LENGTH:
                 raise ValueError("entry too large")
             nbytes += size
             items.append((key, value))
@@ -694,7 +456,7 @@ class Log:
                 if now is None:
                     now = self._wall_ms()
                 ts = now
-            seq = _encode_into(parts, p.items, seq, ts)
+            seq = encode_into(parts, p.items, seq, ts)
             lasts.append(seq - 1)
         data = b"".join(parts)
         op = "write"
@@ -712,7 +474,7 @@ class Log:
             self._active_file.fsync()
             self._dirty = False
         except OSError as exc:
-            err = _os_error(op, exc)
+            err = os_error(op, exc)
             if self._dirty and not self._abandoned:  # abandoned: a new Log may own the files now
                 try:
                     self._restore()
@@ -741,7 +503,7 @@ class Log:
         self._dirty = False
 
     def _roll(self) -> None:
-        name = _segment_name(self._next_seq)
+        name = segment_name(self._next_seq)
         path = os.path.join(self.directory, name)
         f = self._fs.open_append(path)
         try:
@@ -749,7 +511,7 @@ class Log:
         except OSError:
             f.close()
             raise
-        seg = _Segment(self._next_seq, name, path, 0)
+        seg = Segment(self._next_seq, name, path, 0)
         old, self._active_file = self._active_file, f
         with self._lock:
             self._segments.append(seg)
@@ -778,7 +540,7 @@ class Log:
             with self._compact_lock:
                 return self._compact(now_ms, retention_ms)
         except OSError as exc:
-            raise _os_error("compact", exc) from exc
+            raise os_error("compact", exc) from exc
 
     def _compact(self, now_ms: int, retention_ms: int) -> CompactionResult:
         with self._lock:
@@ -792,7 +554,7 @@ class Log:
         last_seq: dict[bytes, int] = {}
         prev = -1
         for seg, limit in [(s, s.size) for s in closed] + [(active, active_limit)]:
-            stop = _Stop()
+            stop = Stop()
             for entry in self._read(seg, limit, prev, stop):
                 last_seq[entry[1]] = entry[0]
             prev = stop.last_seq if stop.entries else prev
@@ -804,7 +566,7 @@ class Log:
         for seg in closed:
             plan = _Plan(seg)
             offset = 0
-            stop = _Stop()
+            stop = Stop()
             for seq, key, value, ts in self._read(seg, seg.size, prev, stop):
                 size = FRAME_SIZE + len(key) + (0 if value is None else len(value))
                 if last_seq[key] == seq:
@@ -860,10 +622,10 @@ class Log:
             aborted=aborted,
         )
 
-    def _read(self, seg: _Segment, limit: int, prev_seq: int, stop: _Stop) -> Iterator[Entry]:
+    def _read(self, seg: Segment, limit: int, prev_seq: int, stop: Stop) -> Iterator[Entry]:
         f = self._fs.open_read(seg.path)
         try:
-            yield from _parse(f, limit, prev_seq, stop)
+            yield from parse(f, limit, prev_seq, stop)
         finally:
             f.close()
         if stop.reason is not None:
@@ -900,7 +662,7 @@ class Log:
                 i = self._segments.index(first)
                 # The inputs after the first leave the in-memory log now, even if removing their files fails
                 # below: their entries are in the merged file, and the next open removes such leftovers.
-                self._segments[i : i + len(group)] = [_Segment(first.base, first.name, first.path, kept)]
+                self._segments[i : i + len(group)] = [Segment(first.base, first.name, first.path, kept)]
         except BaseException:
             try:
                 if fs.exists(tmp):
@@ -923,7 +685,7 @@ class Log:
             for start, end in plan.spans:
                 while start < end:
                     if not buf_start <= start < buf_start + len(buf):
-                        buf = src.read_at(start, _COPY_CHUNK)
+                        buf = src.read_at(start, COPY_CHUNK)
                         buf_start = start
                         if not buf:
                             raise StorageCorruptError(f"segment {plan.segment.name} shrank", op="compact")
@@ -931,7 +693,7 @@ class Log:
                     pending.append(buf[start - buf_start : stop - buf_start])
                     pending_bytes += stop - start
                     start = stop
-                    if pending_bytes >= _COPY_CHUNK:
+                    if pending_bytes >= COPY_CHUNK:
                         out.write(b"".join(pending))
                         pending, pending_bytes = [], 0
             if pending:
@@ -1022,7 +784,7 @@ class _Plan:
 
     __slots__ = ("segment", "spans", "kept_bytes", "kept_entries", "entries", "tombstones_dropped")
 
-    def __init__(self, segment: _Segment) -> None:
+    def __init__(self, segment: Segment) -> None:
         self.segment = segment
         self.spans: list[list[int]] = []
         self.kept_bytes = 0
@@ -1043,7 +805,7 @@ class _Plan:
         return self.kept_bytes == self.segment.size
 
 
-def _recover(fs: FS, directory: str, progress: ProgressFn | None) -> tuple[list[_Segment], int, Recovery]:
+def _recover(fs: FS, directory: str, progress: ProgressFn | None) -> tuple[list[Segment], int, Recovery]:
     names = sorted(fs.listdir(directory))
     removed_temp = []
     found: list[tuple[int, str]] = []
@@ -1051,14 +813,14 @@ def _recover(fs: FS, directory: str, progress: ProgressFn | None) -> tuple[list[
         if name.endswith(TEMP_SUFFIX):
             fs.remove(os.path.join(directory, name))
             removed_temp.append(name)
-        elif m := _SEGMENT_RE.match(name):
+        elif m := SEGMENT_RE.match(name):
             found.append((int(m.group(1)), name))
     found.sort()
     dir_dirty = bool(removed_temp)
     sizes = {name: fs.size(os.path.join(directory, name)) for _, name in found}
     total = sum(sizes.values())
 
-    segments: list[_Segment] = []
+    segments: list[Segment] = []
     leftovers: list[str] = []
     lost: list[str] = []
     lost_bytes = 0
@@ -1075,11 +837,11 @@ def _recover(fs: FS, directory: str, progress: ProgressFn | None) -> tuple[list[
             done += sizes[name]
             continue
         size = sizes[name]
-        stop = _Stop()
+        stop = Stop()
         f = fs.open_read(path)
         try:
-            report = None if progress is None else _reporter(progress, done, total, entries)
-            for _ in _parse(f, size, max(max_seq, base - 1), stop, report, emit=False):
+            report = None if progress is None else reporter(progress, done, total, entries)
+            for _ in parse(f, size, max(max_seq, base - 1), stop, report, emit=False):
                 pass
         finally:
             f.close()
@@ -1087,7 +849,7 @@ def _recover(fs: FS, directory: str, progress: ProgressFn | None) -> tuple[list[
         done += size
         if stop.entries:
             max_seq = stop.last_seq
-        segments.append(_Segment(base, name, path, stop.valid_end))
+        segments.append(Segment(base, name, path, stop.valid_end))
         if stop.valid_end < size:
             assert stop.reason is not None
             truncation = Truncation(name, stop.valid_end, size - stop.valid_end, stop.reason)
@@ -1110,10 +872,10 @@ def _recover(fs: FS, directory: str, progress: ProgressFn | None) -> tuple[list[
     if progress is not None:
         progress(total, total, entries)
     if not segments:
-        name = _segment_name(max_seq + 1)
+        name = segment_name(max_seq + 1)
         path = os.path.join(directory, name)
         fs.open_append(path).close()
-        segments.append(_Segment(max_seq + 1, name, path, 0))
+        segments.append(Segment(max_seq + 1, name, path, 0))
         dir_dirty = True
     if dir_dirty:
         fs.fsync_dir(directory)

@@ -1,24 +1,17 @@
-"""The data plane: topics and partitions, behind one interface with two implementations.
+"""The data plane: topics and partitions, behind one interface.
 
-`EmbeddedDataPlane` (standalone) keeps partition logs itself; an upstream implementation (later) forwards data
-requests to an existing Kafka cluster and rewrites Metadata to point at this server. The server asks a data plane
+`EmbeddedDataPlane` (standalone) keeps partition logs itself; `ForwardingDataPlane` (coordinator.cluster.forwarding)
+relays data requests to the process that keeps them; an upstream implementation (later) forwards data requests to
+an existing Kafka cluster and rewrites Metadata to point at this server. The server asks a data plane
 only to register its handlers in the API table and for the facts the coordinator needs (node identity, log-end
 offsets for lag).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Protocol
 
 from protocol.api import ApiTable
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Broker:
-    node_id: int
-    host: str
-    port: int
 
 
 class DataPlane(Protocol):

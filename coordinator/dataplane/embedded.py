@@ -40,8 +40,6 @@ Design points:
 from __future__ import annotations
 
 import asyncio
-import bisect
-import concurrent.futures
 import dataclasses
 import functools
 import itertools
@@ -54,62 +52,34 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from coordinator.brokers import Broker
 from coordinator.config import Config
 from protocol.api import ApiTable, Encoded, RequestContext, encode_body, response_class
-from protocol.build import build, ms
+from protocol.api_keys import ApiKey
+from protocol.build import build
 from protocol.errors import ErrorCode
 from storage.fs import FS, OsFS
 
-from . import Broker
-from . import segments as _segments
-from .batches import (
-    NO_TIMESTAMP,
-    InvalidBatch,
-    read_header,
-    record_timestamps,
-    validate_batches,
-    with_base_offset,
-)
 from .disk import DiskLog, LogClosed, LogConfig, StorageFailure, TopicMeta, TopicStore, Writer
+from .fetch import LEADER_EPOCH, Reads, Waiters, resolve
+from .memory import PartitionLog
+from .produce import Writes
 
 logger = logging.getLogger(__name__)
-
-PRODUCE = 0
-FETCH = 1
-LIST_OFFSETS = 2
-METADATA = 3
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-INIT_PRODUCER_ID = 22
 
 # api key -> (min version, max version) served by this data plane; each handler's docstring says what the
 # versions add and why a range stops where it does.
 VERSIONS: dict[int, tuple[int, int]] = {
-    PRODUCE: (3, 13),
-    FETCH: (4, 17),
-    LIST_OFFSETS: (1, 10),
-    METADATA: (0, 13),
-    CREATE_TOPICS: (2, 7),
-    DELETE_TOPICS: (1, 6),
-    INIT_PRODUCER_ID: (0, 5),
+    ApiKey.PRODUCE: (3, 13),
+    ApiKey.FETCH: (4, 17),
+    ApiKey.LIST_OFFSETS: (1, 10),
+    ApiKey.METADATA: (0, 13),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
 }
 
-LEADER_EPOCH = 0
 INT32_MIN = -(2**31)  # "authorized operations not requested"
-
-# ListOffsets special timestamps and the first version that may use each.
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
-LATEST_TIERED_TIMESTAMP = -5
-_TIMESTAMP_MIN_VERSION = {
-    LATEST_TIMESTAMP: 1,
-    EARLIEST_TIMESTAMP: 1,
-    MAX_TIMESTAMP: 7,
-    EARLIEST_LOCAL_TIMESTAMP: 8,
-    LATEST_TIERED_TIMESTAMP: 9,
-}
 
 # Authorized-operations bitfields (Metadata v8+) with no authorizer: every operation the resource type
 # supports.
@@ -125,11 +95,6 @@ _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 # KRaft refuses a single operation that would write more than this many metadata records (one per partition).
 MAX_PARTITIONS_PER_TOPIC = 10000
 
-# Produce acks values: 0 = no response, 1 = leader, -1 = all in-sync replicas (here the leader alone).
-_VALID_ACKS = frozenset({0, 1, -1})
-
-# Produce's timeout when a request gives none (0 or less): Kafka clients' request.timeout.ms default.
-DEFAULT_PRODUCE_TIMEOUT_MS = 30000
 # InitProducerId hands out ids in blocks; only the end of the current block is written to disk.
 PRODUCER_ID_BLOCK = 1000
 
@@ -140,9 +105,6 @@ _LOG_CONFIGS: dict[str, tuple[int, int, str]] = {
     "retention.bytes": (-(2**63), 2**63 - 1, "LONG"),
 }
 
-# Fetch session epochs that mean "full fetch" (KIP-227): 0 opens a session, -1 asks for none.
-_FULL_FETCH_EPOCHS = frozenset({0, -1})
-READ_COMMITTED = 1
 
 
 def topic_name_error(name: str) -> str | None:
@@ -163,94 +125,6 @@ def topic_name_error(name: str) -> str | None:
 def _collision_key(name: str) -> str:
     """'.' and '_' collide in metric names, so Kafka refuses topics that differ only by them."""
     return name.replace(".", "_")
-
-
-class PartitionLog:
-    """One partition's record batches, in memory.
-
-    Offsets are contiguous: each appended batch starts at the current log end offset and advances it by the
-    batch's record count. Batches are kept whole, so reads return whole batches starting at the one that holds
-    the requested offset. A running maximum of batch max timestamps makes the timestamp lookup a binary
-    search.
-    """
-
-    def __init__(self) -> None:
-        self._batches: list[bytes] = []
-        self._base_offsets: list[int] = []
-        self._max_timestamps: list[int] = []  # per batch
-        self._running_max: list[int] = []  # max of _max_timestamps[:i + 1], non-decreasing
-        self.log_start_offset = 0
-        self.high_watermark = 0  # == log end offset: a single replica commits on append
-        self.version = 0  # bumped on every append
-
-    @property
-    def log_end_offset(self) -> int:
-        return self.high_watermark
-
-    @property
-    def size_in_bytes(self) -> int:
-        return sum(len(b) for b in self._batches)
-
-    def append(self, batch: bytes, max_timestamp: int | None = None) -> int:
-        """Append one validated batch, assigning its base offset; returns that offset.
-
-        `max_timestamp` is the largest record timestamp when the caller has read the records; otherwise the
-        header's maxTimestamp is used.
-        """
-        header = read_header(batch)
-        base_offset = self.high_watermark
-        if max_timestamp is None:
-            max_timestamp = header.max_timestamp
-        self._batches.append(with_base_offset(batch, base_offset))
-        self._base_offsets.append(base_offset)
-        self._max_timestamps.append(max_timestamp)
-        previous = self._running_max[-1] if self._running_max else NO_TIMESTAMP
-        self._running_max.append(max(previous, max_timestamp))
-        self.high_watermark = base_offset + header.last_offset_delta + 1
-        self.version += 1
-        return base_offset
-
-    def read(self, offset: int, max_bytes: int, min_one: bool = False) -> bytes:
-        """Whole batches from the one holding `offset`, at most `max_bytes` in total; with `min_one`, the
-        first batch is returned even when it alone is larger (KIP-74), so a consumer always makes progress."""
-        if not self.log_start_offset <= offset < self.high_watermark:
-            return b""
-        index = bisect.bisect_right(self._base_offsets, offset) - 1
-        chunks: list[bytes] = []
-        size = 0
-        for batch in itertools.islice(self._batches, index, None):
-            if size + len(batch) > max_bytes and not (min_one and not chunks):
-                break
-            chunks.append(batch)
-            size += len(batch)
-        return b"".join(chunks)
-
-    def offset_for_timestamp(self, target: int) -> tuple[int, int] | None:
-        """(timestamp, offset) of the first record whose timestamp is at least `target`, or None.
-
-        For batches whose records cannot be decoded here (snappy, lz4, zstd) the answer is the batch's first
-        offset with its max timestamp: batch granularity.
-        """
-        index = bisect.bisect_left(self._running_max, target)
-        if index == len(self._batches):
-            return None
-        return self._first_record_at_least(index, target)
-
-    def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """(timestamp, offset) of the first record with the largest timestamp, or None for an empty log."""
-        if not self._batches:
-            return None
-        largest = self._running_max[-1]
-        index = bisect.bisect_left(self._running_max, largest)
-        return self._first_record_at_least(index, largest)
-
-    def _first_record_at_least(self, index: int, target: int) -> tuple[int, int]:
-        records = record_timestamps(self._batches[index])
-        if records is not None:
-            for offset, timestamp in records:
-                if timestamp >= target:
-                    return timestamp, offset
-        return self._max_timestamps[index], self._base_offsets[index]
 
 
 @dataclasses.dataclass(eq=False)
@@ -305,8 +179,7 @@ class EmbeddedDataPlane:
         # Topics being created or deleted on disk: the name is taken until the disk work ends.
         self._pending: dict[str, asyncio.Future[None]] = {}
         self._producer_ids = itertools.count()
-        self._waiters: dict[Any, set[asyncio.Future[None]]] = {}
-        self._closed = False
+        self._waiters = Waiters()
         # Durable mode, set by start().
         self._store: TopicStore | None = None
         self._writer: Writer | None = None
@@ -316,18 +189,20 @@ class EmbeddedDataPlane:
         self._next_producer_id = 0
         self._producer_id_limit = 0  # ids below this are covered by the persisted block end
         self._producer_id_lock = asyncio.Lock()
+        self._reads = Reads(self._topics, self._topics_by_id, self._waiters)
+        self._writes = Writes(config, self._topics, self._topics_by_id, lambda: self._writer, self._waiters)
 
     # -- DataPlane --------------------------------------------------------------------------------
 
     def register(self, table: ApiTable) -> None:
         handlers = {
-            PRODUCE: self._produce,
-            FETCH: self._fetch,
-            LIST_OFFSETS: self._list_offsets,
-            METADATA: self._metadata,
-            CREATE_TOPICS: self._create_topics,
-            DELETE_TOPICS: self._delete_topics,
-            INIT_PRODUCER_ID: self._init_producer_id,
+            ApiKey.PRODUCE: self._writes.produce,
+            ApiKey.FETCH: self._reads.fetch,
+            ApiKey.LIST_OFFSETS: self._reads.list_offsets,
+            ApiKey.METADATA: self._metadata,
+            ApiKey.CREATE_TOPICS: self._create_topics,
+            ApiKey.DELETE_TOPICS: self._delete_topics,
+            ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
         }
         for api_key, handler in handlers.items():
             low, high = VERSIONS[api_key]
@@ -342,7 +217,7 @@ class EmbeddedDataPlane:
         writer thread and the retention task."""
         if self._stopped:
             raise RuntimeError("a closed durable data plane cannot be started again; make a new one")
-        self._closed = False
+        self._waiters.closed = False
         if self._data_dir is None or self._store is not None:
             return
         loop = asyncio.get_running_loop()
@@ -370,9 +245,7 @@ class EmbeddedDataPlane:
 
     def stop_waiting(self) -> None:
         """Shutdown has begun: parked fetches answer at once with what they have, and no new one parks."""
-        self._closed = True
-        for futures in self._waiters.values():
-            _wake(futures)
+        self._waiters.close()
 
     async def close(self) -> None:
         """Stop serving long polls (see stop_waiting). In durable mode, also finish queued writes, fsync what
@@ -409,7 +282,7 @@ class EmbeddedDataPlane:
 
     def _on_applied(self, partition: DiskLog, events: list[tuple[str, Any]]) -> None:
         partition.apply(events)
-        _wake(self._waiters.get(partition, ()))
+        self._waiters.wake(partition)
 
     def _log_config(self, configs: dict[str, str]) -> LogConfig:
         def value(topic_key: str, broker_key: str) -> int:
@@ -620,7 +493,7 @@ class EmbeddedDataPlane:
         if self._collision_keys.get(_collision_key(topic.name)) == topic.name:
             del self._collision_keys[_collision_key(topic.name)]
         for partition in topic.partitions:
-            _wake(self._waiters.pop(partition, set()))
+            self._waiters.forget(partition)
 
     def _durable_parts(self) -> tuple[Writer, TopicStore]:
         if self._writer is None or self._store is None:
@@ -644,7 +517,7 @@ class EmbeddedDataPlane:
         key = _collision_key(name)
         if name not in self._topics and self._collision_keys.get(key) == name:
             del self._collision_keys[key]
-        _resolve(future)
+        resolve(future)
 
     async def _settled(self, name: str) -> None:
         """Wait until no creation or deletion of `name` is under way."""
@@ -766,7 +639,7 @@ class EmbeddedDataPlane:
                tuple((t.name, getattr(t, "topic_id", None), len(t.partitions)) for t in topics))
         encoded = self._metadata_answers.get(key)
         if encoded is None:
-            encoded = encode_body(METADATA, version, response)
+            encoded = encode_body(ApiKey.METADATA, version, response)
             self._metadata_bytes += len(encoded.body)
             if len(self._metadata_answers) >= METADATA_ENTRIES_KEPT or self._metadata_bytes > METADATA_BYTES_KEPT:
                 self._metadata_answers.clear()
@@ -946,333 +819,6 @@ class EmbeddedDataPlane:
             self._next_producer_id += 1
             return producer_id
 
-    # -- Produce ----------------------------------------------------------------------------------
-
-    async def _produce(self, ctx: RequestContext, request: Any) -> dict[str, Any] | None:
-        """Produce v3-v13. v5 adds log_start_offset, v8 record errors and error messages, v13 topic ids.
-        v12 is v11 plus transaction semantics (KIP-890) that do not apply without transactions. Each
-        partition's data may hold several batches; they are validated and appended together, or not at all."""
-        version = ctx.api_version
-        acks = request.acks
-        max_batch_bytes = self._config["message.max.bytes"]
-        appended: list[PartitionLog] = []
-        writes: list[tuple[dict[str, Any], DiskLog, concurrent.futures.Future[int]]] = []
-        responses: list[dict[str, Any]] = []
-        for topic_data in request.topic_data:
-            if version >= 13:
-                topic = self._topics_by_id.get(topic_data.topic_id)
-                missing = ErrorCode.unknown_topic_id
-            else:
-                topic = self._topics.get(topic_data.name)
-                missing = ErrorCode.unknown_topic_or_partition
-            partitions: list[dict[str, Any]] = []
-            for data in topic_data.partition_data:
-                index = data.index
-                if topic is None:
-                    partitions.append(_produce_error(index, missing, None))
-                    continue
-                if not 0 <= index < len(topic.partitions):
-                    partitions.append(_produce_error(index, ErrorCode.unknown_topic_or_partition, None))
-                    continue
-                if acks not in _VALID_ACKS:
-                    partitions.append(_produce_error(index, ErrorCode.invalid_required_acks,
-                                                     f"acks={acks} is not one of 0, 1, -1"))
-                    continue
-                try:
-                    batches = validate_batches(data.records, max_batch_bytes=max_batch_bytes,
-                                               allow_zstd=version >= 7)
-                except InvalidBatch as exc:
-                    partitions.append(_produce_error(index, exc.error_code, exc.message))
-                    continue
-                if any(b.header.is_transactional for b in batches):
-                    partitions.append(_produce_error(index, ErrorCode.invalid_txn_state,
-                                                     "transactions are not supported by this server"))
-                    continue
-                partition = topic.partitions[index]
-                if isinstance(partition, DiskLog):
-                    if self._writer is None:
-                        partitions.append(_produce_error(index, ErrorCode.kafka_storage_error,
-                                                         "the data plane is not started"))
-                        continue
-                    # Answered below, once the writer thread has written (and for acks=-1 fsynced) it.
-                    answer = _produce_error(index, ErrorCode.none, None)
-                    future = self._writer.append(partition, [b.data for b in batches], sync=acks == -1)
-                    writes.append((answer, partition, future))
-                    partitions.append(answer)
-                    continue
-                base_offset = -1
-                for batch in batches:
-                    offset = partition.append(batch.data, batch.max_timestamp)
-                    if base_offset < 0:
-                        base_offset = offset
-                appended.append(partition)
-                partitions.append({
-                    "index": index,
-                    "error_code": ErrorCode.none,
-                    "base_offset": base_offset,
-                    "log_append_time": None,  # -1: CreateTime
-                    "log_start_offset": partition.log_start_offset,
-                    "record_errors": (),
-                    "error_message": None,
-                })
-            responses.append({
-                "name": getattr(topic_data, "name", None),
-                "topic_id": getattr(topic_data, "topic_id", None),
-                "partition_responses": partitions,
-            })
-        for partition in appended:
-            _wake(self._waiters.get(partition, ()))
-        if writes:
-            # acks=0 waits too, without answering: it keeps a connection's produce requests from piling up.
-            await self._await_writes(writes, ms(request.timeout))
-        if acks == 0:
-            return None
-        return {"responses": responses, "throttle_time": 0}
-
-    @staticmethod
-    async def _await_writes(writes: list[tuple[dict[str, Any], DiskLog, concurrent.futures.Future[int]]],
-                            timeout_ms: int) -> None:
-        """Fill in each partition's answer once its append is settled, or REQUEST_TIMED_OUT after the
-        request's timeout (appends still queued then are withdrawn)."""
-        if timeout_ms <= 0:
-            timeout_ms = DEFAULT_PRODUCE_TIMEOUT_MS
-        waiting = [asyncio.wrap_future(future) for _, _, future in writes]
-        try:
-            _, late = await asyncio.wait(waiting, timeout=timeout_ms / 1000)
-        finally:
-            for future in waiting:
-                if not future.done():
-                    future.cancel()
-        for (answer, partition, _), future in zip(writes, waiting, strict=True):
-            if future in late or future.cancelled():
-                answer["error_code"] = ErrorCode.request_timed_out
-                answer["error_message"] = f"the write was not acknowledged within {timeout_ms} ms"
-                continue
-            exc = future.exception()
-            if exc is None:
-                answer["error_code"] = ErrorCode.none
-                answer["base_offset"] = future.result()
-                answer["log_start_offset"] = partition.log_start_offset
-            elif isinstance(exc, LogClosed):
-                answer["error_code"] = ErrorCode.unknown_topic_or_partition
-                answer["error_message"] = str(exc)
-            else:
-                if not isinstance(exc, StorageFailure):
-                    logger.error("append failed", exc_info=exc)
-                answer["error_code"] = ErrorCode.kafka_storage_error
-                answer["error_message"] = str(exc)
-
-    # -- ListOffsets ------------------------------------------------------------------------------
-
-    async def _list_offsets(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
-        """ListOffsets v1-v10. v4 adds leader epochs, v7 max timestamp (-3), v8 earliest local (-4), v9 latest
-        tiered (-5: none here), v10 a timeout for tiered storage (nothing to wait for). v11's earliest pending
-        upload is tiered-storage only and not advertised."""
-        version = ctx.api_version
-        occurrences = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
-        topics: list[dict[str, Any]] = []
-        for topic_request in request.topics:
-            topic = self._topics.get(topic_request.name)
-            partitions: list[dict[str, Any]] = []
-            for p in topic_request.partitions:
-                index = p.partition_index
-                timestamp = p.timestamp
-                if occurrences[(topic_request.name, index)] > 1:
-                    partitions.append(_list_offsets_error(index, ErrorCode.invalid_request))
-                elif timestamp < 0 and version < _TIMESTAMP_MIN_VERSION.get(timestamp, 1 << 15):
-                    partitions.append(_list_offsets_error(index, ErrorCode.unsupported_version))
-                elif topic is None or not 0 <= index < len(topic.partitions):
-                    partitions.append(_list_offsets_error(index, ErrorCode.unknown_topic_or_partition))
-                elif (error := _leader_epoch_error(getattr(p, "current_leader_epoch", -1))) is not None:
-                    partitions.append(_list_offsets_error(index, error))
-                else:
-                    partitions.append(await self._offset_for(index, topic.partitions[index], timestamp))
-            topics.append({"name": topic_request.name, "partitions": partitions})
-        return {"throttle_time": 0, "topics": topics}
-
-    @staticmethod
-    async def _offset_for(index: int, partition: Any, timestamp: int) -> dict[str, Any]:
-        found: tuple[int, int] | None
-        epoch = LEADER_EPOCH
-        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            found = (NO_TIMESTAMP, partition.log_start_offset)
-        elif timestamp == LATEST_TIMESTAMP:
-            found = (NO_TIMESTAMP, partition.high_watermark)
-        elif timestamp == LATEST_TIERED_TIMESTAMP:
-            found, epoch = (NO_TIMESTAMP, -1), -1  # nothing is tiered
-        elif isinstance(partition, DiskLog):
-            views = partition.views()
-            try:
-                if timestamp == MAX_TIMESTAMP:
-                    found = await asyncio.to_thread(_segments.max_timestamp_offset, views)
-                else:
-                    found = await asyncio.to_thread(_segments.offset_for_timestamp, views, timestamp)
-            except (OSError, ValueError) as exc:
-                logger.error("ListOffsets read failed: %s", exc)
-                return _list_offsets_error(index, ErrorCode.kafka_storage_error)
-            finally:
-                DiskLog.release(views)
-        elif timestamp == MAX_TIMESTAMP:
-            found = partition.max_timestamp_offset()
-        else:
-            found = partition.offset_for_timestamp(timestamp)
-        if found is None:
-            return {"partition_index": index, "error_code": ErrorCode.none, "timestamp": -1, "offset": -1,
-                    "leader_epoch": -1}
-        return {"partition_index": index, "error_code": ErrorCode.none, "timestamp": found[0],
-                "offset": found[1], "leader_epoch": epoch}
-
-    # -- Fetch ------------------------------------------------------------------------------------
-
-    async def _fetch(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
-        """Fetch v4-v17. v5 adds log_start_offset, v7 sessions (not kept: always a full sessionless answer),
-        v9 current leader epochs, v11 rack / preferred read replica (-1), v12 flexible with tagged diverging
-        epoch (default), v13 topic ids, v15 replica state. v18 only adds a follower's high watermark and is
-        not advertised, matching Kafka 4.1."""
-        version = ctx.api_version
-        session_epoch = getattr(request, "session_epoch", -1)
-        if session_epoch not in _FULL_FETCH_EPOCHS:
-            # An incremental fetch names a session; this server never creates one.
-            return {"throttle_time": 0, "error_code": ErrorCode.fetch_session_id_not_found, "session_id": 0,
-                    "responses": ()}
-        loop = asyncio.get_running_loop()
-        max_wait = ms(request.max_wait) / 1000
-        deadline = loop.time() + max_wait
-        while True:
-            responses, total, failed, logs = await self._fetch_once(request, version)
-            if self._closed or failed or total >= request.min_bytes or max_wait <= 0 or not logs:
-                break
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            if any(partition.version != seen for partition, seen in logs):
-                continue  # appended to while a read was in a worker thread: read again before parking
-            await self._wait_for_data([partition for partition, _ in logs], remaining)
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": responses}
-
-    async def _fetch_once(
-        self, request: Any, version: int
-    ) -> tuple[list[dict[str, Any]], int, bool, list[tuple[Any, int]]]:
-        """One pass over the requested partitions: (topic responses, record bytes, any error, and for each log
-        read: (log, its version before the read))."""
-        remaining = request.max_bytes
-        min_one = True
-        total = 0
-        failed = False
-        logs: list[tuple[Any, int]] = []
-        read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
-        responses: list[dict[str, Any]] = []
-        for fetch_topic in request.topics:
-            if version >= 13:
-                topic = self._topics_by_id.get(fetch_topic.topic_id)
-                missing = ErrorCode.unknown_topic_id
-            else:
-                topic = self._topics.get(fetch_topic.topic)
-                missing = ErrorCode.unknown_topic_or_partition
-            partitions: list[dict[str, Any]] = []
-            for p in fetch_topic.partitions:
-                index = p.partition
-                partition: Any = None
-                if topic is None:
-                    error: ErrorCode | None = missing
-                elif not 0 <= index < len(topic.partitions):
-                    error = ErrorCode.unknown_topic_or_partition
-                else:
-                    error = _leader_epoch_error(getattr(p, "current_leader_epoch", -1))
-                    partition = topic.partitions[index]
-                if error is not None or partition is None:
-                    failed = True
-                    partitions.append(_fetch_error(index, error or ErrorCode.unknown_topic_or_partition))
-                    continue
-                logs.append((partition, partition.version))
-                answer = {
-                    "partition_index": index,
-                    "error_code": ErrorCode.none,
-                    "high_watermark": partition.high_watermark,
-                    "last_stable_offset": partition.high_watermark,
-                    "log_start_offset": partition.log_start_offset,
-                    "aborted_transactions": () if read_committed else None,
-                    "preferred_read_replica": -1,
-                    "records": b"",
-                }
-                if not partition.log_start_offset <= p.fetch_offset <= partition.high_watermark:
-                    failed = True
-                    answer["error_code"] = ErrorCode.offset_out_of_range
-                else:
-                    try:
-                        data = await self._read(partition, p.fetch_offset,
-                                                min(p.partition_max_bytes, remaining), min_one)
-                    except (OSError, ValueError) as exc:
-                        logger.error("Fetch read of %s-%d failed: %s", getattr(fetch_topic, "topic", None),
-                                     index, exc)
-                        failed = True
-                        partitions.append(_fetch_error(index, ErrorCode.kafka_storage_error))
-                        continue
-                    if data:
-                        min_one = False
-                        total += len(data)
-                        remaining = max(0, remaining - len(data))
-                        answer["records"] = data
-                partitions.append(answer)
-            responses.append({
-                "topic": getattr(fetch_topic, "topic", None),
-                "topic_id": getattr(fetch_topic, "topic_id", None),
-                "partitions": partitions,
-            })
-        return responses, total, failed, logs
-
-    @staticmethod
-    async def _read(partition: Any, offset: int, max_bytes: int, min_one: bool) -> bytes:
-        """Read a partition: in memory directly; on disk on the event loop when the bytes were just written
-        (page cache), else in a worker thread, holding the segments open meanwhile."""
-        if not isinstance(partition, DiskLog) or partition.is_hot(offset):
-            return partition.read(offset, max_bytes, min_one)
-        if not partition.log_start_offset <= offset < partition.high_watermark:
-            return b""
-        views = partition.views(offset)
-        try:
-            return await asyncio.to_thread(_segments.read_views, views, offset, max_bytes, min_one)
-        finally:
-            DiskLog.release(views)
-
-    async def _wait_for_data(self, logs: list[Any], timeout: float) -> None:
-        """Park until one of `logs` is appended to, its topic is deleted, the plane closes, or `timeout`."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        for log in logs:
-            self._waiters.setdefault(log, set()).add(future)
-        timer = loop.call_later(timeout, _resolve, future)
-        try:
-            await future
-        finally:
-            timer.cancel()
-            for log in logs:
-                waiters = self._waiters.get(log)
-                if waiters is not None:
-                    waiters.discard(future)
-                    if not waiters:
-                        del self._waiters[log]
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-def _wake(futures: Iterable[asyncio.Future[None]]) -> None:
-    for future in list(futures):
-        _resolve(future)
-
-
-def _leader_epoch_error(requested: int) -> ErrorCode | None:
-    """Kafka's fencing check on a client's current leader epoch (-1 = unknown, not checked)."""
-    if requested == -1 or requested == LEADER_EPOCH:
-        return None
-    if requested < LEADER_EPOCH:
-        return ErrorCode.fenced_leader_epoch
-    return ErrorCode.unknown_leader_epoch
-
-
 METADATA_ENTRIES_KEPT = 4096
 METADATA_BYTES_KEPT = 32 << 20  # encoded Metadata answers kept, at most
 
@@ -1280,7 +826,7 @@ METADATA_BYTES_KEPT = 32 << 20  # encoded Metadata answers kept, at most
 @functools.lru_cache(maxsize=None)
 def _metadata_topic_class(version: int) -> type:
     """The entity class of one topic in a Metadata response of `version`."""
-    return typing.get_args(typing.get_type_hints(response_class(METADATA, version))["topics"])[0]
+    return typing.get_args(typing.get_type_hints(response_class(ApiKey.METADATA, version))["topics"])[0]
 
 
 def _metadata_error(code: ErrorCode, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
@@ -1296,17 +842,3 @@ def _delete_result(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode
 def _init_producer_id_error(code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
 
-
-def _produce_error(index: int, code: ErrorCode, message: str | None) -> dict[str, Any]:
-    return {"index": index, "error_code": code, "base_offset": -1, "log_append_time": None,
-            "log_start_offset": -1, "record_errors": (), "error_message": message}
-
-
-def _list_offsets_error(index: int, code: ErrorCode) -> dict[str, Any]:
-    return {"partition_index": index, "error_code": code, "timestamp": -1, "offset": -1, "leader_epoch": -1}
-
-
-def _fetch_error(index: int, code: ErrorCode) -> dict[str, Any]:
-    return {"partition_index": index, "error_code": code, "high_watermark": -1, "last_stable_offset": -1,
-            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
-            "records": b""}

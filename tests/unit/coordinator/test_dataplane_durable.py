@@ -23,8 +23,9 @@ from kio.static.primitive import i8, i16, i32, i64
 from coordinator.config import Config
 from coordinator.dataplane import disk
 from coordinator.dataplane.batches import read_header, with_base_offset
-from coordinator.dataplane.embedded import DELETE_TOPICS, INIT_PRODUCER_ID, PRODUCE, EmbeddedDataPlane
+from coordinator.dataplane.embedded import EmbeddedDataPlane
 from protocol.api import ApiTable
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from storage import FS, OsFS
 from storage.fakefs import FaultFS, MemFS
@@ -48,7 +49,7 @@ class DurableHarness(Harness):
 
     async def produce_many(self, topic: str, partition: int, batches: list[bytes], acks: int = -1,
                            timeout: int = 5000) -> Any:
-        response = await self.call(PRODUCE, 9, {
+        response = await self.call(ApiKey.PRODUCE, 9, {
             "acks": acks, "timeout": timeout,
             "topic_data": [{"name": topic,
                             "partition_data": [{"index": partition, "records": b"".join(batches)}]}],
@@ -250,12 +251,12 @@ async def test_power_cut_keeps_every_acks_all_batch(open_plane: Any) -> None:
         answer = await h.produce("d", 0, b, acks=-1)
         acked.append(with_base_offset(b, answer.base_offset))
     request = {"transactional_id": None, "transaction_timeout": 1}
-    ids = [(await h.call(INIT_PRODUCER_ID, 4, request)).producer_id for _ in range(3)]
+    ids = [(await h.call(ApiKey.INIT_PRODUCER_ID, 4, request)).producer_id for _ in range(3)]
     after_cut = fs.crash()  # while the plane is still running: nothing was flushed by a clean close
     survivor = await open_plane(MEM_DIR, after_cut)
     assert survivor.plane.topic_id("d") == h.plane.topic_id("d")
     assert await survivor.fetch_all("d", 0) == b"".join(acked)
-    new_id = (await survivor.call(INIT_PRODUCER_ID, 4, request)).producer_id
+    new_id = (await survivor.call(ApiKey.INIT_PRODUCER_ID, 4, request)).producer_id
     assert new_id > max(ids)
 
 
@@ -263,11 +264,11 @@ async def test_producer_ids_do_not_repeat_after_a_restart(open_plane: Any, tmp_p
     data_dir = str(tmp_path / "data")
     request = {"transactional_id": None, "transaction_timeout": 1}
     h = await open_plane(data_dir)
-    first = [(await h.call(INIT_PRODUCER_ID, 4, request)).producer_id for _ in range(5)]
+    first = [(await h.call(ApiKey.INIT_PRODUCER_ID, 4, request)).producer_id for _ in range(5)]
     assert len(set(first)) == 5
     await h.plane.close()
     again = await open_plane(data_dir)
-    second = [(await again.call(INIT_PRODUCER_ID, 4, request)).producer_id for _ in range(5)]
+    second = [(await again.call(ApiKey.INIT_PRODUCER_ID, 4, request)).producer_id for _ in range(5)]
     assert min(second) > max(first)
 
 
@@ -499,7 +500,7 @@ async def test_deleted_topic_stays_deleted(open_plane: Any, where: tuple[FS, str
     first = await h.create("gone", 2)
     await h.produce("gone", 1, batch(b"a"))
     await h.create("stays", 1)
-    response = await h.call(DELETE_TOPICS, 5, {"topic_names": ["gone"], "timeout": 1000})
+    response = await h.call(ApiKey.DELETE_TOPICS, 5, {"topic_names": ["gone"], "timeout": 1000})
     assert response.responses[0].error_code == ErrorCode.none
     topics_dir = os.path.join(data_dir, "topics")
     assert not [n for n in fs.listdir(topics_dir) if n.startswith("gone")]
@@ -527,7 +528,7 @@ async def test_crash_in_the_middle_of_a_delete_does_not_resurrect(open_plane: An
         await h.produce("half", p, batch(b"x"))
     fs.crash_at("rename" if nth <= 2 else "remove", nth=nth if nth <= 2 else nth - 2,
                 path_contains="half-")
-    await h.call(DELETE_TOPICS, 5, {"topic_names": ["half"], "timeout": 1000})
+    await h.call(ApiKey.DELETE_TOPICS, 5, {"topic_names": ["half"], "timeout": 1000})
     assert fs.crashed
     after = inner.crash()
     again = await open_plane(MEM_DIR, after)
@@ -541,11 +542,11 @@ async def test_a_failed_delete_commit_keeps_the_topic(open_plane: Any) -> None:
     await h.create("kept", 1)
     await h.produce("kept", 0, batch(b"x"))
     fs.fail_op("remove", times=1, path_contains="kept.json")
-    response = await h.call(DELETE_TOPICS, 5, {"topic_names": ["kept"], "timeout": 1000})
+    response = await h.call(ApiKey.DELETE_TOPICS, 5, {"topic_names": ["kept"], "timeout": 1000})
     assert response.responses[0].error_code == ErrorCode.kafka_storage_error
     assert h.plane.log_end_offset("kept", 0) == 1
     assert (await h.produce("kept", 0, batch(b"y"))).base_offset == 1
-    response = await h.call(DELETE_TOPICS, 5, {"topic_names": ["kept"], "timeout": 1000})
+    response = await h.call(ApiKey.DELETE_TOPICS, 5, {"topic_names": ["kept"], "timeout": 1000})
     assert response.responses[0].error_code == ErrorCode.none
 
 

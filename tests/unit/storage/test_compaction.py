@@ -9,7 +9,7 @@ import pytest
 
 from storage import Log, StorageError
 from storage.fakefs import FaultFS, MemFS
-from storage.log import encode_entry
+from storage.format import encode_entry
 from tests.unit.storage.support import DIR, Logs, entries, pairs, seg_path, segment_names, state
 
 SIZE = len(encode_entry(0, b"k0", b"v00", 0))  # every entry below has this size, tombstones aside

@@ -11,7 +11,7 @@ import pytest
 
 from storage import Log, OsFS, StorageError, StorageFullError, StorageIOError
 from storage.fakefs import FaultFS, MemFS
-from storage.log import encode_entry
+from storage.format import encode_entry
 from tests.unit.storage.support import DIR, Logs, kv, pairs, seg_path, segment_names
 
 ZERO = "00000000000000000000.log"

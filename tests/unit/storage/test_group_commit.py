@@ -7,7 +7,7 @@ import time
 from concurrent.futures import Future
 
 from storage.fakefs import FaultFS, MemFS
-from storage.log import encode_entry
+from storage.format import encode_entry
 from tests.unit.storage.support import DIR, Logs, entries, kv, seg_path
 
 ZERO = "00000000000000000000.log"

@@ -18,7 +18,7 @@ from storage import (
     StorageFormatError,
 )
 from storage.fakefs import FaultFS, MemFS
-from storage.log import BAD_HEADER, CHECKSUM, FRAME_SIZE, INCOMPLETE, encode_entry
+from storage.format import BAD_HEADER, CHECKSUM, FRAME_SIZE, INCOMPLETE, encode_entry
 from tests.unit.storage.support import DIR, Logs, entries, kv, pairs, seg_path, segment_names, state
 
 ZERO = "00000000000000000000.log"
@@ -327,13 +327,13 @@ def test_progress_is_reported_for_open_and_replay(logs: Logs, memfs: MemFS) -> N
 def test_entries_are_crc_checked_once_by_open_not_again_by_replay(
     logs: Logs, memfs: MemFS, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import storage.log
+    import storage.format
 
     size = len(encode_entry(0, *kv(0), 0))
     written, _ = _fixture_log(memfs, 6, segment_bytes=3 * size)
     checked: list[int] = []
-    real_crc = storage.log._crc
-    monkeypatch.setattr(storage.log, "_crc", lambda data: checked.append(1) or real_crc(data))
+    real_crc = storage.format.checksum
+    monkeypatch.setattr(storage.format, "checksum", lambda data: checked.append(1) or real_crc(data))
     lg = logs.open(fs=memfs, segment_bytes=3 * size)
     assert len(checked) == 6
     lg.append([kv(6)]).result(5)

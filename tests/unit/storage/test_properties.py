@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from storage import Log, StorageFormatError
 from storage.fakefs import MemFS
-from storage.log import encode_entry
+from storage.format import encode_entry
 from tests.unit.storage.support import DIR, pairs, seg_path, state
 
 ZERO = "00000000000000000000.log"

@@ -1,0 +1,257 @@
+"""The on-disk format of storage.Log: entry framing, encoding and parsing, segment names, and the errors.
+
+The format and the theory of operation are described once, at the top of storage/log.py; this module is the
+part of it that the log, its compaction and the tools share.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
+
+import crc32c as _crc32c
+
+from storage.fs import File
+
+FORMAT_VERSION = 1
+FLAG_TOMBSTONE = 0x01
+
+FRAME = struct.Struct("<IIBBIQq")  # length, crc, version, flags, key_len, seq, timestamp
+FRAME_SIZE = FRAME.size  # 30
+PREFIX = 8  # length + crc
+HEADER = struct.Struct("<BBIQq")  # what the CRC covers before the key
+HEADER_SIZE = HEADER.size  # 22
+LEN_CRC = struct.Struct("<II")
+MAX_LENGTH = 0xFFFFFFFF
+
+DEFAULT_SEGMENT_BYTES = 100 * 1024 * 1024
+DEFAULT_MAX_BATCH_BYTES = 16 * 1024 * 1024
+READ_CHUNK = 8 * 1024 * 1024
+COPY_CHUNK = 4 * 1024 * 1024
+
+LOCK_FILE = "LOCK"  # held (flock) by the open Log
+SEGMENT_SUFFIX = ".log"
+SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
+
+checksum = _crc32c.crc32c
+
+#: progress(bytes_done, bytes_total, entries_so_far), for open() and replay().
+ProgressFn = Callable[[int, int, int], None]
+
+# Why reading stopped early (Truncation.reason).
+INCOMPLETE = "incomplete entry"
+CHECKSUM = "checksum mismatch"
+BAD_HEADER = "invalid header"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Errors
+
+
+class StorageError(Exception):
+    """A storage operation failed: `op` names the step (write, fsync, roll, ...), `errno` the OS error."""
+
+    def __init__(self, message: str, *, op: str = "", code: int | None = None) -> None:
+        super().__init__(message)
+        self.op = op
+        self.errno = code
+
+
+class StorageFullError(StorageError):
+    """No space left (ENOSPC, EDQUOT)."""
+
+
+class StorageIOError(StorageError):
+    """Any other I/O error (EIO, ...)."""
+
+
+class StorageClosedError(StorageError):
+    """The log is closed."""
+
+
+class StorageCorruptError(StorageError):
+    """Corruption found where it cannot be repaired by truncating (after open, in a closed segment)."""
+
+
+class StorageFormatError(StorageError):
+    """An entry was written by a newer format version than this code reads."""
+
+
+def os_error(op: str, exc: OSError) -> StorageError:
+    cls = StorageFullError if exc.errno in (errno.ENOSPC, errno.EDQUOT) else StorageIOError
+    err = cls(f"{op} failed: {exc}", op=op, code=exc.errno)
+    err.__cause__ = exc
+    return err
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Public value types
+
+
+class Entry(NamedTuple):
+    """One entry as replayed. `value` None is a tombstone."""
+
+    seq: int
+    key: bytes
+    value: bytes | None
+    timestamp_ms: int
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Encoding and parsing
+
+
+def encode_entry(seq: int, key: bytes, value: bytes | None, timestamp_ms: int) -> bytes:
+    """One framed entry, as the writer puts it on disk (for tests and tools)."""
+    out: list[bytes] = []
+    encode_into(out, [(key, value)], seq, timestamp_ms)
+    return b"".join(out)
+
+
+def encode_into(out: list[bytes], items: Sequence[tuple[bytes, bytes | None]], seq: int, ts: int) -> int:
+    """Append the framed entries to `out`; return the next sequence number."""
+    pack_header = HEADER.pack
+    pack_prefix = LEN_CRC.pack
+    crc = checksum
+    for key, value in items:
+        if value is None:
+            body = pack_header(FORMAT_VERSION, FLAG_TOMBSTONE, len(key), seq, ts) + key
+        else:
+            body = pack_header(FORMAT_VERSION, 0, len(key), seq, ts) + key + value
+        out.append(pack_prefix(len(body), crc(body)))
+        out.append(body)
+        seq += 1
+    return seq
+
+
+def entry_size(key: bytes, value: bytes | None) -> int:
+    return FRAME_SIZE + len(key) + (0 if value is None else len(value))
+
+
+class Stop:
+    """How a pass over one segment ended."""
+
+    __slots__ = ("valid_end", "reason", "last_seq", "entries")
+
+    def __init__(self) -> None:
+        self.valid_end = 0
+        self.reason: str | None = None
+        self.last_seq = -1
+        self.entries = 0
+
+
+def parse(
+    f: File,
+    limit: int,
+    prev_seq: int,
+    stop: Stop,
+    progress: Callable[[int, int], None] | None = None,
+    chunk: int = READ_CHUNK,
+    emit: bool = True,
+    verify: bool = True,
+) -> Iterator[Entry]:
+    """Yield the valid entries in the first `limit` bytes of `f`; sequence numbers must exceed `prev_seq`.
+
+    Stops at the end of `limit` or at the first short or corrupt entry; `stop` then tells where and why.
+    `progress(bytes_parsed, entries_parsed)` is called after each chunk is read. With `emit` False it only
+    checks (recovery), yielding nothing. With `verify` False it skips the CRCs, for bytes already checked
+    (replay: see `Log.replay`); the framing and header checks stay. Raises StorageFormatError for an intact
+    entry of a newer version.
+
+    This loop is the replay hot path: the sizes are literals (FRAME_SIZE 30, 8 bytes of length and CRC, 22
+    bytes of header) and the checks are few, because every bytecode counts a million times over.
+    """
+    unpack = FRAME.unpack_from
+    crc = checksum
+    new = tuple.__new__
+    entry_cls = Entry
+    buf = b""
+    pos = 0  # in buf
+    base = 0  # file offset of buf[0]
+    last = prev_seq
+    count = 0
+    reason = None
+    length = 0
+    while True:
+        n = len(buf)
+        while pos + 30 <= n:
+            length, c, ver, flags, klen, seq, ts = unpack(buf, pos)
+            if length < 22:
+                reason = BAD_HEADER
+                break
+            end = pos + 8 + length
+            if end > n:
+                break
+            if verify and crc(buf[pos + 8 : end]) != c:  # for small entries, copying beats a memoryview
+                reason = CHECKSUM
+                break
+            if (
+                ver != FORMAT_VERSION
+                or flags > 1
+                or klen > length - 22
+                or seq <= last
+                or (flags and klen != length - 22)
+            ):
+                if ver > FORMAT_VERSION and verify:  # unchecked, it may as well be damage
+                    raise StorageFormatError(
+                        f"entry at offset {base + pos} has format version {ver}; this code reads up to "
+                        f"{FORMAT_VERSION} (written by a newer release?)",
+                        op="read",
+                    )
+                reason = BAD_HEADER
+                break
+            if emit:
+                ks = pos + 30
+                ke = ks + klen
+                yield new(entry_cls, (seq, buf[ks:ke], None if flags else buf[ke:end], ts))
+            last = seq
+            count += 1
+            pos = end
+        if reason is not None:
+            break
+        done = base + pos
+        avail = n - pos
+        need = 8 + length if avail >= 30 else 30
+        if done + need > limit:
+            if done < limit:
+                reason = INCOMPLETE
+            break
+        read_from = base + n
+        data = f.read_at(read_from, min(max(chunk, need - avail), limit - read_from))
+        if not data:
+            reason = INCOMPLETE  # the file is shorter than we were told
+            break
+        buf = buf[pos:] + data
+        base = done
+        pos = 0
+        if progress is not None:
+            progress(base, count)
+    stop.valid_end = base + pos
+    stop.reason = reason
+    stop.last_seq = last
+    stop.entries = count
+
+
+def reporter(progress: ProgressFn, done: int, total: int, entries: int) -> Callable[[int, int], None]:
+    """Turn parse's per-segment progress into the caller's whole-log progress."""
+    return lambda consumed, count: progress(done + consumed, total, entries + count)
+
+
+def segment_name(base: int) -> str:
+    return f"{base:020d}{SEGMENT_SUFFIX}"
+
+
+class Segment:
+    __slots__ = ("base", "name", "path", "size")
+
+    def __init__(self, base: int, name: str, path: str, size: int) -> None:
+        self.base = base
+        self.name = name
+        self.path = path
+        self.size = size  # durable bytes
+
+    def __repr__(self) -> str:
+        return f"Segment({self.name}, {self.size})"
