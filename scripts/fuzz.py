@@ -260,7 +260,7 @@ def process_killers(table: ApiTable, frames: list[bytes]) -> list[int]:
 
 
 def _log_corpus(rng: random.Random) -> tuple[bytes, list[tuple[int, bytes, bytes | None, int]]]:
-    from storage.log import encode_entry
+    from storage.format import encode_entry
 
     entries = []
     seq = rng.randint(0, 5)
