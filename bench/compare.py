@@ -80,11 +80,18 @@ def pct(values: list[float], q: float) -> float:
 
 
 def spread(values: list[float]) -> dict:
-    return {"p50": pct(values, 50), "p99": pct(values, 99), "min": min(values), "max": max(values),
-            "mean": statistics.fmean(values), "n": len(values)}
+    return {
+        "p50": pct(values, 50),
+        "p99": pct(values, 99),
+        "min": min(values),
+        "max": max(values),
+        "mean": statistics.fmean(values),
+        "n": len(values),
+    }
 
 
 # -- process measurements ------------------------------------------------------------------------------------
+
 
 def procs(pid: int) -> list[psutil.Process]:
     try:
@@ -120,9 +127,23 @@ class Profiler:
 
     def __init__(self, pid: int, out: Path, rate: int = 250) -> None:
         self.out = out
-        self.proc = subprocess.Popen([str(Path(PY).parent / "py-spy"), "record", "--pid", str(pid), "--format", "raw",
-                                      "--rate", str(rate), "--nonblocking", "--output", str(out)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [
+                str(Path(PY).parent / "py-spy"),
+                "record",
+                "--pid",
+                str(pid),
+                "--format",
+                "raw",
+                "--rate",
+                str(rate),
+                "--nonblocking",
+                "--output",
+                str(out),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         time.sleep(1.0)
 
     def stop(self) -> None:
@@ -138,11 +159,13 @@ class Profiler:
 
 # -- child processes speaking JSON lines ---------------------------------------------------------------------
 
+
 class Child:
     def __init__(self, cmd: list[str], log_path: Path) -> None:
         self.log = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                     text=True)
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
+        )
         self.events: Queue[dict] = Queue()
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -174,8 +197,9 @@ class Child:
             if e["ev"] == name:
                 return e
             if e["ev"] in ("failed", "eof"):
-                raise RuntimeError(f"{Path(self.proc.args[1]).name} {e['ev']}: {e.get('error', '')} "
-                                   f"(log {self.log.name})")
+                raise RuntimeError(
+                    f"{Path(self.proc.args[1]).name} {e['ev']}: {e.get('error', '')} (log {self.log.name})"
+                )
 
     def stop(self, timeout: float = 60) -> None:
         try:
@@ -195,6 +219,7 @@ class Child:
 
 
 # -- workload: round trips -----------------------------------------------------------------------------------
+
 
 def coordinator_for(host: str, port: int, v: dict, group: str) -> tuple[str, int]:
     """The address FindCoordinator names for `group` (clients move there; with this server's workers it is
@@ -234,8 +259,9 @@ def setup_member_blocking(c: RawClient, v: dict, group: str, session_ms: int) ->
         if err:
             raise rk.BenchError(f"JoinGroup: error {err}")
         member_id, generation = resp.member_id, resp.generation_id
-        sresp = c.request(rk.sync_request(v, group, generation, member_id, None,
-                                          [(member_id, rk.assignment({TOPIC: [0]}))]))
+        sresp = c.request(
+            rk.sync_request(v, group, generation, member_id, None, [(member_id, rk.assignment({TOPIC: [0]}))])
+        )
         if int(sresp.error_code) == 0:
             return member_id, generation
         if time.monotonic() > deadline:
@@ -289,28 +315,79 @@ GO_LOADGEN = REPO / ".deps" / "go" / "bin" / "bench-loadgen"
 
 def build_go_loadgen() -> str | None:
     """Build bench/loadgen (Go, franz-go's kmsg; module cache in .deps/go). None when built, else why not."""
-    env = dict(os.environ, GOMODCACHE=str(REPO / ".deps" / "go" / "mod"), GOCACHE=str(REPO / ".deps" / "go" / "cache"),
-               GOFLAGS="-mod=mod")
+    env = dict(
+        os.environ,
+        GOMODCACHE=str(REPO / ".deps" / "go" / "mod"),
+        GOCACHE=str(REPO / ".deps" / "go" / "cache"),
+        GOFLAGS="-mod=mod",
+    )
     try:
-        out = subprocess.run(["go", "build", "-o", str(GO_LOADGEN), "."], cwd=BENCH / "loadgen", env=env,
-                             capture_output=True, text=True, timeout=600)
+        out = subprocess.run(
+            ["go", "build", "-o", str(GO_LOADGEN), "."],
+            cwd=BENCH / "loadgen",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"go build: {exc}"
     return None if out.returncode == 0 else f"go build: {(out.stderr or out.stdout).strip()[-300:]}"
 
 
-def throughput_one(target, v: dict, args, run_dir: Path, conns: int, op: str, generator: str,
-                   profile: Path | None) -> dict:
+def throughput_one(
+    target, v: dict, args, run_dir: Path, conns: int, op: str, generator: str, profile: Path | None
+) -> dict:
     prefix = f"tp-{op}-{conns}-{generator}-{int(time.time() * 1000)}"
-    common = ["--bootstrap", target.bootstrap, "--versions", json.dumps(v), "--op", op, "--window", str(args.window),
-              "--duration", str(args.duration), "--topic", TOPIC, "--session-ms", "10000"]
+    common = [
+        "--bootstrap",
+        target.bootstrap,
+        "--versions",
+        json.dumps(v),
+        "--op",
+        op,
+        "--window",
+        str(args.window),
+        "--duration",
+        str(args.duration),
+        "--topic",
+        TOPIC,
+        "--session-ms",
+        "10000",
+    ]
     if generator == "go":
-        gens = [Child([str(GO_LOADGEN), *(a.replace("--", "-", 1) if a.startswith("--") else a for a in common),
-                       "-conns", str(conns), "-prefix", prefix], run_dir / f"loadgen-{prefix}.log")]
+        gens = [
+            Child(
+                [
+                    str(GO_LOADGEN),
+                    *(a.replace("--", "-", 1) if a.startswith("--") else a for a in common),
+                    "-conns",
+                    str(conns),
+                    "-prefix",
+                    prefix,
+                ],
+                run_dir / f"loadgen-{prefix}.log",
+            )
+        ]
     else:
         per = [conns // args.gens + (1 if i < conns % args.gens else 0) for i in range(args.gens)]
-        gens = [Child([PY, str(BENCH / "loadgen.py"), "throughput", *common, "--conns", str(n), "--prefix",
-                       f"{prefix}-{i}"], run_dir / f"loadgen-{prefix}-{i}.log") for i, n in enumerate(per) if n]
+        gens = [
+            Child(
+                [
+                    PY,
+                    str(BENCH / "loadgen.py"),
+                    "throughput",
+                    *common,
+                    "--conns",
+                    str(n),
+                    "--prefix",
+                    f"{prefix}-{i}",
+                ],
+                run_dir / f"loadgen-{prefix}-{i}.log",
+            )
+            for i, n in enumerate(per)
+            if n
+        ]
     try:
         for g in gens:
             g.wait_event("ready", 300)
@@ -334,13 +411,21 @@ def throughput_one(target, v: dict, args, run_dir: Path, conns: int, op: str, ge
         for k, n in (r["error_codes"] or {}).items():
             codes[k] = codes.get(k, 0) + n
     return {
-        "op": op, "conns": conns, "generator": generator, "generator_processes": len(gens),
-        "answers": answers, "seconds": seconds, "per_s": answers / seconds,
-        "target_cpu_s": cpu, "target_cores": cpu / (w1 - w0),
+        "op": op,
+        "conns": conns,
+        "generator": generator,
+        "generator_processes": len(gens),
+        "answers": answers,
+        "seconds": seconds,
+        "per_s": answers / seconds,
+        "target_cpu_s": cpu,
+        "target_cores": cpu / (w1 - w0),
         "cpu_s_per_100k": cpu / answers * 1e5 if answers else float("nan"),
         "per_cpu_s": answers / cpu if cpu > 0 else float("nan"),
-        "generator_cpu_s": sum(r["cpu_s"] for r in res), "generator_cores": sum(r["cpu_s"] for r in res) / seconds,
-        "checked": sum(r["checked"] for r in res), "errors_in_checked": sum(r["errors"] for r in res),
+        "generator_cpu_s": sum(r["cpu_s"] for r in res),
+        "generator_cores": sum(r["cpu_s"] for r in res) / seconds,
+        "checked": sum(r["checked"] for r in res),
+        "errors_in_checked": sum(r["errors"] for r in res),
         "error_codes": codes,
     }
 
@@ -364,19 +449,25 @@ def throughput(target, v: dict, args, run_dir: Path, profile_dir: Path | None) -
                     log(f"  {name:<15} [{generator}] {exc}")
                     continue
                 runs[generator] = r
-                log(f"  {name:<15} [{generator:>6}] {r['per_s']:9.0f}/s  target {r['target_cores']:.2f} cores, "
+                log(
+                    f"  {name:<15} [{generator:>6}] {r['per_s']:9.0f}/s  target {r['target_cores']:.2f} cores, "
                     f"{r['cpu_s_per_100k']:.2f} CPU-s/100k; generator {r['generator_cores']:.2f} cores; "
-                    f"{r['errors_in_checked']}/{r['checked']} checked answers had errors {r['error_codes'] or ''}")
+                    f"{r['errors_in_checked']}/{r['checked']} checked answers had errors {r['error_codes'] or ''}"
+                )
             good = [r for r in runs.values() if "per_s" in r]
             if good:
                 best = max(good, key=lambda r: r["per_s"])
                 out[name] = {**best, "runs": runs}
             else:
-                out[name] = {"error": "; ".join(f"{g}: {r.get('error')}" for g, r in runs.items()), "runs": runs}
+                out[name] = {
+                    "error": "; ".join(f"{g}: {r.get('error')}" for g, r in runs.items()),
+                    "runs": runs,
+                }
     return out
 
 
 # -- workload: rebalance (confluent-kafka members) -----------------------------------------------------------
+
 
 class Holdings:
     """Who holds what, from members' assign/revoke/lost events (whole sets for eager, increments for
@@ -444,12 +535,32 @@ def rebalance(target, args, run_dir: Path) -> dict:
             target.create_topic(topic, n)
             victim = n - 1
             rest = list(range(n - 1))
-            chunks = [rest[i:i + args.members_per_process] for i in range(0, len(rest), args.members_per_process)]
+            chunks = [
+                rest[i : i + args.members_per_process] for i in range(0, len(rest), args.members_per_process)
+            ]
             chunks.append([victim])
-            children = [Child([PY, str(BENCH / "members.py"), "--bootstrap", target.bootstrap, "--group", group,
-                               "--topic", topic, "--indices", ",".join(map(str, ch)), "--strategy", strategy,
-                               "--session-ms", str(args.session_ms)], run_dir / f"members-{group}-{i}.log")
-                        for i, ch in enumerate(chunks)]
+            children = [
+                Child(
+                    [
+                        PY,
+                        str(BENCH / "members.py"),
+                        "--bootstrap",
+                        target.bootstrap,
+                        "--group",
+                        group,
+                        "--topic",
+                        topic,
+                        "--indices",
+                        ",".join(map(str, ch)),
+                        "--strategy",
+                        strategy,
+                        "--session-ms",
+                        str(args.session_ms),
+                    ],
+                    run_dir / f"members-{group}-{i}.log",
+                )
+                for i, ch in enumerate(chunks)
+            ]
             h = Holdings()
             res: dict = {}
             try:
@@ -458,8 +569,12 @@ def rebalance(target, args, run_dir: Path) -> dict:
                 for ch in children:
                     ch.send("go")
                 everyone = set(range(n))
-                t_full = pump(children, h, lambda: len(h.subscribed) == n and h.complete(everyone, n),
-                              args.phase_timeout)
+                t_full = pump(
+                    children,
+                    h,
+                    lambda: len(h.subscribed) == n and h.complete(everyone, n),
+                    args.phase_timeout,
+                )
                 # From the first subscribe(): the members' subscribe calls are spread over the processes' thread
                 # starts, and a group that formed mostly before the last call would look faster than it was.
                 res["join_s"] = t_full - min(h.subscribed.values())
@@ -500,12 +615,31 @@ def static_restart(target, args, run_dir: Path) -> dict:
     topic, group = f"st-{stamp}", f"static-{stamp}"
     target.create_topic(topic, n)
     idx = list(range(n))
-    chunks = [idx[i:i + args.members_per_process] for i in range(0, n, args.members_per_process)]
+    chunks = [idx[i : i + args.members_per_process] for i in range(0, n, args.members_per_process)]
     owner = {m: i for i, ch in enumerate(chunks) for m in ch}
-    children = [Child([PY, str(BENCH / "members.py"), "--bootstrap", target.bootstrap, "--group", group, "--topic",
-                       topic, "--indices", ",".join(map(str, ch)), "--strategy", "range", "--session-ms",
-                       str(args.static_session_ms), "--static"], run_dir / f"members-{group}-{i}.log")
-                for i, ch in enumerate(chunks)]
+    children = [
+        Child(
+            [
+                PY,
+                str(BENCH / "members.py"),
+                "--bootstrap",
+                target.bootstrap,
+                "--group",
+                group,
+                "--topic",
+                topic,
+                "--indices",
+                ",".join(map(str, ch)),
+                "--strategy",
+                "range",
+                "--session-ms",
+                str(args.static_session_ms),
+                "--static",
+            ],
+            run_dir / f"members-{group}-{i}.log",
+        )
+        for i, ch in enumerate(chunks)
+    ]
     h = Holdings()
     res: dict = {"members": n, "session_timeout_ms": args.static_session_ms}
     try:
@@ -520,14 +654,18 @@ def static_restart(target, args, run_dir: Path) -> dict:
         res["restarted"] = 0
         for m in idx:
             if time.time() - t0 > args.static_budget:
-                res["note"] = f"stopped after {res['restarted']} of {n} restarts: over the {args.static_budget:.0f}s budget"
+                res["note"] = (
+                    f"stopped after {res['restarted']} of {n} restarts: over the {args.static_budget:.0f}s budget"
+                )
                 break
             before = len(h.events)
             children[owner[m]].send(f"restart {m}")
 
             def back(m=m, before=before) -> bool:
-                return any(e["ev"] == "assign" and e["m"] == m and e["inst"] >= 1 and e["parts"]
-                           for e in h.events[before:]) and h.complete(everyone, n)
+                return any(
+                    e["ev"] == "assign" and e["m"] == m and e["inst"] >= 1 and e["parts"]
+                    for e in h.events[before:]
+                ) and h.complete(everyone, n)
 
             pump(children, h, back, args.phase_timeout)
             res["restarted"] += 1
@@ -549,8 +687,10 @@ def static_restart(target, args, run_dir: Path) -> dict:
                     per_member[key[0]] = per_member.get(key[0], 0) + 1
         res["rebalance_callbacks"] = callbacks
         res["rebalances"] = max(per_member.values(), default=0)
-        log(f"  static rolling restart of {n}: {res['total_s']:.1f}s, rebalances seen {res['rebalances']} "
-            f"({callbacks} rebalance callbacks on members not being restarted)")
+        log(
+            f"  static rolling restart of {n}: {res['total_s']:.1f}s, rebalances seen {res['rebalances']} "
+            f"({callbacks} rebalance callbacks on members not being restarted)"
+        )
     except (TimeoutError, RuntimeError) as exc:
         res["error"] = str(exc)
         log(f"  static: {exc}")
@@ -563,6 +703,7 @@ def static_restart(target, args, run_dir: Path) -> dict:
 
 
 # -- workload: scale -----------------------------------------------------------------------------------------
+
 
 def fresh_baseline(target, v: dict) -> str:
     """Memory figures are deltas; memory freed by earlier workloads but kept by the allocator (or a JVM heap)
@@ -593,10 +734,34 @@ def scale_idle(target, v: dict, args, run_dir: Path) -> dict:
     baseline = fresh_baseline(target, v)
     rss0, cpu0 = rss_bytes(target.pid), cpu_seconds(target.pid)
     t0 = time.perf_counter()
-    gens = [Child([PY, str(BENCH / "loadgen.py"), "idle", "--bootstrap", target.bootstrap, "--versions",
-                   json.dumps(v), "--members", str(g * size), "--group-size", str(size), "--prefix",
-                   f"{prefix}-{i}", "--topic", TOPIC, "--session-ms", "10000", "--join-concurrency", "500"],
-                  run_dir / f"loadgen-{prefix}-{i}.log") for i, g in enumerate(per_groups) if g]
+    gens = [
+        Child(
+            [
+                PY,
+                str(BENCH / "loadgen.py"),
+                "idle",
+                "--bootstrap",
+                target.bootstrap,
+                "--versions",
+                json.dumps(v),
+                "--members",
+                str(g * size),
+                "--group-size",
+                str(size),
+                "--prefix",
+                f"{prefix}-{i}",
+                "--topic",
+                TOPIC,
+                "--session-ms",
+                "10000",
+                "--join-concurrency",
+                "500",
+            ],
+            run_dir / f"loadgen-{prefix}-{i}.log",
+        )
+        for i, g in enumerate(per_groups)
+        if g
+    ]
     res: dict = {"members": n, "groups": groups, "interval_ms": 3000, "baseline": baseline}
     try:
         deadline = time.monotonic() + args.idle_setup_timeout
@@ -614,17 +779,22 @@ def scale_idle(target, v: dict, args, run_dir: Path) -> dict:
         for g in gens:
             g.send("stop")
         results = [g.wait_event("result", 120) for g in gens]
-        res.update({
-            "rss_before_mb": rss0 / 2**20, "rss_idle_mb": statistics.median(samples) / 2**20,
-            "rss_per_member_kb": (statistics.median(samples) - rss0) / n / 1024,
-            "cpu_cores_idle": (c2 - c1) / (w2 - w1),
-            "heartbeats": sum(r["heartbeats"] for r in results),
-            "errors": sum(r["errors"] for r in results),
-            "rebalances_total": sum(r["rebalances"] for r in results),
-        })
-        log(f"  idle {n} members/{groups} groups: setup {res['setup_s']:.1f}s, RSS {res['rss_before_mb']:.0f} -> "
+        res.update(
+            {
+                "rss_before_mb": rss0 / 2**20,
+                "rss_idle_mb": statistics.median(samples) / 2**20,
+                "rss_per_member_kb": (statistics.median(samples) - rss0) / n / 1024,
+                "cpu_cores_idle": (c2 - c1) / (w2 - w1),
+                "heartbeats": sum(r["heartbeats"] for r in results),
+                "errors": sum(r["errors"] for r in results),
+                "rebalances_total": sum(r["rebalances"] for r in results),
+            }
+        )
+        log(
+            f"  idle {n} members/{groups} groups: setup {res['setup_s']:.1f}s, RSS {res['rss_before_mb']:.0f} -> "
             f"{res['rss_idle_mb']:.0f} MB ({res['rss_per_member_kb']:.1f} KB/member), CPU "
-            f"{res['cpu_cores_idle'] * 100:.1f}% of a core, {res['errors']} errors")
+            f"{res['cpu_cores_idle'] * 100:.1f}% of a core, {res['errors']} errors"
+        )
     except (TimeoutError, RuntimeError) as exc:
         res["error"] = str(exc)
         log(f"  idle: {exc}")
@@ -653,11 +823,35 @@ def scale_offsets(target, v: dict, args, run_dir: Path) -> dict:
     rss0 = rss_bytes(target.pid)
     t0 = time.perf_counter()
     bounds = [groups * i // args.gens for i in range(args.gens + 1)]
-    gens = [Child([PY, str(BENCH / "loadgen.py"), "commits", "--bootstrap", target.bootstrap, "--versions",
-                   json.dumps(v), "--prefix", prefix, "--topic", TOPIC, "--first", str(bounds[i]), "--last",
-                   str(bounds[i + 1]), "--partitions", str(parts), "--conns", str(args.offsets_conns),
-                   "--window", str(args.offsets_window)],
-                  run_dir / f"loadgen-{prefix}-{i}.log") for i in range(args.gens)]
+    gens = [
+        Child(
+            [
+                PY,
+                str(BENCH / "loadgen.py"),
+                "commits",
+                "--bootstrap",
+                target.bootstrap,
+                "--versions",
+                json.dumps(v),
+                "--prefix",
+                prefix,
+                "--topic",
+                TOPIC,
+                "--first",
+                str(bounds[i]),
+                "--last",
+                str(bounds[i + 1]),
+                "--partitions",
+                str(parts),
+                "--conns",
+                str(args.offsets_conns),
+                "--window",
+                str(args.offsets_window),
+            ],
+            run_dir / f"loadgen-{prefix}-{i}.log",
+        )
+        for i in range(args.gens)
+    ]
     try:
         results = [g.wait_event("result", 1800) for g in gens]
     finally:
@@ -668,10 +862,17 @@ def scale_offsets(target, v: dict, args, run_dir: Path) -> dict:
     res["error_codes"] = [r["error_codes"] for r in results if r["error_codes"]]
     time.sleep(3)
     rss1 = rss_bytes(target.pid)
-    res.update({"rss_before_mb": rss0 / 2**20, "rss_after_mb": rss1 / 2**20,
-                "bytes_per_offset": (rss1 - rss0) / (groups * parts)})
-    log(f"  {groups * parts} offsets committed in {res['commit_s']:.1f}s ({res['errors']} errors): RSS "
-        f"{rss0 / 2**20:.0f} -> {rss1 / 2**20:.0f} MB = {res['bytes_per_offset']:.0f} B/offset")
+    res.update(
+        {
+            "rss_before_mb": rss0 / 2**20,
+            "rss_after_mb": rss1 / 2**20,
+            "bytes_per_offset": (rss1 - rss0) / (groups * parts),
+        }
+    )
+    log(
+        f"  {groups * parts} offsets committed in {res['commit_s']:.1f}s ({res['errors']} errors): RSS "
+        f"{rss0 / 2**20:.0f} -> {rss1 / 2**20:.0f} MB = {res['bytes_per_offset']:.0f} B/offset"
+    )
     if not hasattr(target, "restart"):
         res["recovery"] = "n/a: state is kept in memory only"
         return res
@@ -698,16 +899,27 @@ def scale_offsets(target, v: dict, args, run_dir: Path) -> dict:
     res["recovery_s"] = time.perf_counter() - t_start if not pending else None
     res["recovery_connect_s"] = t_listen
     res["rss_after_recovery_mb"] = rss_bytes(target.pid) / 2**20
-    log(f"  restart: accepting connections after {t_listen or float('nan'):.2f}s, all {len(sample)} sampled groups' "
-        f"offsets back after {res['recovery_s'] if res['recovery_s'] is not None else 'TIMEOUT'}s")
+    log(
+        f"  restart: accepting connections after {t_listen or float('nan'):.2f}s, all {len(sample)} sampled groups' "
+        f"offsets back after {res['recovery_s'] if res['recovery_s'] is not None else 'TIMEOUT'}s"
+    )
     return res
 
 
 # -- profile summary ----------------------------------------------------------------------------------------
 
 BUCKETS = [
-    ("decode (kio readers, framing, headers)", ("kio/serial/read", "kio/serial/_parse", "protocol/framing",
-                                                  "/readers.py", "entity_reader", "decode")),
+    (
+        "decode (kio readers, framing, headers)",
+        (
+            "kio/serial/read",
+            "kio/serial/_parse",
+            "protocol/framing",
+            "/readers.py",
+            "entity_reader",
+            "decode",
+        ),
+    ),
     ("encode (kio writers)", ("kio/serial/writ", "/writers.py", "encode")),
     ("state machine (coordinator/group, offsets)", ("coordinator/group/", "coordinator/offsets/")),
     ("log append / fsync (storage)", ("storage/",)),
@@ -740,12 +952,15 @@ def summarize_profile(path: Path) -> dict:
                 break
         layer[bucket] = layer.get(bucket, 0) + n
     top = sorted(own.items(), key=lambda kv: -kv[1])[:25]
-    return {"samples": total,
-            "own_top": [{"frame": f, "share": n / total} for f, n in top] if total else [],
-            "layers": {b: n / total for b, n in sorted(layer.items(), key=lambda kv: -kv[1])} if total else {}}
+    return {
+        "samples": total,
+        "own_top": [{"frame": f, "share": n / total} for f, n in top] if total else [],
+        "layers": {b: n / total for b, n in sorted(layer.items(), key=lambda kv: -kv[1])} if total else {},
+    }
 
 
 # -- report --------------------------------------------------------------------------------------------------
+
 
 def fmt(x, unit: str = "", digits: int = 1) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -763,21 +978,34 @@ def render(results: dict) -> str:
     names = list(results["targets"])
     T = results["targets"]
     ok = [n for n in names if T[n].get("status") == "ok"]
-    lines = [f"Run of {results['date']} on {results['machine']['cpus']} CPUs ({results['machine']['cpu_model']}), "
-             f"{results['machine']['mem_gb']:.0f} GB, {results['machine']['os']}; mode: {results['mode']}.", ""]
+    lines = [
+        f"Run of {results['date']} on {results['machine']['cpus']} CPUs ({results['machine']['cpu_model']}), "
+        f"{results['machine']['mem_gb']:.0f} GB, {results['machine']['os']}; mode: {results['mode']}.",
+        "",
+    ]
     lines.append("| target | version | status | load avg (1 min) before -> after |")
     lines.append("|---|---|---|---|")
     for n in names:
         t = T[n]
         la = t.get("loadavg_before", [None])[0], t.get("loadavg_after", [None])[0]
-        lines.append(f"| {n} | {t.get('version', '-')} | {t.get('status')} | {fmt(la[0], '', 2)} -> "
-                     f"{fmt(la[1], '', 2)} |")
+        lines.append(
+            f"| {n} | {t.get('version', '-')} | {t.get('status')} | {fmt(la[0], '', 2)} -> "
+            f"{fmt(la[1], '', 2)} |"
+        )
     others = [n for n in ok if n != "server"]
     # Round trips.
-    lines += ["", "**Round trips** on one connection (microseconds; ratio = this server / target, below 1 is "
-              "better):", ""]
-    head = "| request | " + " | ".join(f"{n} p50 / p99" for n in ok) + " | " + " | ".join(
-        f"p50 ratio vs {n}" for n in others) + " |"
+    lines += [
+        "",
+        "**Round trips** on one connection (microseconds; ratio = this server / target, below 1 is better):",
+        "",
+    ]
+    head = (
+        "| request | "
+        + " | ".join(f"{n} p50 / p99" for n in ok)
+        + " | "
+        + " | ".join(f"p50 ratio vs {n}" for n in others)
+        + " |"
+    )
     lines += [head, "|" + "---|" * (1 + len(ok) + len(others))]
     ops = []
     for n in ok:
@@ -793,11 +1021,20 @@ def render(results: dict) -> str:
         rat = [ratio(srv, T[n].get("roundtrip", {}).get(op, {}).get("p50")) for n in others]
         lines.append(f"| {op} | " + " | ".join(cells) + " | " + " | ".join(rat) + " |")
     # Throughput.
-    lines += ["", "**Throughput** with pipelining (answers/s; CPU-s per 100k = the target's process CPU seconds per "
-              "100,000 answers; per CPU-s ratio = this server / target, above 1 is better):", ""]
-    lines += ["| workload | " + " | ".join(f"{n} /s (CPU-s per 100k)" for n in ok) + " | "
-              + " | ".join(f"per CPU-s ratio vs {n}" for n in others) + " |",
-              "|" + "---|" * (1 + len(ok) + len(others))]
+    lines += [
+        "",
+        "**Throughput** with pipelining (answers/s; CPU-s per 100k = the target's process CPU seconds per "
+        "100,000 answers; per CPU-s ratio = this server / target, above 1 is better):",
+        "",
+    ]
+    lines += [
+        "| workload | "
+        + " | ".join(f"{n} /s (CPU-s per 100k)" for n in ok)
+        + " | "
+        + " | ".join(f"per CPU-s ratio vs {n}" for n in others)
+        + " |",
+        "|" + "---|" * (1 + len(ok) + len(others)),
+    ]
     keys = []
     for n in ok:
         for k in T[n].get("throughput", {}):
@@ -807,8 +1044,11 @@ def render(results: dict) -> str:
         cells = []
         for n in ok:
             r = T[n].get("throughput", {}).get(k)
-            cells.append(f"{fmt(r['per_s'], '', 0)} ({fmt(r['cpu_s_per_100k'], '', 2)})" if r and "per_s" in r
-                         else ("error" if r else "-"))
+            cells.append(
+                f"{fmt(r['per_s'], '', 0)} ({fmt(r['cpu_s_per_100k'], '', 2)})"
+                if r and "per_s" in r
+                else ("error" if r else "-")
+            )
         srv = T.get("server", {}).get("throughput", {}).get(k, {}).get("per_cpu_s")
         rat = [ratio(srv, T[n].get("throughput", {}).get(k, {}).get("per_cpu_s")) for n in others]
         lines.append(f"| {k} conns | " + " | ".join(cells) + " | " + " | ".join(rat) + " |")
@@ -816,17 +1056,28 @@ def render(results: dict) -> str:
     for n in ok:
         for k, r in T[n].get("throughput", {}).items():
             if isinstance(r, dict) and "runs" in r:
-                parts = [f"{g} {fmt(x.get('per_s'), '/s', 0)} using {fmt(x.get('generator_cores'), ' cores', 2)}"
-                         for g, x in r["runs"].items()]
+                parts = [
+                    f"{g} {fmt(x.get('per_s'), '/s', 0)} using {fmt(x.get('generator_cores'), ' cores', 2)}"
+                    for g, x in r["runs"].items()
+                ]
                 gen_note.append(f"{n} {k}: " + ", ".join(parts))
     if gen_note:
         lines += ["", "Load generators (the table shows the higher of the two): " + "; ".join(gen_note) + "."]
     # Rebalance.
-    lines += ["", "**Rebalance** with confluent-kafka members (seconds; ratio = this server / target, below 1 is "
-              "better):", ""]
-    lines += ["| scenario | " + " | ".join(f"{n} join / leave / kill" for n in ok) + " | "
-              + " | ".join(f"join ratio vs {n}" for n in others) + " |",
-              "|" + "---|" * (1 + len(ok) + len(others))]
+    lines += [
+        "",
+        "**Rebalance** with confluent-kafka members (seconds; ratio = this server / target, below 1 is "
+        "better):",
+        "",
+    ]
+    lines += [
+        "| scenario | "
+        + " | ".join(f"{n} join / leave / kill" for n in ok)
+        + " | "
+        + " | ".join(f"join ratio vs {n}" for n in others)
+        + " |",
+        "|" + "---|" * (1 + len(ok) + len(others)),
+    ]
     rkeys = []
     for n in ok:
         for k in T[n].get("rebalance", {}):
@@ -836,9 +1087,12 @@ def render(results: dict) -> str:
         cells = []
         for n in ok:
             r = T[n].get("rebalance", {}).get(k, {})
-            cells.append("error" if "error" in r and "join_s" not in r else
-                         f"{fmt(r.get('join_s'), '', 2)} / {fmt(r.get('leave_s'), '', 2)} / "
-                         f"{fmt(r.get('kill_s'), '', 2)}")
+            cells.append(
+                "error"
+                if "error" in r and "join_s" not in r
+                else f"{fmt(r.get('join_s'), '', 2)} / {fmt(r.get('leave_s'), '', 2)} / "
+                f"{fmt(r.get('kill_s'), '', 2)}"
+            )
         srv = T.get("server", {}).get("rebalance", {}).get(k, {}).get("join_s")
         rat = [ratio(srv, T[n].get("rebalance", {}).get(k, {}).get("join_s")) for n in others]
         lines.append(f"| {k} | " + " | ".join(cells) + " | " + " | ".join(rat) + " |")
@@ -855,21 +1109,38 @@ def render(results: dict) -> str:
                 cells.append("-")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
-    row("static restart: rebalances seen / total s (restarted)",
-        lambda t: f"{t['static']['rebalances']} / {fmt(t['static']['total_s'])} "
-                  f"({t['static'].get('restarted', '-')} of {t['static']['members']})")
+    row(
+        "static restart: rebalances seen / total s (restarted)",
+        lambda t: (
+            f"{t['static']['rebalances']} / {fmt(t['static']['total_s'])} "
+            f"({t['static'].get('restarted', '-')} of {t['static']['members']})"
+        ),
+    )
     row("idle members: setup s", lambda t: fmt(t["scale_idle"]["setup_s"]))
-    row("idle members: RSS MB (before -> idle)",
-        lambda t: f"{fmt(t['scale_idle']['rss_before_mb'], '', 0)} -> {fmt(t['scale_idle']['rss_idle_mb'], '', 0)}")
+    row(
+        "idle members: RSS MB (before -> idle)",
+        lambda t: (
+            f"{fmt(t['scale_idle']['rss_before_mb'], '', 0)} -> {fmt(t['scale_idle']['rss_idle_mb'], '', 0)}"
+        ),
+    )
     row("idle members: CPU % of a core", lambda t: fmt(t["scale_idle"]["cpu_cores_idle"] * 100))
-    row("idle members: heartbeat errors / rebalances",
-        lambda t: f"{t['scale_idle']['errors']} / {t['scale_idle']['rebalances_total']}")
-    row("offsets: commit s (errors)",
-        lambda t: f"{fmt(t['scale_offsets']['commit_s'])} ({t['scale_offsets']['errors']})")
+    row(
+        "idle members: heartbeat errors / rebalances",
+        lambda t: f"{t['scale_idle']['errors']} / {t['scale_idle']['rebalances_total']}",
+    )
+    row(
+        "offsets: commit s (errors)",
+        lambda t: f"{fmt(t['scale_offsets']['commit_s'])} ({t['scale_offsets']['errors']})",
+    )
     row("offsets: RSS bytes per offset", lambda t: fmt(t["scale_offsets"]["bytes_per_offset"], "", 0))
-    row("offsets: recovery s after restart",
-        lambda t: fmt(t["scale_offsets"]["recovery_s"], "", 2) if "recovery_s" in t["scale_offsets"]
-        else t["scale_offsets"]["recovery"])
+    row(
+        "offsets: recovery s after restart",
+        lambda t: (
+            fmt(t["scale_offsets"]["recovery_s"], "", 2)
+            if "recovery_s" in t["scale_offsets"]
+            else t["scale_offsets"]["recovery"]
+        ),
+    )
     un = [f"{n}: {T[n]['status']}" for n in names if T[n].get("status") != "ok"]
     if un:
         lines += ["", "Not measured: " + "; ".join(un)]
@@ -903,9 +1174,13 @@ def goals(results: dict) -> list[dict]:
                 worst.append((r["p50"] / o["p50"], op, n))
     if worst:
         bad = [w for w in worst if w[0] > 1]
-        out.append({"goal": "round-trip p50 at or below every other target's",
-                    "verdict": "met" if not bad else "missed",
-                    "detail": "; ".join(f"{op} vs {n}: {x:.2f}x" for x, op, n in sorted(worst, reverse=True)[:6])})
+        out.append(
+            {
+                "goal": "round-trip p50 at or below every other target's",
+                "verdict": "met" if not bad else "missed",
+                "detail": "; ".join(f"{op} vs {n}: {x:.2f}x" for x, op, n in sorted(worst, reverse=True)[:6]),
+            }
+        )
     k = T.get("kafka", {})
     if k.get("status") == "ok":
         rows = []
@@ -914,9 +1189,13 @@ def goals(results: dict) -> list[dict]:
             if isinstance(r, dict) and o and "per_cpu_s" in r and "per_cpu_s" in o:
                 rows.append((r["per_cpu_s"] / o["per_cpu_s"], key))
         if rows:
-            out.append({"goal": "throughput per server CPU-second at or above Kafka's",
-                        "verdict": "met" if all(x >= 1 for x, _ in rows) else "missed",
-                        "detail": "; ".join(f"{key}: {x:.2f}x" for x, key in rows)})
+            out.append(
+                {
+                    "goal": "throughput per server CPU-second at or above Kafka's",
+                    "verdict": "met" if all(x >= 1 for x, _ in rows) else "missed",
+                    "detail": "; ".join(f"{key}: {x:.2f}x" for x, key in rows),
+                }
+            )
         rows = []
         for key, r in s.get("rebalance", {}).items():
             o = k.get("rebalance", {}).get(key, {})
@@ -924,22 +1203,37 @@ def goals(results: dict) -> list[dict]:
                 if r.get(phase) is not None and o.get(phase):
                     rows.append((r[phase] / o[phase], f"{key} {phase[:-2]}"))
         if rows:
-            out.append({"goal": "rebalance time at or below Kafka's for every N",
-                        "verdict": "met" if all(x <= 1 for x, _ in rows) else "missed",
-                        "detail": "; ".join(f"{key}: {x:.2f}x" for x, key in rows)})
+            out.append(
+                {
+                    "goal": "rebalance time at or below Kafka's for every N",
+                    "verdict": "met" if all(x <= 1 for x, _ in rows) else "missed",
+                    "detail": "; ".join(f"{key}: {x:.2f}x" for x, key in rows),
+                }
+            )
     st = s.get("static", {})
     if "rebalances" in st:
-        out.append({"goal": "zero rebalances in the static rolling restart",
-                    "verdict": "met" if st["rebalances"] == 0 and st.get("rebalance_callbacks") == 0 else "missed",
-                    "detail": f"{st['rebalances']} rebalances, {st.get('rebalance_callbacks')} callbacks, "
-                              f"{st['total_s']:.1f}s for {st['members']} members"})
+        out.append(
+            {
+                "goal": "zero rebalances in the static rolling restart",
+                "verdict": "met"
+                if st["rebalances"] == 0 and st.get("rebalance_callbacks") == 0
+                else "missed",
+                "detail": f"{st['rebalances']} rebalances, {st.get('rebalance_callbacks')} callbacks, "
+                f"{st['total_s']:.1f}s for {st['members']} members",
+            }
+        )
     so = s.get("scale_offsets", {})
     if so.get("offsets"):
         rec = so.get("recovery_s")
-        out.append({"goal": f"recovery of {so['offsets']:,} offsets in under 5 s",
-                    "verdict": "met" if rec is not None and rec < 5 else "missed",
-                    "detail": f"{rec:.2f}s from process start to every sampled group's offsets" if rec is not None
-                    else "did not recover"})
+        out.append(
+            {
+                "goal": f"recovery of {so['offsets']:,} offsets in under 5 s",
+                "verdict": "met" if rec is not None and rec < 5 else "missed",
+                "detail": f"{rec:.2f}s from process start to every sampled group's offsets"
+                if rec is not None
+                else "did not recover",
+            }
+        )
     return out
 
 
@@ -976,13 +1270,25 @@ def charts(results: dict, prefix: Path) -> list[str]:
         made.append(f"{prefix.name}-latency.png")
     # Throughput.
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    for ax, metric, label in ((axes[0], "per_s", "answers/s"), (axes[1], "per_cpu_s", "answers per target CPU-s")):
+    for ax, metric, label in (
+        (axes[0], "per_s", "answers/s"),
+        (axes[1], "per_cpu_s", "answers per target CPU-s"),
+    ):
         for n in names:
             for op, style in (("heartbeat", "-o"), ("commit", "--s")):
-                pts = sorted((r["conns"], r[metric]) for r in T[n].get("throughput", {}).values()
-                             if isinstance(r, dict) and r.get("op") == op and metric in r)
+                pts = sorted(
+                    (r["conns"], r[metric])
+                    for r in T[n].get("throughput", {}).values()
+                    if isinstance(r, dict) and r.get("op") == op and metric in r
+                )
                 if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=colors.get(n), label=f"{n} {op}")
+                    ax.plot(
+                        [p[0] for p in pts],
+                        [p[1] for p in pts],
+                        style,
+                        color=colors.get(n),
+                        label=f"{n} {op}",
+                    )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("connections")
@@ -1007,10 +1313,15 @@ def charts(results: dict, prefix: Path) -> list[str]:
             for i, n in enumerate(names):
                 vals = [T[n].get("rebalance", {}).get(k, {}).get(phase) or float("nan") for k in keys]
                 ax.bar([j + i * w for j in range(len(keys))], vals, w, label=n, color=colors.get(n))
-            ax.set_xticks([j + w * (len(names) - 1) / 2 for j in range(len(keys))], keys, rotation=20, fontsize=7)
+            ax.set_xticks(
+                [j + w * (len(names) - 1) / 2 for j in range(len(keys))], keys, rotation=20, fontsize=7
+            )
             ax.set_ylabel("seconds")
-            ax.set_title({"join_s": "N members subscribe", "leave_s": "one leaves",
-                          "kill_s": "one is SIGKILLed"}[phase])
+            ax.set_title(
+                {"join_s": "N members subscribe", "leave_s": "one leaves", "kill_s": "one is SIGKILLed"}[
+                    phase
+                ]
+            )
         axes[0].legend()
         fig.tight_layout()
         fig.savefig(f"{prefix}-rebalance.png", dpi=110)
@@ -1028,8 +1339,13 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    return {"cpus": os.cpu_count(), "cpu_model": model, "mem_gb": psutil.virtual_memory().total / 2**30,
-            "os": platform.platform(), "python": platform.python_version()}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "mem_gb": psutil.virtual_memory().total / 2**30,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+    }
 
 
 def update_readme(md: str, date: str) -> None:
@@ -1045,6 +1361,7 @@ def update_readme(md: str, date: str) -> None:
 
 
 # -- main ----------------------------------------------------------------------------------------------------
+
 
 def report_only(json_path: Path, no_readme: bool) -> int:
     results = json.loads(json_path.read_text())
@@ -1064,30 +1381,44 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small workloads (a few minutes in all)")
     ap.add_argument("--targets", default="server,kafka,mock,tansu")
     ap.add_argument("--workloads", default="roundtrip,throughput,rebalance,static,scale")
-    ap.add_argument("--server-rev", default=None,
-                    help="benchmark a commit of this server (git archive REV) instead of the working tree")
+    ap.add_argument(
+        "--server-rev",
+        default=None,
+        help="benchmark a commit of this server (git archive REV) instead of the working tree",
+    )
     ap.add_argument("--rt-calls", type=int)
     ap.add_argument("--rt-warmup", type=int, default=100)
     ap.add_argument("--conns", type=lambda s: [int(x) for x in s.split(",")])
     ap.add_argument("--window", type=int, default=8)
     ap.add_argument("--duration", type=float)
     ap.add_argument("--gens", type=int, default=3, help="Python load-generator processes")
-    ap.add_argument("--generators", default="python,go",
-                    help="throughput load generators to run (the higher measurement is the headline)")
+    ap.add_argument(
+        "--generators",
+        default="python,go",
+        help="throughput load generators to run (the higher measurement is the headline)",
+    )
     ap.add_argument("--members", type=lambda s: [int(x) for x in s.split(",")])
     ap.add_argument("--members-per-process", type=int, default=25)
-    ap.add_argument("--session-ms", type=int, default=6000, help="session.timeout.ms of the rebalance members")
+    ap.add_argument(
+        "--session-ms", type=int, default=6000, help="session.timeout.ms of the rebalance members"
+    )
     ap.add_argument("--static-members", type=int, default=20)
     ap.add_argument("--static-session-ms", type=int, default=10000)
     ap.add_argument("--phase-timeout", type=float, default=120.0)
-    ap.add_argument("--static-budget", type=float, default=90.0, help="seconds; the rolling restart stops there")
+    ap.add_argument(
+        "--static-budget", type=float, default=90.0, help="seconds; the rolling restart stops there"
+    )
     ap.add_argument("--idle-members", type=int)
     ap.add_argument("--idle-seconds", type=float)
-    ap.add_argument("--idle-setup-timeout", type=float, default=150.0, help="seconds for every idle member to join")
+    ap.add_argument(
+        "--idle-setup-timeout", type=float, default=150.0, help="seconds for every idle member to join"
+    )
     ap.add_argument("--offsets", type=int)
     ap.add_argument("--offsets-conns", type=int, default=16, help="connections per generator for the offsets")
     ap.add_argument("--offsets-window", type=int, default=2, help="commits in flight per connection")
-    ap.add_argument("--profile", action="store_true", help="py-spy the server during roundtrip and throughput")
+    ap.add_argument(
+        "--profile", action="store_true", help="py-spy the server during roundtrip and throughput"
+    )
     ap.add_argument("--out", default=str(BENCH / "results"))
     ap.add_argument("--no-readme", action="store_true")
     ap.add_argument("--report", help="only write the tables, goals and charts again from this results JSON")
@@ -1095,10 +1426,15 @@ def main() -> int:
     if args.report:
         return report_only(Path(args.report), args.no_readme)
     q = args.quick
-    defaults = {"rt_calls": 300 if q else 1000, "conns": [50, 200] if q else [100, 1000],
-                "duration": 4.0 if q else 5.0, "members": [5, 10] if q else [10, 100, 500],
-                "idle_members": 500 if q else 10_000, "idle_seconds": 6.0 if q else 15.0,
-                "offsets": 50_000 if q else 1_000_000}
+    defaults = {
+        "rt_calls": 300 if q else 1000,
+        "conns": [50, 200] if q else [100, 1000],
+        "duration": 4.0 if q else 5.0,
+        "members": [5, 10] if q else [10, 100, 500],
+        "idle_members": 500 if q else 10_000,
+        "idle_seconds": 6.0 if q else 15.0,
+        "offsets": 50_000 if q else 1_000_000,
+    }
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -1118,10 +1454,15 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H%MZ")
     run_dir = Path(tempfile.mkdtemp(prefix="bench-compare-"))
-    results: dict = {"date": date, "mode": "quick" if q else "full", "machine": machine(),
-                     "params": {k: v for k, v in vars(args).items() if k not in ("out",)},
-                     "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "run_dir": str(run_dir),
-                     "targets": {}}
+    results: dict = {
+        "date": date,
+        "mode": "quick" if q else "full",
+        "machine": machine(),
+        "params": {k: v for k, v in vars(args).items() if k not in ("out",)},
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "run_dir": str(run_dir),
+        "targets": {},
+    }
     if go_note:
         results["go_loadgen"] = f"unavailable: {go_note}"
     log(f"run dir {run_dir}; results -> {out_dir}/{date}.*")
@@ -1148,8 +1489,12 @@ def main() -> int:
             entry["rss_start_mb"] = rss_bytes(target.pid) / 2**20
             steps = [
                 ("roundtrip", lambda: roundtrip(target, v, args)),
-                ("throughput", lambda: throughput(target, v, args, run_dir,
-                                                  out_dir / f"{date}-profile" if profile_dir else None)),
+                (
+                    "throughput",
+                    lambda: throughput(
+                        target, v, args, run_dir, out_dir / f"{date}-profile" if profile_dir else None
+                    ),
+                ),
                 ("rebalance", lambda: rebalance(target, args, run_dir)),
                 ("static", lambda: static_restart(target, args, run_dir)),
                 ("scale_idle", lambda: scale_idle(target, v, args, run_dir)),
@@ -1189,7 +1534,9 @@ def main() -> int:
         results["profile"] = summary
         with open(out_dir / f"{date}-profile" / "summary.txt", "w") as fh:
             for stem, s in summary.items():
-                fh.write(f"== {stem}: {s['samples']} samples\nby layer (innermost frame of ours/a library):\n")
+                fh.write(
+                    f"== {stem}: {s['samples']} samples\nby layer (innermost frame of ours/a library):\n"
+                )
                 for b, share in s["layers"].items():
                     fh.write(f"  {share * 100:5.1f}%  {b}\n")
                 fh.write("own time by frame:\n")

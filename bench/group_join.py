@@ -59,6 +59,7 @@ CONSUMER_CONF = {
 
 # -- worker (one consumer process) ---------------------------------------------------------------------
 
+
 def worker(args: argparse.Namespace) -> None:
     from confluent_kafka import Consumer
 
@@ -66,9 +67,15 @@ def worker(args: argparse.Namespace) -> None:
         sys.stdout.write(json.dumps({"ev": ev, "t": time.time(), **fields}) + "\n")
         sys.stdout.flush()
 
-    consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group,
-                         "client.id": f"bench-join-{args.index}", "session.timeout.ms": args.session_timeout_ms,
-                         **CONSUMER_CONF})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": args.group,
+            "client.id": f"bench-join-{args.index}",
+            "session.timeout.ms": args.session_timeout_ms,
+            **CONSUMER_CONF,
+        }
+    )
     held: set[int] = set()
 
     def on_assign(_c, parts) -> None:
@@ -110,6 +117,7 @@ def worker(args: argparse.Namespace) -> None:
 
 # -- targets ---------------------------------------------------------------------------------------------
 
+
 class ServerTarget:
     def __init__(self, run_dir: Path) -> None:
         from e2e_server import start_server
@@ -122,7 +130,8 @@ class ServerTarget:
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(
-            timeout=30)
+            timeout=30
+        )
 
     def close(self) -> None:
         self.server.stop()
@@ -130,16 +139,35 @@ class ServerTarget:
 
 # -- one round ---------------------------------------------------------------------------------------------
 
+
 class Worker:
-    def __init__(self, index: int, bootstrap: str, group: str, topic: str, log_dir: Path,
-                 session_timeout_ms: int) -> None:
+    def __init__(
+        self, index: int, bootstrap: str, group: str, topic: str, log_dir: Path, session_timeout_ms: int
+    ) -> None:
         self.index = index
         self.lines: queue.Queue[dict] = queue.Queue()
         self.log = open(log_dir / f"worker{index}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", "--index", str(index), "--bootstrap",
-             bootstrap, "--group", group, "--topic", topic, "--session-timeout-ms", str(session_timeout_ms)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, cwd=REPO)
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--worker",
+                "--index",
+                str(index),
+                "--bootstrap",
+                bootstrap,
+                "--group",
+                group,
+                "--topic",
+                topic,
+                "--session-timeout-ms",
+                str(session_timeout_ms),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            cwd=REPO,
+        )
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
@@ -177,8 +205,9 @@ class Worker:
         self.log.close()
 
 
-def one_round(bootstrap: str, topic: str, group: str, n: int, log_dir: Path, timeout: float,
-              session_timeout_ms: int) -> float:
+def one_round(
+    bootstrap: str, topic: str, group: str, n: int, log_dir: Path, timeout: float, session_timeout_ms: int
+) -> float:
     workers = [Worker(i, bootstrap, group, topic, log_dir, session_timeout_ms) for i in range(n)]
     try:
         events: list[tuple[float, int, dict]] = []
@@ -236,8 +265,15 @@ def run_target(name: str, target, args: argparse.Namespace, base: Path) -> list[
     for r in range(args.rounds):
         log_dir = base / f"{name}-round{r}"
         log_dir.mkdir(parents=True)
-        took = one_round(target.bootstrap, topic, f"bench-join-{name}-{r}-{os.getpid()}", args.consumers, log_dir,
-                         args.round_timeout, args.session_timeout_ms)
+        took = one_round(
+            target.bootstrap,
+            topic,
+            f"bench-join-{name}-{r}-{os.getpid()}",
+            args.consumers,
+            log_dir,
+            args.round_timeout,
+            args.session_timeout_ms,
+        )
         times.append(took)
         print(f"  {name} round {r + 1}: {took:.3f}s", flush=True)
     return times
@@ -263,8 +299,11 @@ def main() -> None:
         return
 
     base = Path(tempfile.mkdtemp(prefix="bench-group-join-"))
-    print(f"{args.consumers} confluent-kafka consumer processes, {args.partitions} partitions, range, "
-          f"heartbeat.interval.ms=500, session.timeout.ms={args.session_timeout_ms}, {args.rounds} rounds per target; logs in {base}", flush=True)
+    print(
+        f"{args.consumers} confluent-kafka consumer processes, {args.partitions} partitions, range, "
+        f"heartbeat.interval.ms=500, session.timeout.ms={args.session_timeout_ms}, {args.rounds} rounds per target; logs in {base}",
+        flush=True,
+    )
     results: dict[str, list[float]] = {}
     for name in args.targets.split(","):
         if name == "server":

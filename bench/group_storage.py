@@ -40,11 +40,11 @@ import struct
 import sys
 import tempfile
 import time
-from typing import Any
 import tracemalloc
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -54,8 +54,8 @@ from e2e_server import ServerProcess, start_server  # noqa: E402
 
 from coordinator.clock import ManualClock, ManualTimer  # noqa: E402
 from coordinator.config import Config  # noqa: E402
-from coordinator.shard import GroupCoordinatorShard  # noqa: E402
 from coordinator.records import CoordinatorRecord, decode_record, new_offset_commit_record  # noqa: E402
+from coordinator.shard import GroupCoordinatorShard  # noqa: E402
 from coordinator.sharding import shard_of  # noqa: E402
 from storage import Log  # noqa: E402
 

@@ -72,7 +72,9 @@ class Stats:
         self.errors = 0
 
 
-async def keepalive(m: rk.Member, interval_s: float, stop: asyncio.Event, stats: Stats, offset_s: float = 0.0) -> None:
+async def keepalive(
+    m: rk.Member, interval_s: float, stop: asyncio.Event, stats: Stats, offset_s: float = 0.0
+) -> None:
     """Heartbeat every interval_s (rejoining when told to) until `stop`; starts as soon as the member joined, so
     early members do not expire while the others are still joining."""
     if offset_s:
@@ -96,8 +98,9 @@ async def keepalive(m: rk.Member, interval_s: float, stop: asyncio.Event, stats:
             pass
 
 
-async def open_members(args, versions, groups: list[str], interval_s: float, stop: asyncio.Event, stats: Stats
-                       ) -> tuple[list[rk.Member], list[asyncio.Task]]:
+async def open_members(
+    args, versions, groups: list[str], interval_s: float, stop: asyncio.Event, stats: Stats
+) -> tuple[list[rk.Member], list[asyncio.Task]]:
     host, port = args.bootstrap.rsplit(":", 1)
     tasks: list[asyncio.Task] = []
 
@@ -133,7 +136,9 @@ async def throughput(args, versions) -> None:
         if args.op == "heartbeat":
             body = rk.heartbeat_request(versions, m.group, m.generation, m.member_id, None)
         else:
-            body = rk.commit_request(versions, m.group, m.generation, m.member_id, None, args.topic, 1, 1000 + i)
+            body = rk.commit_request(
+                versions, m.group, m.generation, m.member_id, None, args.topic, 1, 1000 + i
+            )
         m.conn.start_blast(body, args.window)
     c0, t0 = cpu_s(), time.perf_counter()
     await asyncio.sleep(args.duration)
@@ -146,8 +151,15 @@ async def throughput(args, versions) -> None:
     for m in members:
         for k, n in m.conn.error_codes.items():
             codes[k] = codes.get(k, 0) + n
-    say("result", answers=answers, seconds=elapsed, errors=sum(m.conn.errors for m in members),
-        checked=sum(m.conn.checked for m in members), error_codes=codes, cpu_s=c1 - c0)
+    say(
+        "result",
+        answers=answers,
+        seconds=elapsed,
+        errors=sum(m.conn.errors for m in members),
+        checked=sum(m.conn.checked for m in members),
+        error_codes=codes,
+        cpu_s=c1 - c0,
+    )
     await asyncio.sleep(0.5)
     for m in members:
         m.conn.close()
@@ -158,14 +170,23 @@ async def idle(args, versions) -> None:
     stop, stats = asyncio.Event(), Stats()
     commands = await stdin_lines()
     members, tasks = await open_members(args, versions, groups, args.interval_ms / 1000, stop, stats)
-    say("ready", members=len(members), rebalances=sum(m.rebalances_seen for m in members),
-        heartbeats=stats.heartbeats, errors=stats.errors)
+    say(
+        "ready",
+        members=len(members),
+        rebalances=sum(m.rebalances_seen for m in members),
+        heartbeats=stats.heartbeats,
+        errors=stats.errors,
+    )
 
     async def status() -> None:
         while True:
             await asyncio.sleep(5)
-            say("status", heartbeats=stats.heartbeats, errors=stats.errors,
-                rebalances=sum(m.rebalances_seen for m in members))
+            say(
+                "status",
+                heartbeats=stats.heartbeats,
+                errors=stats.errors,
+                rebalances=sum(m.rebalances_seen for m in members),
+            )
 
     st = asyncio.create_task(status())
     c0 = cpu_s()
@@ -175,8 +196,13 @@ async def idle(args, versions) -> None:
     stop.set()
     st.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    say("result", heartbeats=stats.heartbeats - h0, errors=stats.errors - e0,
-        rebalances=sum(m.rebalances_seen for m in members) - r0, cpu_s=cpu_s() - c0)
+    say(
+        "result",
+        heartbeats=stats.heartbeats - h0,
+        errors=stats.errors - e0,
+        rebalances=sum(m.rebalances_seen for m in members) - r0,
+        cpu_s=cpu_s() - c0,
+    )
     for m in members:
         m.conn.close()
 
@@ -185,8 +211,9 @@ async def commits(args, versions) -> None:
     host, port = args.bootstrap.rsplit(":", 1)
     conns = [await rk.Conn.open(host, int(port)) for _ in range(args.conns)]
     # Find the coordinator once per connection (Kafka creates __consumer_offsets on the first one).
-    await asyncio.gather(*(rk.retry_call(c, lambda: rk.find_coordinator_request(versions, f"{args.prefix}-0"))
-                           for c in conns))
+    await asyncio.gather(
+        *(rk.retry_call(c, lambda: rk.find_coordinator_request(versions, f"{args.prefix}-0")) for c in conns)
+    )
     todo = list(range(args.first, args.last))
     stats = {"requests": 0, "errors": 0, "codes": {}}
     t0 = time.perf_counter()
@@ -204,16 +231,33 @@ async def commits(args, versions) -> None:
                     stats["codes"][err] = stats["codes"].get(err, 0) + 1
 
         for g in mine:
-            pending.append(conn.call(rk.commit_request(versions, f"{args.prefix}-{g}", -1, "", None,
-                                                       args.topic, args.partitions, 1_000_000 + g)))
+            pending.append(
+                conn.call(
+                    rk.commit_request(
+                        versions,
+                        f"{args.prefix}-{g}",
+                        -1,
+                        "",
+                        None,
+                        args.topic,
+                        args.partitions,
+                        1_000_000 + g,
+                    )
+                )
+            )
             if len(pending) >= args.window:
                 await drain(pending[:1])
                 pending = pending[1:]
         await drain(pending)
 
-    await asyncio.gather(*(worker(c, todo[i::len(conns)]) for i, c in enumerate(conns)))
-    say("result", requests=stats["requests"], errors=stats["errors"], error_codes=stats["codes"],
-        seconds=time.perf_counter() - t0)
+    await asyncio.gather(*(worker(c, todo[i :: len(conns)]) for i, c in enumerate(conns)))
+    say(
+        "result",
+        requests=stats["requests"],
+        errors=stats["errors"],
+        error_codes=stats["codes"],
+        seconds=time.perf_counter() - t0,
+    )
     for c in conns:
         c.close()
 

@@ -37,10 +37,15 @@ class Member(threading.Thread):
         self.args, self.index, self.instance = args, index, instance
         self.stop_flag = threading.Event()
         conf = {
-            "bootstrap.servers": args.bootstrap, "group.id": args.group, "client.id": f"bench-member-{index}",
-            "partition.assignment.strategy": args.strategy, "session.timeout.ms": args.session_ms,
-            "heartbeat.interval.ms": args.heartbeat_ms, "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "log_level": 3,
+            "bootstrap.servers": args.bootstrap,
+            "group.id": args.group,
+            "client.id": f"bench-member-{index}",
+            "partition.assignment.strategy": args.strategy,
+            "session.timeout.ms": args.session_ms,
+            "heartbeat.interval.ms": args.heartbeat_ms,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "log_level": 3,
         }
         if args.static:
             conf["group.instance.id"] = f"bench-static-{index}"
@@ -51,8 +56,12 @@ class Member(threading.Thread):
 
     def run(self) -> None:
         c = self.consumer
-        c.subscribe([self.args.topic], on_assign=lambda _c, p: self._event("assign", p),
-                    on_revoke=lambda _c, p: self._event("revoke", p), on_lost=lambda _c, p: self._event("lost", p))
+        c.subscribe(
+            [self.args.topic],
+            on_assign=lambda _c, p: self._event("assign", p),
+            on_revoke=lambda _c, p: self._event("revoke", p),
+            on_lost=lambda _c, p: self._event("lost", p),
+        )
         say("subscribed", m=self.index, inst=self.instance)
         while not self.stop_flag.is_set():
             msg = c.poll(0.05)

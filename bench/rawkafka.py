@@ -25,12 +25,25 @@ from e2e_wire import RawClient, decode_response, encode_request, make, request_c
 API_VERSIONS, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 18, 10, 11, 12, 13, 14
 OFFSET_COMMIT, OFFSET_FETCH, METADATA = 8, 9, 3
 # The highest version of each group API this server serves (README "What it serves").
-OURS = {FIND_COORDINATOR: (0, 6), JOIN_GROUP: (0, 9), SYNC_GROUP: (0, 5), HEARTBEAT: (0, 4), LEAVE_GROUP: (0, 5),
-        OFFSET_COMMIT: (2, 9), OFFSET_FETCH: (1, 9)}
+OURS = {
+    FIND_COORDINATOR: (0, 6),
+    JOIN_GROUP: (0, 9),
+    SYNC_GROUP: (0, 5),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    OFFSET_COMMIT: (2, 9),
+    OFFSET_FETCH: (1, 9),
+}
 # kio knows these (FindCoordinator v4+ uses coordinator_keys).
-NAMES = {FIND_COORDINATOR: "FindCoordinator", JOIN_GROUP: "JoinGroup", SYNC_GROUP: "SyncGroup",
-         HEARTBEAT: "Heartbeat", LEAVE_GROUP: "LeaveGroup", OFFSET_COMMIT: "OffsetCommit",
-         OFFSET_FETCH: "OffsetFetch"}
+NAMES = {
+    FIND_COORDINATOR: "FindCoordinator",
+    JOIN_GROUP: "JoinGroup",
+    SYNC_GROUP: "SyncGroup",
+    HEARTBEAT: "Heartbeat",
+    LEAVE_GROUP: "LeaveGroup",
+    OFFSET_COMMIT: "OffsetCommit",
+    OFFSET_FETCH: "OffsetFetch",
+}
 
 NONE, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 14, 15, 16
 REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, MEMBER_ID_REQUIRED = 27, 25, 22, 79
@@ -69,14 +82,29 @@ def _probe(host: str, port: int, v: dict[int, int]) -> bool:
     group = f"bench-probe-{time.time_ns()}"
     steps = [
         (FIND_COORDINATOR, lambda m: find_coordinator_request(v, group)),
-        (JOIN_GROUP, lambda m: join_request(v, group, m.get("id", ""), None, 10_000, 10_000, ["bench-probe"])),
-        (JOIN_GROUP, lambda m: join_request(v, group, m.get("id", ""), None, 10_000, 10_000, ["bench-probe"])
-         if m.get("need_rejoin") else None),
-        (SYNC_GROUP, lambda m: sync_request(v, group, m.get("gen", -1), m.get("id", ""), None,
-                                            [(m.get("id", ""), assignment({}))])),
+        (
+            JOIN_GROUP,
+            lambda m: join_request(v, group, m.get("id", ""), None, 10_000, 10_000, ["bench-probe"]),
+        ),
+        (
+            JOIN_GROUP,
+            lambda m: (
+                join_request(v, group, m.get("id", ""), None, 10_000, 10_000, ["bench-probe"])
+                if m.get("need_rejoin")
+                else None
+            ),
+        ),
+        (
+            SYNC_GROUP,
+            lambda m: sync_request(
+                v, group, m.get("gen", -1), m.get("id", ""), None, [(m.get("id", ""), assignment({}))]
+            ),
+        ),
         (HEARTBEAT, lambda m: heartbeat_request(v, group, m.get("gen", -1), m.get("id", ""), None)),
-        (OFFSET_COMMIT, lambda m: commit_request(v, group, m.get("gen", -1), m.get("id", ""), None, "bench-probe",
-                                                 1, 0)),
+        (
+            OFFSET_COMMIT,
+            lambda m: commit_request(v, group, m.get("gen", -1), m.get("id", ""), None, "bench-probe", 1, 0),
+        ),
         (OFFSET_FETCH, lambda m: fetch_request(v, group, "bench-probe", 1)),
         (LEAVE_GROUP, lambda m: leave_request(v, group, m.get("id", ""), None)),
     ]
@@ -90,7 +118,9 @@ def _probe(host: str, port: int, v: dict[int, int]) -> bool:
                 resp = c.request(body)
             except Exception:  # noqa: BLE001 - closed connection or an answer kio cannot parse
                 if v[key] <= OURS[key][0]:
-                    raise BenchError(f"the target closes the connection on every {NAMES[key]} version") from None
+                    raise BenchError(
+                        f"the target closes the connection on every {NAMES[key]} version"
+                    ) from None
                 v[key] -= 1
                 return False
             if key == JOIN_GROUP:
@@ -102,6 +132,7 @@ def _probe(host: str, port: int, v: dict[int, int]) -> bool:
 
 
 # -- consumer protocol bytes (Subscription / Assignment v0) -------------------------------------------------
+
 
 def _str(s: str) -> bytes:
     b = s.encode()
@@ -121,52 +152,131 @@ def assignment(parts: dict[str, list[int]]) -> bytes:
 
 # -- requests -----------------------------------------------------------------------------------------------
 
+
 def req(versions: dict[int, int], key: int, values: dict[str, Any]) -> Any:
     return make(request_class(key, versions[key]), values)
 
 
-def join_request(v, group: str, member_id: str, instance_id: str | None, session_ms: int, rebalance_ms: int,
-                 topics: list[str]) -> Any:
-    return req(v, JOIN_GROUP, {
-        "group_id": group, "session_timeout": session_ms, "rebalance_timeout": rebalance_ms,
-        "member_id": member_id, "group_instance_id": instance_id, "protocol_type": "consumer",
-        "protocols": [{"name": "range", "metadata": subscription(topics)}], "reason": None})
+def join_request(
+    v,
+    group: str,
+    member_id: str,
+    instance_id: str | None,
+    session_ms: int,
+    rebalance_ms: int,
+    topics: list[str],
+) -> Any:
+    return req(
+        v,
+        JOIN_GROUP,
+        {
+            "group_id": group,
+            "session_timeout": session_ms,
+            "rebalance_timeout": rebalance_ms,
+            "member_id": member_id,
+            "group_instance_id": instance_id,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": subscription(topics)}],
+            "reason": None,
+        },
+    )
 
 
-def sync_request(v, group: str, generation: int, member_id: str, instance_id: str | None,
-                 assignments: list[tuple[str, bytes]]) -> Any:
-    return req(v, SYNC_GROUP, {
-        "group_id": group, "generation_id": generation, "member_id": member_id, "group_instance_id": instance_id,
-        "protocol_type": "consumer", "protocol_name": "range",
-        "assignments": [{"member_id": m, "assignment": a} for m, a in assignments]})
+def sync_request(
+    v,
+    group: str,
+    generation: int,
+    member_id: str,
+    instance_id: str | None,
+    assignments: list[tuple[str, bytes]],
+) -> Any:
+    return req(
+        v,
+        SYNC_GROUP,
+        {
+            "group_id": group,
+            "generation_id": generation,
+            "member_id": member_id,
+            "group_instance_id": instance_id,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": [{"member_id": m, "assignment": a} for m, a in assignments],
+        },
+    )
 
 
 def heartbeat_request(v, group: str, generation: int, member_id: str, instance_id: str | None) -> Any:
-    return req(v, HEARTBEAT, {"group_id": group, "generation_id": generation, "member_id": member_id,
-                              "group_instance_id": instance_id})
+    return req(
+        v,
+        HEARTBEAT,
+        {
+            "group_id": group,
+            "generation_id": generation,
+            "member_id": member_id,
+            "group_instance_id": instance_id,
+        },
+    )
 
 
-def commit_request(v, group: str, generation: int, member_id: str, instance_id: str | None, topic: str,
-                   partitions: int, offset: int) -> Any:
-    parts = [{"partition_index": p, "committed_offset": offset + p, "committed_leader_epoch": -1,
-              "committed_metadata": "", "commit_timestamp": -1} for p in range(partitions)]
-    return req(v, OFFSET_COMMIT, {
-        "group_id": group, "generation_id_or_member_epoch": generation, "generation_id": generation,
-        "member_id": member_id, "group_instance_id": instance_id, "retention_time": -1,
-        "topics": [{"name": topic, "partitions": parts}]})
+def commit_request(
+    v,
+    group: str,
+    generation: int,
+    member_id: str,
+    instance_id: str | None,
+    topic: str,
+    partitions: int,
+    offset: int,
+) -> Any:
+    parts = [
+        {
+            "partition_index": p,
+            "committed_offset": offset + p,
+            "committed_leader_epoch": -1,
+            "committed_metadata": "",
+            "commit_timestamp": -1,
+        }
+        for p in range(partitions)
+    ]
+    return req(
+        v,
+        OFFSET_COMMIT,
+        {
+            "group_id": group,
+            "generation_id_or_member_epoch": generation,
+            "generation_id": generation,
+            "member_id": member_id,
+            "group_instance_id": instance_id,
+            "retention_time": -1,
+            "topics": [{"name": topic, "partitions": parts}],
+        },
+    )
 
 
 def fetch_request(v, group: str, topic: str, partitions: int) -> Any:
     topics = [{"name": topic, "partition_indexes": list(range(partitions))}]
-    return req(v, OFFSET_FETCH, {
-        "group_id": group, "topics": topics, "require_stable": False,
-        "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": topics}]})
+    return req(
+        v,
+        OFFSET_FETCH,
+        {
+            "group_id": group,
+            "topics": topics,
+            "require_stable": False,
+            "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": topics}],
+        },
+    )
 
 
 def leave_request(v, group: str, member_id: str, instance_id: str | None) -> Any:
-    return req(v, LEAVE_GROUP, {"group_id": group, "member_id": member_id,
-                                "members": [{"member_id": member_id, "group_instance_id": instance_id,
-                                             "reason": None}]})
+    return req(
+        v,
+        LEAVE_GROUP,
+        {
+            "group_id": group,
+            "member_id": member_id,
+            "members": [{"member_id": member_id, "group_instance_id": instance_id, "reason": None}],
+        },
+    )
 
 
 def coordinator_address(resp: Any) -> tuple[str, int]:
@@ -222,6 +332,7 @@ class Undecodable:
 
 # -- asyncio connection ---------------------------------------------------------------------------------------
 
+
 class Conn(asyncio.Protocol):
     """One TCP connection; `call` pipelines (answers come back in request order); `blast` mode keeps a window of
     identical pre-encoded frames in flight, counting answers and decoding one in `check_every`."""
@@ -271,7 +382,7 @@ class Conn(asyncio.Protocol):
         pos = 0
         n = len(buf)
         while n - pos >= 4:
-            size = int.from_bytes(buf[pos:pos + 4], "big")
+            size = int.from_bytes(buf[pos : pos + 4], "big")
             if n - pos - 4 < size:
                 break
             start = pos + 4
@@ -288,8 +399,9 @@ class Conn(asyncio.Protocol):
             self.answers += 1
             if self.answers % self.check_every == 0:
                 self.checked += 1
-                errs = response_errors(decode_response(bytes(buf[start:pos]), self.blast_key,
-                                                       self.blast_version)[1])
+                errs = response_errors(
+                    decode_response(bytes(buf[start:pos]), self.blast_key, self.blast_version)[1]
+                )
                 bad = [e for e in errs if e]
                 if bad:
                     self.errors += 1
@@ -336,8 +448,16 @@ async def retry_call(conn: Conn, make_body, timeout_s: float = 120.0) -> Any:
 class Member:
     """A classic-protocol consumer member over raw frames (the leader assigns nothing: idle members)."""
 
-    def __init__(self, conn: Conn, versions: dict[int, int], group: str, topic: str, session_ms: int,
-                 rebalance_ms: int, instance_id: str | None = None) -> None:
+    def __init__(
+        self,
+        conn: Conn,
+        versions: dict[int, int],
+        group: str,
+        topic: str,
+        session_ms: int,
+        rebalance_ms: int,
+        instance_id: str | None = None,
+    ) -> None:
         self.conn, self.v, self.group, self.topic = conn, versions, group, topic
         self.session_ms, self.rebalance_ms, self.instance_id = session_ms, rebalance_ms, instance_id
         self.member_id = ""
@@ -364,8 +484,17 @@ class Member:
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:
             self.joins += 1
-            resp = await self.conn.call(join_request(self.v, self.group, self.member_id, self.instance_id,
-                                                     self.session_ms, self.rebalance_ms, [self.topic]))
+            resp = await self.conn.call(
+                join_request(
+                    self.v,
+                    self.group,
+                    self.member_id,
+                    self.instance_id,
+                    self.session_ms,
+                    self.rebalance_ms,
+                    [self.topic],
+                )
+            )
             err = int(resp.error_code)
             if err == MEMBER_ID_REQUIRED:
                 self.member_id = resp.member_id
@@ -382,8 +511,9 @@ class Member:
             plan: list[tuple[str, bytes]] = []
             if resp.leader == resp.member_id:
                 plan = [(m.member_id, assignment({})) for m in resp.members]
-            sresp = await self.conn.call(sync_request(self.v, self.group, self.generation, self.member_id,
-                                                      self.instance_id, plan))
+            sresp = await self.conn.call(
+                sync_request(self.v, self.group, self.generation, self.member_id, self.instance_id, plan)
+            )
             if isinstance(sresp, Undecodable):
                 if self.v[SYNC_GROUP] < 1 or self.v[SYNC_GROUP] >= 4:
                     raise BenchError(f"SyncGroup answer not decodable: {sresp.exc}")
@@ -395,7 +525,9 @@ class Member:
                 return
             if serr in (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION) or serr in RETRIABLE:
                 continue
-            if serr == INVALID_REQUEST:  # the mock's answer to a SyncGroup that reaches it outside its sync phase
+            if (
+                serr == INVALID_REQUEST
+            ):  # the mock's answer to a SyncGroup that reaches it outside its sync phase
                 self.invalid_syncs += 1
                 await asyncio.sleep(0.1)
                 continue
@@ -406,8 +538,9 @@ class Member:
         raise BenchError(f"member of {self.group} did not join within {timeout_s:.0f}s")
 
     async def heartbeat(self) -> int:
-        resp = await self.conn.call(heartbeat_request(self.v, self.group, self.generation, self.member_id,
-                                                      self.instance_id))
+        resp = await self.conn.call(
+            heartbeat_request(self.v, self.group, self.generation, self.member_id, self.instance_id)
+        )
         return int(resp.error_code)
 
     async def heartbeat_or_rejoin(self) -> int:

@@ -21,7 +21,6 @@ import base64
 import ctypes
 import glob
 import importlib.util
-import os
 import shutil
 import socket
 import subprocess
@@ -48,8 +47,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_metadata(bootstrap: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None
-                  ) -> None:
+def wait_metadata(
+    bootstrap: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None
+) -> None:
     """Until the target answers ApiVersions + Metadata on a raw connection."""
     from e2e_wire import RawClient, make, request_class
 
@@ -104,6 +104,7 @@ def _stop_proc(proc: subprocess.Popen, timeout: float = 30.0) -> None:
 
 # -- this server ----------------------------------------------------------------------------------------------
 
+
 def _e2e_server_module(src: Path | None):
     """tests/e2e/e2e_server.py of the working tree, or of a `git archive` snapshot at `src` (its REPO is then
     the snapshot, so the server runs the snapshot's code)."""
@@ -124,7 +125,9 @@ def _e2e_server_module(src: Path | None):
 def snapshot(rev: str, dest: Path) -> Path:
     """`git archive REV` unpacked at dest: benchmark committed code while others edit the working tree."""
     dest.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "archive", "--format=tar", rev], cwd=REPO, capture_output=True, check=True)
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", rev], cwd=REPO, capture_output=True, check=True
+    )
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
     return dest
 
@@ -138,20 +141,24 @@ class ServerTarget:
         self.data_dir = run_dir / "data"
         self.src: Path | None = None
         if rev:
-            commit = subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True,
-                                    text=True, check=True).stdout.strip()
+            commit = subprocess.run(
+                ["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True, check=True
+            ).stdout.strip()
             self.src = snapshot(commit, run_dir.parent / f"src-{commit}")
             self.version = f"this server (commit {commit})"
         else:
-            head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                  text=True).stdout.strip()
+            head = subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+            ).stdout.strip()
             self.version = f"this server (working tree on {head})"
         self._start()
 
     def _start(self) -> None:
         mod = _e2e_server_module(self.src)
         try:
-            self.server = mod.start_server(self.run_dir, self.settings, data_dir=self.data_dir, ready_timeout=300)
+            self.server = mod.start_server(
+                self.run_dir, self.settings, data_dir=self.data_dir, ready_timeout=300
+            )
         except mod.ServerStartError as exc:
             raise TargetUnavailable(str(exc).splitlines()[0]) from exc
         self.bootstrap = self.server.bootstrap
@@ -177,12 +184,15 @@ class ServerTarget:
 
 # -- Apache Kafka -------------------------------------------------------------------------------------------
 
+
 class KafkaTarget:
     name = "kafka"
 
     def __init__(self, run_dir: Path, heap: str = "1G") -> None:
         if not (KAFKA_JARS / ".complete").exists():
-            raise TargetUnavailable(f"no jars in {KAFKA_JARS} (run scripts/fetch-jars.sh .deps/jars kafka-server)")
+            raise TargetUnavailable(
+                f"no jars in {KAFKA_JARS} (run scripts/fetch-jars.sh .deps/jars kafka-server)"
+            )
         if shutil.which("java") is None:
             raise TargetUnavailable("java not on PATH")
         self.version = "Apache Kafka " + (KAFKA_JARS / ".complete").read_text().strip().rsplit(":", 1)[1]
@@ -192,23 +202,31 @@ class KafkaTarget:
         self.port, self.controller_port = free_port(), free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.props = run_dir / "server.properties"
-        self.props.write_text("\n".join([
-            "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
-            "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            f"log.dirs={run_dir / 'data'}",
-            "offsets.topic.replication.factor=1",
-            "group.initial.rebalance.delay.ms=0",
-            "",
-        ]))
+        self.props.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    f"log.dirs={run_dir / 'data'}",
+                    "offsets.topic.replication.factor=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "",
+                ]
+            )
+        )
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        fmt = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.props)),
-                             capture_output=True, text=True, timeout=120)
+        fmt = subprocess.run(
+            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.props)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if fmt.returncode != 0:
             raise TargetUnavailable(f"kafka-storage format failed: {(fmt.stderr or fmt.stdout)[-500:]}")
         self._start()
@@ -216,17 +234,28 @@ class KafkaTarget:
     def _java(self, main: str, *args: str, heap: str | None = None) -> list[str]:
         cmd = ["java"]
         if heap:
-            cmd += [f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-                    "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
-                    "-Djava.awt.headless=true"]
+            cmd += [
+                f"-Xmx{heap}",
+                f"-Xms{heap}",
+                "-XX:+UseG1GC",
+                "-XX:MaxGCPauseMillis=20",
+                "-XX:InitiatingHeapOccupancyPercent=35",
+                "-XX:+ExplicitGCInvokesConcurrent",
+                "-Djava.awt.headless=true",
+            ]
         return cmd + ["-cp", str(KAFKA_JARS / "*"), main, *args]
 
     def _start(self) -> None:
         self.log = self.run_dir / "kafka.log"
         with open(self.log, "ab") as out:
             # The JVM flags of bin/kafka-server-start.sh (KAFKA_HEAP_OPTS / KAFKA_JVM_PERFORMANCE_OPTS defaults).
-            self.proc = subprocess.Popen(self._java("kafka.Kafka", str(self.props), heap=self.heap), cwd=self.run_dir,
-                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                self._java("kafka.Kafka", str(self.props), heap=self.heap),
+                cwd=self.run_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         self.pid = self.proc.pid
         try:
             wait_metadata(self.bootstrap, 180, self.proc, self.log)
@@ -252,6 +281,7 @@ class KafkaTarget:
 
 # -- librdkafka's mock cluster --------------------------------------------------------------------------------
 
+
 class MockCluster:
     """librdkafka's mock cluster, owned by a producer handle created here through ctypes (in this process)."""
 
@@ -260,7 +290,8 @@ class MockCluster:
 
         libdir = Path(confluent_kafka.__file__).resolve().parent.parent / "confluent_kafka.libs"
         candidates = sorted(glob.glob(str(libdir / "librdkafka*.so*"))) or sorted(
-            glob.glob(str(Path(confluent_kafka.__file__).resolve().parent / "librdkafka*.so*")))
+            glob.glob(str(Path(confluent_kafka.__file__).resolve().parent / "librdkafka*.so*"))
+        )
         if not candidates:
             raise TargetUnavailable(f"no bundled librdkafka found next to {confluent_kafka.__file__}")
         self.library = candidates[0]
@@ -282,7 +313,9 @@ class MockCluster:
         self.version = "librdkafka mock " + lib.rd_kafka_version_str().decode()
         errstr = ctypes.create_string_buffer(512)
         conf = lib.rd_kafka_conf_new()
-        lib.rd_kafka_conf_set(conf, b"log_level", b"3", errstr, len(errstr))  # no "no bootstrap.servers" warning
+        lib.rd_kafka_conf_set(
+            conf, b"log_level", b"3", errstr, len(errstr)
+        )  # no "no bootstrap.servers" warning
         self.rk = lib.rd_kafka_new(0, conf, errstr, len(errstr))  # 0 = RD_KAFKA_PRODUCER
         if not self.rk:
             raise TargetUnavailable(f"rd_kafka_new: {errstr.value.decode()}")
@@ -329,8 +362,14 @@ class MockTarget:
     def __init__(self, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.stderr = open(run_dir / "mock.stderr", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "mock-serve"], cwd=REPO,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "mock-serve"],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+        )
         self.pid = self.proc.pid
         assert self.proc.stdout is not None
         first = self.proc.stdout.readline().strip()
@@ -367,6 +406,7 @@ class MockTarget:
 
 # -- Tansu --------------------------------------------------------------------------------------------------
 
+
 class TansuTarget:
     name = "tansu"
 
@@ -374,17 +414,30 @@ class TansuTarget:
         if not TANSU_BIN.exists():
             raise TargetUnavailable(f"no {TANSU_BIN} (run scripts/fetch-tansu.sh)")
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.version = subprocess.run([str(TANSU_BIN), "--version"], capture_output=True, text=True,
-                                      timeout=30).stdout.strip()
+        self.version = subprocess.run(
+            [str(TANSU_BIN), "--version"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         url = f"tcp://127.0.0.1:{self.port}"
         self.log = run_dir / "tansu.log"
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [str(TANSU_BIN), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
-                cwd=run_dir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                [
+                    str(TANSU_BIN),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                cwd=run_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         self.pid = self.proc.pid
         try:
             wait_metadata(self.bootstrap, 30, self.proc, self.log)

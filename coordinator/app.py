@@ -73,12 +73,20 @@ class App:
         listeners = [listener for listener in self.server.listeners if listener.spec is not None]
         if not listeners:
             return None
-        return "listeners " + " ".join(f"{lst.name}={show_host(lst.host)}:{lst.bound_port}" for lst in listeners)
+        return "listeners " + " ".join(
+            f"{lst.name}={show_host(lst.host)}:{lst.bound_port}" for lst in listeners
+        )
 
 
-def build(config: Config, listen: tuple[str, int], admin_listen: tuple[str, int] | None,
-          advertised: tuple[str, int] | None, data_dir: str, placement: WorkerSpec | None = None,
-          fs: FS | None = None) -> App:
+def build(
+    config: Config,
+    listen: tuple[str, int],
+    admin_listen: tuple[str, int] | None,
+    advertised: tuple[str, int] | None,
+    data_dir: str,
+    placement: WorkerSpec | None = None,
+    fs: FS | None = None,
+) -> App:
     """The server for `serve` in one process (`placement` None) or for worker `placement.index` of a supervisor
     (coordinator.cluster.supervisor). `advertised`: the --advertised-listener (a worker adds its index to the
     port). `fs`: where the group and topic logs live (default: the real filesystem; tests pass a double)."""
@@ -88,8 +96,9 @@ def build(config: Config, listen: tuple[str, int], admin_listen: tuple[str, int]
 
     topology: Topology | None = None
     if placement is not None:
-        topology = Topology(placement, int(config["node.id"]), int(config["offsets.topic.num.partitions"]),
-                            advertised)
+        topology = Topology(
+            placement, int(config["node.id"]), int(config["offsets.topic.num.partitions"]), advertised
+        )
         config.set("node.id", topology.node_id_base + placement.index)
         advertised = topology.advertised_for(placement.index)
         listen = (placement.host, placement.kafka_ports[placement.index])
@@ -105,21 +114,39 @@ def build(config: Config, listen: tuple[str, int], admin_listen: tuple[str, int]
 
     dataplane: Any
     if topology is None or topology.index == 0:
-        dataplane = EmbeddedDataPlane(config, broker, data_dir=data_dir, fs=fs,
-                                      brokers=topology.brokers if topology is not None else None)
+        dataplane = EmbeddedDataPlane(
+            config,
+            broker,
+            data_dir=data_dir,
+            fs=fs,
+            brokers=topology.brokers if topology is not None else None,
+        )
     else:
-        dataplane = ForwardingDataPlane(config, topology.upstream(), brokers=topology.brokers,
-                                        abort_connection=abort_connection)
-    security = Security(config, data_dir, dataplane, metrics.registry) \
-        if topology is None or topology.index == 0 else None
+        dataplane = ForwardingDataPlane(
+            config, topology.upstream(), brokers=topology.brokers, abort_connection=abort_connection
+        )
+    security = (
+        Security(config, data_dir, dataplane, metrics.registry)
+        if topology is None or topology.index == 0
+        else None
+    )
 
     sock = socket.socket(fileno=placement.kafka_fd) if placement is not None else None
-    server = Server(config, _kafka_listeners(listen, advertised, security, sock), metrics=metrics,
-                    sessions=security.session if security is not None and security.listeners else None)
+    server = Server(
+        config,
+        _kafka_listeners(listen, advertised, security, sock),
+        metrics=metrics,
+        sessions=security.session if security is not None and security.listeners else None,
+    )
 
-    shards = Shards(config, data_dir, topology.owned_shards() if topology is not None else None, fs=fs,
-                    on_append=metrics.log_append_duration.observe,
-                    on_compaction=metrics.log_compaction_duration.observe)
+    shards = Shards(
+        config,
+        data_dir,
+        topology.owned_shards() if topology is not None else None,
+        fs=fs,
+        on_append=metrics.log_append_duration.observe,
+        on_compaction=metrics.log_compaction_duration.observe,
+    )
     relay, owner_of_shard = None, None
     if topology is not None and topology.count > 1:
         relay = PeerRelay(config, topology.address, abort_connection)
@@ -134,18 +161,35 @@ def build(config: Config, listen: tuple[str, int], admin_listen: tuple[str, int]
 
     admin = None
     if placement is not None and placement.admin_fd is not None:
-        peers = AdminPeers(topology) if topology is not None and topology.index == 0 and topology.count > 1 \
+        peers = (
+            AdminPeers(topology)
+            if topology is not None and topology.index == 0 and topology.count > 1
             else None
-        admin = AdminListener(config, server, placement.admin_host or "127.0.0.1", 0, groups=groups,
-                              dataplane=dataplane, security=security, peers=peers,
-                              sock=socket.socket(fileno=placement.admin_fd))
+        )
+        admin = AdminListener(
+            config,
+            server,
+            placement.admin_host or "127.0.0.1",
+            0,
+            groups=groups,
+            dataplane=dataplane,
+            security=security,
+            peers=peers,
+            sock=socket.socket(fileno=placement.admin_fd),
+        )
     elif placement is None and admin_listen is not None:
-        admin = AdminListener(config, server, *admin_listen, groups=groups, dataplane=dataplane, security=security)
+        admin = AdminListener(
+            config, server, *admin_listen, groups=groups, dataplane=dataplane, security=security
+        )
     return App(server, admin, groups)
 
 
-def _kafka_listeners(listen: tuple[str, int], advertised: tuple[str, int] | None, security: Security | None,
-                     sock: socket.socket | None) -> list[KafkaListener]:
+def _kafka_listeners(
+    listen: tuple[str, int],
+    advertised: tuple[str, int] | None,
+    security: Security | None,
+    sock: socket.socket | None,
+) -> list[KafkaListener]:
     """--listen, or with the `listeners` setting its listeners (the first one is the primary; --advertised-listener
     applies to it when `advertised.listeners` does not name it)."""
     if security is None or not security.listeners:
@@ -153,9 +197,16 @@ def _kafka_listeners(listen: tuple[str, int], advertised: tuple[str, int] | None
     listeners = []
     for i, spec in enumerate(security.listeners):
         named = security.advertised.get(spec.name)
-        listeners.append(KafkaListener(
-            spec.name, spec.host, spec.port, advertised=named or (advertised if i == 0 else None),
-            ssl=security.ssl_context if spec.tls else None, spec=spec))
+        listeners.append(
+            KafkaListener(
+                spec.name,
+                spec.host,
+                spec.port,
+                advertised=named or (advertised if i == 0 else None),
+                ssl=security.ssl_context if spec.tls else None,
+                spec=spec,
+            )
+        )
     return listeners
 
 

@@ -76,14 +76,21 @@ def bind_listener(host: str, port: int, retry_s: float = BIND_RETRY_S) -> socket
     while True:
         try:
             if host == "::":
-                return socket.create_server(("", port), family=socket.AF_INET6, backlog=LISTEN_BACKLOG,
-                                            reuse_port=False, dualstack_ipv6=socket.has_dualstack_ipv6())
+                return socket.create_server(
+                    ("", port),
+                    family=socket.AF_INET6,
+                    backlog=LISTEN_BACKLOG,
+                    reuse_port=False,
+                    dualstack_ipv6=socket.has_dualstack_ipv6(),
+                )
             return socket.create_server((bind_host, port), family=family, backlog=LISTEN_BACKLOG)
         except OSError as exc:
             retry = exc.errno == errno.EADDRINUSE and port != 0
             if not retry or time.monotonic() >= deadline:
                 tried = f" (retried for {retry_s:.0f} s)" if retry and retry_s > 0 else ""
-                raise ListenError(exc.errno, f"cannot listen on {address}: {exc.strerror or exc}{tried}") from exc
+                raise ListenError(
+                    exc.errno, f"cannot listen on {address}: {exc.strerror or exc}{tried}"
+                ) from exc
             if not warned:
                 log.warning("%s is in use; retrying for up to %.0f s", address, retry_s)
                 warned = True

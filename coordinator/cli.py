@@ -18,19 +18,32 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafka-group-coordinator")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the server")
-    serve.add_argument("--listen", default=os.environ.get("KGC_LISTEN", "0.0.0.0:9092"),
-                       help="Kafka listener HOST:PORT (port 0 picks a free port)")
-    serve.add_argument("--advertised-listener", default=os.environ.get("KGC_ADVERTISED_LISTENER"),
-                       help="HOST:PORT clients are told to connect to (default: the address they reached)")
+    serve.add_argument(
+        "--listen",
+        default=os.environ.get("KGC_LISTEN", "0.0.0.0:9092"),
+        help="Kafka listener HOST:PORT (port 0 picks a free port)",
+    )
+    serve.add_argument(
+        "--advertised-listener",
+        default=os.environ.get("KGC_ADVERTISED_LISTENER"),
+        help="HOST:PORT clients are told to connect to (default: the address they reached)",
+    )
     serve.add_argument("--data-dir", default=os.environ.get("KGC_DATA_DIR", "./data"))
-    serve.add_argument("--admin-listen", default=os.environ.get("KGC_ADMIN_LISTEN", "0.0.0.0:9464"),
-                       help="admin/metrics HTTP HOST:PORT, or 'off'")
+    serve.add_argument(
+        "--admin-listen",
+        default=os.environ.get("KGC_ADMIN_LISTEN", "0.0.0.0:9464"),
+        help="admin/metrics HTTP HOST:PORT, or 'off'",
+    )
     serve.add_argument("--config", default=os.environ.get("KGC_CONFIG"), help="a properties file")
     serve.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a setting")
     serve.add_argument("--log-level", default=os.environ.get("KGC_LOG_LEVEL", "INFO"))
-    serve.add_argument("--workers", default=os.environ.get("KGC_COORDINATOR_WORKERS"), metavar="N|auto",
-                       help="worker processes, each owning a share of the group shards behind its own listener "
-                            "(default: the setting coordinator.workers, auto: one per core)")
+    serve.add_argument(
+        "--workers",
+        default=os.environ.get("KGC_COORDINATOR_WORKERS"),
+        metavar="N|auto",
+        help="worker processes, each owning a share of the group shards behind its own listener "
+        "(default: the setting coordinator.workers, auto: one per core)",
+    )
     from coordinator.admin import cli as groups_cli
 
     groups_cli.add_parser(sub)
@@ -42,15 +55,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve" and "kio" not in sys.modules:
         # kio imports Hypothesis whenever it is installed (a test dependency), only to register test strategies
         # for its types; a server never uses them and the import costs ~0.3 s of start-up (measured).
-        sys.modules.setdefault("hypothesis", None)  # type: ignore[assignment]
+        sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]  # None: a blocked import
     if args.command == "groups":
         from coordinator.admin import cli as groups_cli
 
         return groups_cli.run(args)
     if args.command == "serve" and os.environ.get(WORKER_SPEC_ENV):
         return _serve_worker(args, os.environ[WORKER_SPEC_ENV])
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     if args.command == "serve":
         from coordinator.config import parse_hostport
 
@@ -73,8 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         if count > 1:
             from coordinator.cluster.supervisor import Supervisor
 
-            supervisor = Supervisor(count, sys.argv[1:] if argv is None else argv, listen, admin,
-                                    config["shutdown.timeout.ms"] / 1000)
+            supervisor = Supervisor(
+                count,
+                sys.argv[1:] if argv is None else argv,
+                listen,
+                admin,
+                config["shutdown.timeout.ms"] / 1000,
+            )
             return supervisor.run()
         from coordinator import app  # not before: a supervisor does not need it
         from coordinator.brokers import ListenError
@@ -96,10 +117,15 @@ def _serve_worker(args: argparse.Namespace, spec_json: str) -> int:
 
     spec = WorkerSpec.from_json(spec_json)
     die_with_parent(spec.supervisor_pid)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s worker={spec.index} %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format=f"%(asctime)s %(levelname)s worker={spec.index} %(name)s: %(message)s",
+    )
     config = Config.load(args.config, overrides=args.set)
     advertised = parse_hostport(args.advertised_listener, 9092) if args.advertised_listener else None
     listen = (spec.host, spec.kafka_ports[spec.index])
-    app.run(app.build(config, listen, None, advertised, args.data_dir, placement=spec), notify_fd=spec.notify_fd)
+    app.run(
+        app.build(config, listen, None, advertised, args.data_dir, placement=spec), notify_fd=spec.notify_fd
+    )
     return 0

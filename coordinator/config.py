@@ -81,152 +81,416 @@ SETTINGS: tuple[Setting, ...] = (
     # -- server ------------------------------------------------------------------------------------
     Setting("node.id", 1, int, "The broker id this server announces in Metadata and FindCoordinator."),
     Setting("cluster.id", "kgc-standalone-cluster", str, "The cluster id announced in Metadata."),
-    Setting("socket.request.max.bytes", 104857600, int, "Largest request frame accepted.", "bytes", minimum=1),
-    Setting("queued.max.requests.per.connection", 100, int,
-            "Requests in flight on one connection before reading from it pauses (backpressure).",
-            kafka=False, minimum=1),
-    Setting("queued.max.request.bytes", -1, int,
-            "Bytes of requests read but not yet handled, across all connections, before the server stops reading "
-            "requests until handlers finish; -1: no bound (memory is then bounded only by connections times "
-            "socket.request.max.bytes).", "bytes", minimum=-1),
-    Setting("connections.max.idle.ms", 600000, int,
-            "Close a connection that has had no complete request and no answer for this long and has nothing "
-            "in flight (a peer trickling a partial request counts as idle); -1: never.", "ms", minimum=-1),
-    Setting("max.connections", 2147483647, int,
-            "Connections the listener holds at once; a connection beyond it is closed at accept (Kafka instead "
-            "leaves it in the accept backlog until a slot frees).", minimum=0),
-    Setting("max.connections.per.ip", 2147483647, int,
-            "Connections from one IP address at once; a connection beyond it is closed at accept.", minimum=0),
-    Setting("max.connections.per.ip.overrides", (), _count_overrides,
-            "Per-IP or per-hostname exceptions to max.connections.per.ip: `host:count,ip:count`."),
-    Setting("shutdown.timeout.ms", 10000, int, "How long a graceful shutdown waits for in-flight requests.", "ms",
-            kafka=False, minimum=0),
-    Setting("coordinator.workers", 0, _workers,
-            "Worker processes, each owning a share of the group shards behind its own listener (port + worker "
-            "index) and node id (node.id + index); 0 or `auto`: one per core (with TLS, SASL or an authorizer "
-            "configured, auto means one). `serve --workers` overrides it.",
-            kafka=False, minimum=0),
+    Setting(
+        "socket.request.max.bytes", 104857600, int, "Largest request frame accepted.", "bytes", minimum=1
+    ),
+    Setting(
+        "queued.max.requests.per.connection",
+        100,
+        int,
+        "Requests in flight on one connection before reading from it pauses (backpressure).",
+        kafka=False,
+        minimum=1,
+    ),
+    Setting(
+        "queued.max.request.bytes",
+        -1,
+        int,
+        "Bytes of requests read but not yet handled, across all connections, before the server stops reading "
+        "requests until handlers finish; -1: no bound (memory is then bounded only by connections times "
+        "socket.request.max.bytes).",
+        "bytes",
+        minimum=-1,
+    ),
+    Setting(
+        "connections.max.idle.ms",
+        600000,
+        int,
+        "Close a connection that has had no complete request and no answer for this long and has nothing "
+        "in flight (a peer trickling a partial request counts as idle); -1: never.",
+        "ms",
+        minimum=-1,
+    ),
+    Setting(
+        "max.connections",
+        2147483647,
+        int,
+        "Connections the listener holds at once; a connection beyond it is closed at accept (Kafka instead "
+        "leaves it in the accept backlog until a slot frees).",
+        minimum=0,
+    ),
+    Setting(
+        "max.connections.per.ip",
+        2147483647,
+        int,
+        "Connections from one IP address at once; a connection beyond it is closed at accept.",
+        minimum=0,
+    ),
+    Setting(
+        "max.connections.per.ip.overrides",
+        (),
+        _count_overrides,
+        "Per-IP or per-hostname exceptions to max.connections.per.ip: `host:count,ip:count`.",
+    ),
+    Setting(
+        "shutdown.timeout.ms",
+        10000,
+        int,
+        "How long a graceful shutdown waits for in-flight requests.",
+        "ms",
+        kafka=False,
+        minimum=0,
+    ),
+    Setting(
+        "coordinator.workers",
+        0,
+        _workers,
+        "Worker processes, each owning a share of the group shards behind its own listener (port + worker "
+        "index) and node id (node.id + index); 0 or `auto`: one per core (with TLS, SASL or an authorizer "
+        "configured, auto means one). `serve --workers` overrides it.",
+        kafka=False,
+        minimum=0,
+    ),
     # -- security (coordinator.security) -----------------------------------------------------------
-    Setting("listeners", (), _list,
-            "Kafka listeners, `NAME://HOST:PORT,...` (names mapped by listener.security.protocol.map; port 0 picks "
-            "a free port). Empty: the one PLAINTEXT listener of --listen. The first is announced as kafka=."),
-    Setting("advertised.listeners", (), _list,
-            "`NAME://HOST:PORT,...`: the address Metadata and FindCoordinator give clients that came in on listener "
-            "NAME (default: the address they reached). Port 0: the bound port."),
-    Setting("listener.security.protocol.map",
-            ("PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"), _list,
-            "Listener name to security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL): `NAME:PROTOCOL,...`."),
-    Setting("sasl.enabled.mechanisms", ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), _list,
-            "SASL mechanisms offered on SASL listeners (Kafka's default, GSSAPI, is not implemented). PLAIN "
-            "passwords are checked against the user's SCRAM credentials."),
+    Setting(
+        "listeners",
+        (),
+        _list,
+        "Kafka listeners, `NAME://HOST:PORT,...` (names mapped by listener.security.protocol.map; port 0 picks "
+        "a free port). Empty: the one PLAINTEXT listener of --listen. The first is announced as kafka=.",
+    ),
+    Setting(
+        "advertised.listeners",
+        (),
+        _list,
+        "`NAME://HOST:PORT,...`: the address Metadata and FindCoordinator give clients that came in on listener "
+        "NAME (default: the address they reached). Port 0: the bound port.",
+    ),
+    Setting(
+        "listener.security.protocol.map",
+        ("PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"),
+        _list,
+        "Listener name to security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL): `NAME:PROTOCOL,...`.",
+    ),
+    Setting(
+        "sasl.enabled.mechanisms",
+        ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        _list,
+        "SASL mechanisms offered on SASL listeners (Kafka's default, GSSAPI, is not implemented). PLAIN "
+        "passwords are checked against the user's SCRAM credentials.",
+    ),
     Setting("ssl.keystore.type", "PEM", str, "Only PEM is supported."),
-    Setting("ssl.keystore.location", "", str, "PEM file with the server's private key and certificate chain."),
-    Setting("ssl.keystore.certificate.chain", "", str, "The server's certificate chain as PEM text (instead of "
-            "ssl.keystore.location)."),
-    Setting("ssl.keystore.key", "", str, "The server's private key as PEM text (with ssl.keystore.certificate.chain)."),
+    Setting(
+        "ssl.keystore.location", "", str, "PEM file with the server's private key and certificate chain."
+    ),
+    Setting(
+        "ssl.keystore.certificate.chain",
+        "",
+        str,
+        "The server's certificate chain as PEM text (instead of ssl.keystore.location).",
+    ),
+    Setting(
+        "ssl.keystore.key",
+        "",
+        str,
+        "The server's private key as PEM text (with ssl.keystore.certificate.chain).",
+    ),
     Setting("ssl.key.password", "", str, "Password of an encrypted private key."),
     Setting("ssl.truststore.type", "PEM", str, "Only PEM is supported."),
-    Setting("ssl.truststore.location", "", str, "PEM file of the CA certificates that client certificates are "
-            "checked against."),
-    Setting("ssl.truststore.certificates", "", str, "CA certificates as PEM text (instead of "
-            "ssl.truststore.location)."),
-    Setting("ssl.client.auth", "none", str, "Client certificates on SSL listeners: none, requested or required. "
-            "A verified certificate makes the principal `User:` + its subject DN (RFC 2253, as Kafka)."),
-    Setting("authorizer.class.name", "", str, "Any non-empty value (e.g. org.apache.kafka.metadata.authorizer."
-            "StandardAuthorizer) turns on ACL authorization with Kafka's rules."),
-    Setting("super.users", "", str, "Principals allowed everything, separated by semicolons: `User:admin;User:ops`."),
-    Setting("allow.everyone.if.no.acl.found", False, _bool,
-            "Allow an operation on a resource that no ACL matches at all."),
-    Setting("scram.bootstrap.users", (), _list,
-            "`NAME:PASSWORD,...`: SCRAM-SHA-256 and -512 credentials created at start for users that have none "
-            "(like `kafka-storage format --add-scram`); only salted hashes are stored.", kafka=False),
-    Setting("admin.auth.token", "", str,
-            "Bearer token the admin HTTP API's POST/PUT/DELETE require once security is configured (a "
-            "non-PLAINTEXT listener or an authorizer); empty: those endpoints are refused then.", kafka=False),
-    Setting("admin.ssl.enabled", False, _bool,
-            "Serve the admin HTTP API over TLS with the ssl.* keystore; a client certificate verified against the "
-            "truststore may then stand in for admin.auth.token.", kafka=False),
+    Setting(
+        "ssl.truststore.location",
+        "",
+        str,
+        "PEM file of the CA certificates that client certificates are checked against.",
+    ),
+    Setting(
+        "ssl.truststore.certificates",
+        "",
+        str,
+        "CA certificates as PEM text (instead of ssl.truststore.location).",
+    ),
+    Setting(
+        "ssl.client.auth",
+        "none",
+        str,
+        "Client certificates on SSL listeners: none, requested or required. "
+        "A verified certificate makes the principal `User:` + its subject DN (RFC 2253, as Kafka).",
+    ),
+    Setting(
+        "authorizer.class.name",
+        "",
+        str,
+        "Any non-empty value (e.g. org.apache.kafka.metadata.authorizer."
+        "StandardAuthorizer) turns on ACL authorization with Kafka's rules.",
+    ),
+    Setting(
+        "super.users",
+        "",
+        str,
+        "Principals allowed everything, separated by semicolons: `User:admin;User:ops`.",
+    ),
+    Setting(
+        "allow.everyone.if.no.acl.found",
+        False,
+        _bool,
+        "Allow an operation on a resource that no ACL matches at all.",
+    ),
+    Setting(
+        "scram.bootstrap.users",
+        (),
+        _list,
+        "`NAME:PASSWORD,...`: SCRAM-SHA-256 and -512 credentials created at start for users that have none "
+        "(like `kafka-storage format --add-scram`); only salted hashes are stored.",
+        kafka=False,
+    ),
+    Setting(
+        "admin.auth.token",
+        "",
+        str,
+        "Bearer token the admin HTTP API's POST/PUT/DELETE require once security is configured (a "
+        "non-PLAINTEXT listener or an authorizer); empty: those endpoints are refused then.",
+        kafka=False,
+    ),
+    Setting(
+        "admin.ssl.enabled",
+        False,
+        _bool,
+        "Serve the admin HTTP API over TLS with the ssl.* keystore; a client certificate verified against the "
+        "truststore may then stand in for admin.auth.token.",
+        kafka=False,
+    ),
     # -- observability (admin listener) ------------------------------------------------------------
-    Setting("metrics.groups.include", "", _regex,
-            "Export per-group series only for groups whose whole id matches this regex (empty: all).", kafka=False),
-    Setting("metrics.groups.exclude", "", _regex,
-            "Export no series for groups whose whole id matches this regex (empty: none excluded).", kafka=False),
-    Setting("metrics.topics.include", "", _regex,
-            "Export per-topic and per-partition series only for topics matching this regex (empty: all).",
-            kafka=False),
-    Setting("metrics.topics.exclude", "", _regex,
-            "Export no series for topics whose whole name matches this regex (empty: none excluded).", kafka=False),
-    Setting("metrics.partition.series.enable", True, _bool,
-            "Export per-partition series (offsets, lag, lag seconds); off keeps per-topic and per-group sums.",
-            kafka=False),
-    Setting("metrics.lag.sample.interval.ms", 5000, int,
-            "How often the log-end offsets of consumed partitions are sampled for the lag-in-seconds estimate.",
-            "ms", kafka=False, minimum=100),
-    Setting("metrics.lag.history.samples", 120, int,
-            "Samples of (log-end offset, time) kept per partition (flat stretches take two).", kafka=False,
-            minimum=2),
-    Setting("admin.rebalance.timeline.size", 25, int, "Rebalances kept per group for the /v1 timeline.",
-            kafka=False, minimum=1),
+    Setting(
+        "metrics.groups.include",
+        "",
+        _regex,
+        "Export per-group series only for groups whose whole id matches this regex (empty: all).",
+        kafka=False,
+    ),
+    Setting(
+        "metrics.groups.exclude",
+        "",
+        _regex,
+        "Export no series for groups whose whole id matches this regex (empty: none excluded).",
+        kafka=False,
+    ),
+    Setting(
+        "metrics.topics.include",
+        "",
+        _regex,
+        "Export per-topic and per-partition series only for topics matching this regex (empty: all).",
+        kafka=False,
+    ),
+    Setting(
+        "metrics.topics.exclude",
+        "",
+        _regex,
+        "Export no series for topics whose whole name matches this regex (empty: none excluded).",
+        kafka=False,
+    ),
+    Setting(
+        "metrics.partition.series.enable",
+        True,
+        _bool,
+        "Export per-partition series (offsets, lag, lag seconds); off keeps per-topic and per-group sums.",
+        kafka=False,
+    ),
+    Setting(
+        "metrics.lag.sample.interval.ms",
+        5000,
+        int,
+        "How often the log-end offsets of consumed partitions are sampled for the lag-in-seconds estimate.",
+        "ms",
+        kafka=False,
+        minimum=100,
+    ),
+    Setting(
+        "metrics.lag.history.samples",
+        120,
+        int,
+        "Samples of (log-end offset, time) kept per partition (flat stretches take two).",
+        kafka=False,
+        minimum=2,
+    ),
+    Setting(
+        "admin.rebalance.timeline.size",
+        25,
+        int,
+        "Rebalances kept per group for the /v1 timeline.",
+        kafka=False,
+        minimum=1,
+    ),
     # -- data plane (standalone) -------------------------------------------------------------------
     Setting("auto.create.topics.enable", True, _bool, "Create a topic on first Metadata request for it."),
     Setting("num.partitions", 1, int, "Partitions of an auto-created topic.", minimum=1),
     Setting("default.replication.factor", 1, int, "Replication factor reported for topics.", minimum=1),
-    Setting("message.max.bytes", 1048588, int, "Largest record batch accepted by Produce.", "bytes", minimum=1),
+    Setting(
+        "message.max.bytes", 1048588, int, "Largest record batch accepted by Produce.", "bytes", minimum=1
+    ),
     # -- group coordinator ---------------------------------------------------------------------------
-    Setting("group.min.session.timeout.ms", 6000, int, "Smallest session timeout a member may ask for.", "ms"),
-    Setting("group.max.session.timeout.ms", 1800000, int, "Largest session timeout a member may ask for.", "ms"),
-    Setting("group.initial.rebalance.delay.ms", 3000, int,
-            "Delay before the first rebalance of an empty group completes (KIP-134).", "ms", minimum=0),
-    Setting("group.max.size", 2147483647, int, "Largest number of members in a classic group (KIP-389).",
-            minimum=1),
-    Setting("group.static.registration.timeout.ms", 0, int,
-            "How long a static member whose session expired keeps its place and partitions, counted from when "
-            "the earliest member still offline went offline; then one rebalance removes every offline member "
-            "(KIP-345's registration timeout). 0: Kafka's behaviour. Overridable per group (admin API).",
-            "ms", kafka=False, minimum=0),
-    Setting("group.expansion.timeout.ms", 0, int,
-            "When a new member joins a Stable group, how long to collect further joiners before the one "
-            "rebalance that admits them all (KIP-345's expansion timeout); capped at half the smallest "
-            "rebalance timeout of the waiting joiners. 0: Kafka's behaviour. Overridable per group.",
-            "ms", kafka=False, minimum=0),
-    Setting("group.coordinator.rebalance.protocols", ("classic",), _list,
-            "Rebalance protocols served; only classic is implemented."),
-    Setting("group.coordinator.append.linger.ms", 10, int,
-            "How long a write waits to be batched with others before it is flushed.", "ms", minimum=0),
-    Setting("offset.metadata.max.bytes", 4096, int, "Largest metadata string of a committed offset.", "bytes"),
-    Setting("offsets.retention.minutes", 10080, int, "How long offsets of an empty group are kept (KIP-211).",
-            "minutes", minimum=1),
-    Setting("offsets.retention.check.interval.ms", 600000, int, "How often expired offsets are removed.", "ms",
-            minimum=1),
+    Setting(
+        "group.min.session.timeout.ms", 6000, int, "Smallest session timeout a member may ask for.", "ms"
+    ),
+    Setting(
+        "group.max.session.timeout.ms", 1800000, int, "Largest session timeout a member may ask for.", "ms"
+    ),
+    Setting(
+        "group.initial.rebalance.delay.ms",
+        3000,
+        int,
+        "Delay before the first rebalance of an empty group completes (KIP-134).",
+        "ms",
+        minimum=0,
+    ),
+    Setting(
+        "group.max.size",
+        2147483647,
+        int,
+        "Largest number of members in a classic group (KIP-389).",
+        minimum=1,
+    ),
+    Setting(
+        "group.static.registration.timeout.ms",
+        0,
+        int,
+        "How long a static member whose session expired keeps its place and partitions, counted from when "
+        "the earliest member still offline went offline; then one rebalance removes every offline member "
+        "(KIP-345's registration timeout). 0: Kafka's behaviour. Overridable per group (admin API).",
+        "ms",
+        kafka=False,
+        minimum=0,
+    ),
+    Setting(
+        "group.expansion.timeout.ms",
+        0,
+        int,
+        "When a new member joins a Stable group, how long to collect further joiners before the one "
+        "rebalance that admits them all (KIP-345's expansion timeout); capped at half the smallest "
+        "rebalance timeout of the waiting joiners. 0: Kafka's behaviour. Overridable per group.",
+        "ms",
+        kafka=False,
+        minimum=0,
+    ),
+    Setting(
+        "group.coordinator.rebalance.protocols",
+        ("classic",),
+        _list,
+        "Rebalance protocols served; only classic is implemented.",
+    ),
+    Setting(
+        "group.coordinator.append.linger.ms",
+        10,
+        int,
+        "How long a write waits to be batched with others before it is flushed.",
+        "ms",
+        minimum=0,
+    ),
+    Setting(
+        "offset.metadata.max.bytes", 4096, int, "Largest metadata string of a committed offset.", "bytes"
+    ),
+    Setting(
+        "offsets.retention.minutes",
+        10080,
+        int,
+        "How long offsets of an empty group are kept (KIP-211).",
+        "minutes",
+        minimum=1,
+    ),
+    Setting(
+        "offsets.retention.check.interval.ms",
+        600000,
+        int,
+        "How often expired offsets are removed.",
+        "ms",
+        minimum=1,
+    ),
     Setting("offsets.commit.timeout.ms", 5000, int, "Bound on every wait for the log.", "ms", minimum=1),
-    Setting("offsets.topic.segment.bytes", 104857600, int, "Size at which the group log rolls a segment.",
-            "bytes", minimum=1024),
-    Setting("log.cleaner.delete.retention.ms", 86400000, int,
-            "How long compaction keeps tombstones before dropping them.", "ms", minimum=0),
-    Setting("offsets.topic.compaction.interval.ms", 300000, int,
-            "How often the group log's closed segments are compacted.", "ms", kafka=False, minimum=1000),
-    Setting("offsets.topic.num.partitions", 50, int,
-            "Number of group shards (Kafka: partitions of __consumer_offsets). A group belongs to shard "
-            "abs(hashCode(group id)) % this, as in Kafka; each shard has its own state machine and log under "
-            "DATA_DIR/groups/shard-N. Fixed once a data directory has been written.", minimum=1),
-    Setting("coordinator.shard.failure.timeout.ms", 30000, int,
-            "How long a shard may go on failing or stalling on its log before it is marked failed and reloaded "
-            "from its log (meanwhile its requests get a retriable error within offsets.commit.timeout.ms).",
-            "ms", kafka=False, minimum=100),
-    Setting("group.coordinator.compaction.timeout.ms", 600000, int,
-            "Time budget of one compaction of a shard's log; past it the shard stops waiting and logs it.",
-            "ms", kafka=False, minimum=1000),
-    Setting("log.segment.bytes", 1073741824, int,
-            "Size at which a partition's segment file is rolled (topic config segment.bytes).", "bytes",
-            minimum=14),
-    Setting("log.retention.ms", 604800000, int,
-            "How long a closed segment is kept after its newest record (topic config retention.ms); "
-            "-1: forever.", "ms", minimum=-1),
-    Setting("log.retention.bytes", -1, int,
-            "Partition size above which its oldest closed segments are deleted (topic config "
-            "retention.bytes); -1: no limit.", "bytes", minimum=-1),
-    Setting("log.retention.check.interval.ms", 300000, int, "How often retention deletes old segments.", "ms",
-            minimum=1),
+    Setting(
+        "offsets.topic.segment.bytes",
+        104857600,
+        int,
+        "Size at which the group log rolls a segment.",
+        "bytes",
+        minimum=1024,
+    ),
+    Setting(
+        "log.cleaner.delete.retention.ms",
+        86400000,
+        int,
+        "How long compaction keeps tombstones before dropping them.",
+        "ms",
+        minimum=0,
+    ),
+    Setting(
+        "offsets.topic.compaction.interval.ms",
+        300000,
+        int,
+        "How often the group log's closed segments are compacted.",
+        "ms",
+        kafka=False,
+        minimum=1000,
+    ),
+    Setting(
+        "offsets.topic.num.partitions",
+        50,
+        int,
+        "Number of group shards (Kafka: partitions of __consumer_offsets). A group belongs to shard "
+        "abs(hashCode(group id)) % this, as in Kafka; each shard has its own state machine and log under "
+        "DATA_DIR/groups/shard-N. Fixed once a data directory has been written.",
+        minimum=1,
+    ),
+    Setting(
+        "coordinator.shard.failure.timeout.ms",
+        30000,
+        int,
+        "How long a shard may go on failing or stalling on its log before it is marked failed and reloaded "
+        "from its log (meanwhile its requests get a retriable error within offsets.commit.timeout.ms).",
+        "ms",
+        kafka=False,
+        minimum=100,
+    ),
+    Setting(
+        "group.coordinator.compaction.timeout.ms",
+        600000,
+        int,
+        "Time budget of one compaction of a shard's log; past it the shard stops waiting and logs it.",
+        "ms",
+        kafka=False,
+        minimum=1000,
+    ),
+    Setting(
+        "log.segment.bytes",
+        1073741824,
+        int,
+        "Size at which a partition's segment file is rolled (topic config segment.bytes).",
+        "bytes",
+        minimum=14,
+    ),
+    Setting(
+        "log.retention.ms",
+        604800000,
+        int,
+        "How long a closed segment is kept after its newest record (topic config retention.ms); -1: forever.",
+        "ms",
+        minimum=-1,
+    ),
+    Setting(
+        "log.retention.bytes",
+        -1,
+        int,
+        "Partition size above which its oldest closed segments are deleted (topic config "
+        "retention.bytes); -1: no limit.",
+        "bytes",
+        minimum=-1,
+    ),
+    Setting(
+        "log.retention.check.interval.ms",
+        300000,
+        int,
+        "How often retention deletes old segments.",
+        "ms",
+        minimum=1,
+    ),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -295,10 +559,10 @@ def read_properties(path: str) -> dict[str, str]:
             line = raw.strip()
             if not line or line[0] in "#!":
                 continue
-            for sep_index, ch in enumerate(line):
+            for sep_index, ch in enumerate(line):  # noqa: B007 - sep_index is read after the loop
                 if ch in "=:":
                     break
             else:
                 raise ConfigError(f"{path}: no '=' in line {raw.rstrip()!r}")
-            values[line[:sep_index].strip()] = line[sep_index + 1:].strip()
+            values[line[:sep_index].strip()] = line[sep_index + 1 :].strip()
     return values

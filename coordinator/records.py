@@ -296,7 +296,7 @@ class _Reader:
     def _take(self, n: int) -> memoryview:
         if n < 0 or self.pos + n > len(self.data):
             raise RecordDecodeError(f"need {n} bytes at offset {self.pos}, have {len(self.data) - self.pos}")
-        chunk = self.data[self.pos:self.pos + n]
+        chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk
 
@@ -680,7 +680,9 @@ def simple_offset_commit(key: bytes, value: bytes) -> tuple[str, str, int, int, 
     Loading a log calls this once per entry."""
     if len(value) != 24:
         return None
-    version, offset, leader_epoch, metadata_length, commit_timestamp_ms = _VALUE_V3_NO_METADATA.unpack_from(value)
+    version, offset, leader_epoch, metadata_length, commit_timestamp_ms = _VALUE_V3_NO_METADATA.unpack_from(
+        value
+    )
     if version != 3 or metadata_length != 0:
         return None
     prefix, end, group, topic = _last_key_prefix
@@ -839,11 +841,13 @@ def new_group_settings_record(group_id: str, settings: Mapping[str, int]) -> Coo
 
 
 _GROUP_METADATA_PREFIX = GROUP_METADATA_KEY_VERSION.to_bytes(2, "big")
-_APPLIED_IN_MEMORY_PREFIXES = frozenset({
-    _GROUP_METADATA_PREFIX,
-    GROUP_PAUSE_KEY_VERSION.to_bytes(2, "big"),
-    GROUP_SETTINGS_KEY_VERSION.to_bytes(2, "big"),
-})
+_APPLIED_IN_MEMORY_PREFIXES = frozenset(
+    {
+        _GROUP_METADATA_PREFIX,
+        GROUP_PAUSE_KEY_VERSION.to_bytes(2, "big"),
+        GROUP_SETTINGS_KEY_VERSION.to_bytes(2, "big"),
+    }
+)
 _OFFSET_COMMIT_PREFIXES = frozenset(v.to_bytes(2, "big") for v in (0, OFFSET_COMMIT_KEY_VERSION))
 
 
@@ -853,7 +857,7 @@ def applied_in_memory_group(record: CoordinatorRecord) -> str | None:
     key = record.key
     if key[:2] not in _APPLIED_IN_MEMORY_PREFIXES:
         return None
-    return key[4:4 + int.from_bytes(key[2:4], "big")].decode("utf-8", "replace")
+    return key[4 : 4 + int.from_bytes(key[2:4], "big")].decode("utf-8", "replace")
 
 
 def is_group_metadata(record: CoordinatorRecord) -> bool:

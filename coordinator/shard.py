@@ -106,10 +106,12 @@ class GroupCoordinatorShard:
         self.calls = Calls()
         self.pauses = PauseRegistry()
         self.group_settings = GroupSettingsRegistry(self.settings)
-        self.classic = GroupMetadataManager(self.calls, clock, timer, self.settings, self.pauses,
-                                            self.group_settings, new_uuid=new_uuid)
+        self.classic = GroupMetadataManager(
+            self.calls, clock, timer, self.settings, self.pauses, self.group_settings, new_uuid=new_uuid
+        )
         self.offsets = OffsetMetadataManager(
-            self.classic, clock,
+            self.classic,
+            clock,
             offset_metadata_max_bytes=self.settings.offset_metadata_max_bytes,
             offsets_retention_ms=self.settings.offsets_retention_ms,
         )
@@ -134,10 +136,13 @@ class GroupCoordinatorShard:
 
     # -- group APIs ------------------------------------------------------------------------------------------
 
-    def join_group(self, token: object, api_version: int, request: Any, *, client_id: str = "",
-                   client_host: str = "") -> CoordinatorResult:
+    def join_group(
+        self, token: object, api_version: int, request: Any, *, client_id: str = "", client_host: str = ""
+    ) -> CoordinatorResult:
         """JoinGroup v0-v9. `client_id` and `client_host` come from the request header and the connection."""
-        return self.classic.join_group(token, api_version, request, client_id=client_id, client_host=client_host)
+        return self.classic.join_group(
+            token, api_version, request, client_id=client_id, client_host=client_host
+        )
 
     def sync_group(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
         return self.classic.sync_group(token, api_version, request)
@@ -150,8 +155,10 @@ class GroupCoordinatorShard:
 
     def describe_groups(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
         """DescribeGroups v0-v6."""
-        described = [describe_group(group_id, self.groups.get(group_id), api_version, self.pauses.deliverable)
-                     for group_id in request.groups]
+        described = [
+            describe_group(group_id, self.groups.get(group_id), api_version, self.pauses.deliverable)
+            for group_id in request.groups
+        ]
         return CoordinatorResult(responses=[(token, build(DescribeGroupsResponse, {"groups": described}))])
 
     def list_groups(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
@@ -240,8 +247,11 @@ class GroupCoordinatorShard:
         paused). Answers an AdminAnswer whose data is the resulting pause state."""
         old = self.pauses.state(group_id)
         wanted = sorted(set(topics or ()))
-        new = PauseState(True, old.topics) if not wanted else PauseState(old.group_paused,
-                                                                        old.topics | frozenset(wanted))
+        new = (
+            PauseState(True, old.topics)
+            if not wanted
+            else PauseState(old.group_paused, old.topics | frozenset(wanted))
+        )
         what = "the whole group" if not wanted else f"topics {wanted}"
         self._change_pause(token, group_id, old, new, f"pause of {what}")
 
@@ -252,16 +262,22 @@ class GroupCoordinatorShard:
         old = self.pauses.state(group_id)
         wanted = sorted(set(topics or ()))
         if wanted and old.group_paused:
-            self.calls.respond(token, AdminAnswer(
-                ErrorCode.invalid_request,
-                f"group {group_id} is paused as a whole: resume the whole group (then pause topics if needed)",
-                {"paused": old.to_json()}))
+            self.calls.respond(
+                token,
+                AdminAnswer(
+                    ErrorCode.invalid_request,
+                    f"group {group_id} is paused as a whole: resume the whole group (then pause topics if needed)",
+                    {"paused": old.to_json()},
+                ),
+            )
             return
         new = NOT_PAUSED if not wanted else PauseState(False, old.topics - frozenset(wanted))
         what = "the whole group" if not wanted else f"topics {wanted}"
         self._change_pause(token, group_id, old, new, f"resume of {what}")
 
-    def _change_pause(self, token: object, group_id: str, old: PauseState, new: PauseState, what: str) -> None:
+    def _change_pause(
+        self, token: object, group_id: str, old: PauseState, new: PauseState, what: str
+    ) -> None:
         """Pause and resume start a rebalance at once (Stable/CompletingRebalance -> PreparingRebalance): members
         see it at their next heartbeat. Applied in memory now, undone if the append fails (then a rebalance hands
         out the old state again)."""
@@ -270,19 +286,30 @@ class GroupCoordinatorShard:
             return
         group = self.groups.get(group_id)
         if group is not None and group.protocol_type is not None and not group.uses_consumer_protocol():
-            self.calls.respond(token, AdminAnswer(
-                ErrorCode.inconsistent_group_protocol,
-                f"group {group_id} uses protocol type {group.protocol_type!r}: only groups of protocol type "
-                "'consumer' can be paused, because only their assignments can be read by the coordinator",
-                {"paused": old.to_json()}))
+            self.calls.respond(
+                token,
+                AdminAnswer(
+                    ErrorCode.inconsistent_group_protocol,
+                    f"group {group_id} uses protocol type {group.protocol_type!r}: only groups of protocol type "
+                    "'consumer' can be paused, because only their assignments can be read by the coordinator",
+                    {"paused": old.to_json()},
+                ),
+            )
             return
-        answer = AdminAnswer(ErrorCode.none, f"{what} of group {group_id}: nothing changed"
-                             if new == old else f"{what} of group {group_id} recorded", {"paused": new.to_json()})
+        answer = AdminAnswer(
+            ErrorCode.none,
+            f"{what} of group {group_id}: nothing changed"
+            if new == old
+            else f"{what} of group {group_id} recorded",
+            {"paused": new.to_json()},
+        )
         fx = self.calls.fx
         fx.own_token = token
         fx.own_error = lambda error: AdminAnswer(
-            error, f"writing the {what} of group {group_id} failed ({error.name}); nothing changed",
-            {"paused": old.to_json()})
+            error,
+            f"writing the {what} of group {group_id} failed ({error.name}); nothing changed",
+            {"paused": old.to_json()},
+        )
         if new != old:
             fx.records.append(new_group_pause_record(group_id, new.group_paused, new.topics))
             self.pauses.set(group_id, new)
@@ -292,7 +319,9 @@ class GroupCoordinatorShard:
             def revert(error: ErrorCode) -> dict[object, Any]:
                 if self.pauses.state(group_id) == new:
                     self.pauses.set(group_id, old)
-                    self.classic.rebalance_for_admin(group_id, f"the {what} could not be written ({error.name})")
+                    self.classic.rebalance_for_admin(
+                        group_id, f"the {what} could not be written ({error.name})"
+                    )
                 return {}
 
             fx.failure_hooks.append(revert)
@@ -319,8 +348,10 @@ class GroupCoordinatorShard:
         fx = self.calls.fx
         fx.own_token = token
         fx.own_error = lambda error: AdminAnswer(
-            error, f"writing the settings of group {group_id} failed ({error.name}); nothing changed",
-            self.group_settings.to_json(group_id))
+            error,
+            f"writing the settings of group {group_id} failed ({error.name}); nothing changed",
+            self.group_settings.to_json(group_id),
+        )
         if new != old:
             fx.records.append(new_group_settings_record(group_id, new))
             self.group_settings.set(group_id, new)
@@ -334,8 +365,14 @@ class GroupCoordinatorShard:
                 return {}
 
             fx.failure_hooks.append(revert)
-        self.calls.respond(token, AdminAnswer(ErrorCode.none, f"settings of group {group_id} recorded",
-                                              self.group_settings.to_json(group_id)))
+        self.calls.respond(
+            token,
+            AdminAnswer(
+                ErrorCode.none,
+                f"settings of group {group_id} recorded",
+                self.group_settings.to_json(group_id),
+            ),
+        )
 
     # -- loading: replay, on_loaded, on_unloaded -------------------------------------------------------------
 
@@ -371,7 +408,9 @@ class GroupCoordinatorShard:
             assert value is None or isinstance(value, GroupSettingsValue)
             self.group_settings.replay(key.group, value)
         else:
-            assert isinstance(key, GroupMetadataKey) and (value is None or isinstance(value, GroupMetadataValue))
+            assert isinstance(key, GroupMetadataKey) and (
+                value is None or isinstance(value, GroupMetadataValue)
+            )
             self.classic.replay_group_metadata(key, value)
 
     @state_machine_call
@@ -380,8 +419,12 @@ class GroupCoordinatorShard:
         self.classic.on_loaded()
         offsets = self.offsets.store.num_offsets()
         # One line per shard: only the shards that hold something are worth an info line.
-        log.log(logging.INFO if self.groups or offsets else logging.DEBUG, "loaded %d groups and %d offsets",
-                len(self.groups), offsets)
+        log.log(
+            logging.INFO if self.groups or offsets else logging.DEBUG,
+            "loaded %d groups and %d offsets",
+            len(self.groups),
+            offsets,
+        )
 
     @state_machine_call
     def on_unloaded(self) -> None:

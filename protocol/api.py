@@ -23,6 +23,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
+from kio.static.primitive import i16
 
 from .api_keys import ApiKey
 from .build import build, fields_of
@@ -67,29 +68,29 @@ class DecodedRequest:
 
 
 @functools.cache
-def request_class(api_key: int, version: int) -> type:
+def request_class(api_key: int, version: int) -> Any:
     return load_request_schema(api_key, version)
 
 
 @functools.cache
-def response_class(api_key: int, version: int) -> type:
+def response_class(api_key: int, version: int) -> Any:
     return load_response_schema(api_key, version)
 
 
 @functools.cache
-def _reader(cls: type) -> Any:
+def _reader(cls: Any) -> Any:
     return entity_reader(cls)
 
 
 @functools.cache
-def _writer(cls: type) -> Any:
+def _writer(cls: Any) -> Any:
     return entity_writer(cls)
 
 
 def encode_request(body: Any, correlation_id: int, client_id: str | None) -> bytes:
     """A request frame as a client sends it (length prefix, header v1 or v2, body) for a kio request entity: for
     relaying a request to another server (coordinator.cluster), tests and tools."""
-    cls = type(body)
+    cls: Any = type(body)
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")
     buf.write(_PREFIX.pack(body.__api_key__, body.__version__, correlation_id))
@@ -170,7 +171,9 @@ class ApiTable:
 
     # -- decoding ---------------------------------------------------------------------------------
 
-    def decode(self, frame: bytes | memoryview, client_host: str = "", connection_id: int = 0) -> DecodedRequest:
+    def decode(
+        self, frame: bytes | memoryview, client_host: str = "", connection_id: int = 0
+    ) -> DecodedRequest:
         """Decode one request frame (without its length prefix).
 
         Raises UnknownApiKey for keys not in the table and RequestDecodeError for anything malformed. A version
@@ -192,7 +195,9 @@ class ApiTable:
             header, offset = _reader(header_cls)(frame, 0)
             check = array_check(cls)
             if check is not None:
-                check(frame, offset)  # before kio's reader, which trusts claimed array lengths (protocol.shape)
+                check(
+                    frame, offset
+                )  # before kio's reader, which trusts claimed array lengths (protocol.shape)
             body, _ = _reader(cls)(frame, offset)
         except (DecodeError, ValueError, OverflowError, KeyError) as exc:
             # kio raises KeyError for a tagged field it does not know (Kafka would skip it); we close instead.
@@ -206,10 +211,13 @@ class ApiTable:
         """Encode a response (header + body) for the request's version. `response` may be an entity of another
         version or a mapping: it is rebuilt as the exact version's class; or an Encoded body, sent as it is."""
         if isinstance(response, Encoded):
-            flexible = response_class(ctx.api_key, ctx.api_version).__flexible__ and ctx.api_key != ApiKey.API_VERSIONS
+            flexible = (
+                response_class(ctx.api_key, ctx.api_version).__flexible__
+                and ctx.api_key != ApiKey.API_VERSIONS
+            )
             return struct.pack(">i", ctx.correlation_id) + (b"\x00" if flexible else b"") + response.body
         if ctx.api_key == ApiKey.API_VERSIONS and isinstance(response, ApiVersionsResponseV0):
-            cls: type = ApiVersionsResponseV0
+            cls: Any = ApiVersionsResponseV0
         else:
             cls = response_class(ctx.api_key, ctx.api_version)
         body = build(cls, response)
@@ -245,14 +253,20 @@ class ApiTable:
     # -- ApiVersions ------------------------------------------------------------------------------
 
     def _api_keys(self) -> tuple[ApiVersionV0, ...]:
-        return tuple(ApiVersionV0(api_key=s.api_key, min_version=s.min_version, max_version=s.max_version)
-                     for s in self.specs())
+        return tuple(
+            ApiVersionV0(
+                api_key=i16(s.api_key), min_version=i16(s.min_version), max_version=i16(s.max_version)
+            )
+            for s in self.specs()
+        )
 
     async def _api_versions(self, ctx: RequestContext, request: Any) -> Any:
         return {
             "error_code": ErrorCode.none,
-            "api_keys": [{"api_key": s.api_key, "min_version": s.min_version, "max_version": s.max_version}
-                         for s in self.specs()],
+            "api_keys": [
+                {"api_key": s.api_key, "min_version": s.min_version, "max_version": s.max_version}
+                for s in self.specs()
+            ],
             "throttle_time": 0,
             "supported_features": (),
             "finalized_features_epoch": -1,

@@ -53,12 +53,12 @@ def _unwrap(tp: Any) -> tuple[Any, bool, bool]:
 
 
 @functools.cache
-def _plan(cls: type) -> tuple[_FieldPlan, ...]:
+def _plan(cls: Any) -> tuple[_FieldPlan, ...]:
     hints = typing.get_type_hints(cls)
     plans = []
     for f in dataclasses.fields(cls):
         inner, is_tuple, nullable = _unwrap(hints[f.name])
-        nested = inner if dataclasses.is_dataclass(inner) else None
+        nested = inner if isinstance(inner, type) and dataclasses.is_dataclass(inner) else None
         plans.append(
             _FieldPlan(
                 name=f.name,
@@ -124,7 +124,8 @@ def build(cls: type[E], data: Any = None, /, **overrides: Any) -> E:
     if isinstance(data, cls) and not overrides:
         return data
     kwargs = {}
-    for p in _plan(cls):
+    plan_of: Any = cls  # a kio entity class (hashable; mypy cannot tell from type[E])
+    for p in _plan(plan_of):
         value = overrides[p.name] if p.name in overrides else _get(data, p.name)
         if value is _MISSING:
             if p.has_default:

@@ -56,7 +56,7 @@ def decode_assignment(data: bytes) -> ConsumerAssignment:
         nonlocal pos
         if n < 0 or pos + n > len(data):
             raise AssignmentDecodeError(f"need {n} bytes at offset {pos}, have {len(data) - pos}")
-        chunk = data[pos:pos + n]
+        chunk = data[pos : pos + n]
         pos += n
         return bytes(chunk)
 
@@ -153,5 +153,12 @@ def assignment_partitions(data: bytes) -> dict[str, list[int]] | None:
     return {topic: sorted(set(parts)) for topic, parts in out.items()}
 
 
-__all__ = ["AssignmentDecodeError", "ConsumerAssignment", "assignment_partitions", "decode_assignment",
-           "encode_assignment", "filter_assignment", "parse_subscription_topics"]
+__all__ = [
+    "AssignmentDecodeError",
+    "ConsumerAssignment",
+    "assignment_partitions",
+    "decode_assignment",
+    "encode_assignment",
+    "filter_assignment",
+    "parse_subscription_topics",
+]

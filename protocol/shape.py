@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from kio.serial._introspect import (
     EntityField,
@@ -32,11 +33,24 @@ from kio.serial._introspect import (
 from .errors import RequestDecodeError
 
 # A step reads one field at `pos` and returns the position after it; `end` bounds the frame.
-Step = Callable[[bytes, int, int], int]
+Buffer = bytes | memoryview  # a request frame: Buffer off the socket, or a view of them
+Step = Callable[[Buffer, int, int], int]
 
 _FIXED = {
-    "int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
-    "float64": 8, "bool": 1, "uuid": 16, "timedelta_i32": 4, "timedelta_i64": 8, "datetime_i64": 8,
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "uint8": 1,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
+    "float64": 8,
+    "bool": 1,
+    "uuid": 16,
+    "timedelta_i32": 4,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
     "error_code": 2,
 }
 _I8, _I16, _I32 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i")
@@ -50,7 +64,7 @@ class Unwalkable(Exception):
     """A schema this module does not know how to walk (then requests of it are not checked)."""
 
 
-def _uvarint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+def _uvarint(data: Buffer, pos: int, end: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if pos >= end or shift > 28:
@@ -63,36 +77,40 @@ def _uvarint(data: bytes, pos: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fixed(data: bytes, pos: int, end: int, unpack: struct.Struct) -> int:
+def _fixed(data: Buffer, pos: int, end: int, unpack: struct.Struct) -> int:
     if pos + unpack.size > end:
         raise _Short
     return int(unpack.unpack_from(data, pos)[0])
 
 
-def _length(flexible: bool, wide: bool) -> Callable[[bytes, int, int], tuple[int, int]]:
+def _length(flexible: bool, wide: bool) -> Callable[[Buffer, int, int], tuple[int, int]]:
     """Reader of a string/bytes length or an array count: -1 for null."""
     if flexible:
-        def compact(data: bytes, pos: int, end: int) -> tuple[int, int]:
+
+        def compact(data: Buffer, pos: int, end: int) -> tuple[int, int]:
             n, pos = _uvarint(data, pos, end)
             return n - 1, pos
+
         return compact
     unpack = _I32 if wide else _I16
 
-    def legacy(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    def legacy(data: Buffer, pos: int, end: int) -> tuple[int, int]:
         return _fixed(data, pos, end, unpack), pos + unpack.size
+
     return legacy
 
 
 def _skip_sized(flexible: bool, wide: bool) -> Step:
     length = _length(flexible, wide)
 
-    def skip(data: bytes, pos: int, end: int) -> int:
+    def skip(data: Buffer, pos: int, end: int) -> int:
         n, pos = length(data, pos, end)
         if n > 0:
             pos += n
             if pos > end:
                 raise _Short
         return pos
+
     return skip
 
 
@@ -100,11 +118,13 @@ def _primitive(kafka_type: str, flexible: bool) -> tuple[Step, int]:
     """The step reading one value of `kafka_type`, and the fewest bytes a value takes."""
     size = _FIXED.get(kafka_type)
     if size is not None:
-        def fixed(data: bytes, pos: int, end: int) -> int:
+
+        def fixed(data: Buffer, pos: int, end: int) -> int:
             pos += size
             if pos > end:
                 raise _Short
             return pos
+
         return fixed, size
     if kafka_type == "string":
         return _skip_sized(flexible, wide=False), 1 if flexible else 2
@@ -116,13 +136,14 @@ def _primitive(kafka_type: str, flexible: bool) -> tuple[Step, int]:
 def _array(element: Step, name: str, flexible: bool) -> Step:
     count_of = _length(flexible, wide=True)
 
-    def array(data: bytes, pos: int, end: int) -> int:
+    def array(data: Buffer, pos: int, end: int) -> int:
         count, pos = count_of(data, pos, end)
         if count > end - pos:
             raise RequestDecodeError(f"field {name} claims {count} elements but {end - pos} bytes remain")
         for _ in range(count):
             pos = element(data, pos, end)
         return pos
+
     return array
 
 
@@ -134,9 +155,11 @@ def _field_step(field: dataclasses.Field[object], flexible: bool) -> tuple[Step,
         if isinstance(kind, EntityTupleField):
             return _array(walk, field.name, flexible), True
         if is_optional(field):
-            def nullable(data: bytes, pos: int, end: int) -> int:
+
+            def nullable(data: Buffer, pos: int, end: int) -> int:
                 present = _fixed(data, pos, end, _I8)
                 return pos + 1 if present < 0 else walk(data, pos + 1, end)
+
             return nullable, nested_arrays
         return walk, nested_arrays
     step, _ = _primitive(get_schema_field_type(field), flexible)
@@ -146,7 +169,7 @@ def _field_step(field: dataclasses.Field[object], flexible: bool) -> tuple[Step,
 
 
 @functools.cache
-def _entity(cls: type) -> tuple[Step, bool]:
+def _entity(cls: Any) -> tuple[Step, bool]:
     flexible = bool(cls.__flexible__)
     steps: list[Step] = []
     tagged: dict[int, Step] = {}
@@ -160,10 +183,11 @@ def _entity(cls: type) -> tuple[Step, bool]:
         else:
             tagged[int(tag)] = step
 
-    def walk(data: bytes, pos: int, end: int) -> int:
+    def walk(data: Buffer, pos: int, end: int) -> int:
         for step in steps:
             pos = step(data, pos, end)
         return _skip_tags(data, pos, end, tagged) if flexible else pos
+
     return walk, has_arrays
 
 
@@ -233,7 +257,7 @@ class _Gen:
         else:
             raise Unwalkable(f"kafka_type {kafka_type!r}")
 
-    def entity(self, indent: int, cls: type) -> None:
+    def entity(self, indent: int, cls: Any) -> None:
         flexible = bool(cls.__flexible__)
         tagged: dict[int, Step] = {}
         for field in dataclasses.fields(cls):
@@ -273,7 +297,7 @@ class _Gen:
             self.emit(indent + 1, f"p = _skip_tags(d, p, e, {name})")
 
 
-def _skip_tags(d: bytes, p: int, e: int, known: dict[int, Step]) -> int:
+def _skip_tags(d: Buffer, p: int, e: int, known: dict[int, Step]) -> int:
     count, p = _uvarint(d, p, e)
     for _ in range(count):
         tag, p = _uvarint(d, p, e)
@@ -291,20 +315,24 @@ def _refuse(name: str, count: int, left: int) -> None:
     raise RequestDecodeError(f"field {name} claims {count} elements but {left} bytes remain")
 
 
-def compile_walker(cls: type) -> Callable[[bytes, int, int], int]:
+def compile_walker(cls: Any) -> Callable[[Buffer, int, int], int]:
     """One function reading a `cls` body from p to its end (returns the end); raises _Short or IndexError on a
     frame that ends early and RequestDecodeError on an array longer than the bytes left."""
     gen = _Gen()
     gen.entity(1, cls)
     source = "def walk(d, p, e):\n" + "\n".join(gen.lines) + "\n    return p\n"
-    namespace: dict[str, object] = {"_uvarint": _uvarint, "_skip_tags": _skip_tags, "_refuse": _refuse,
-                                    **gen.constants}
+    namespace: dict[str, object] = {
+        "_uvarint": _uvarint,
+        "_skip_tags": _skip_tags,
+        "_refuse": _refuse,
+        **gen.constants,
+    }
     exec(compile(source, f"<walker {cls.__module__}.{cls.__qualname__}>", "exec"), namespace)  # noqa: S102
     return namespace["walk"]  # type: ignore[return-value]
 
 
 @functools.cache
-def array_check(cls: type) -> Callable[[bytes, int], None] | None:
+def array_check(cls: Any) -> Callable[[Buffer, int], None] | None:
     """A check of a `cls` body at an offset of a frame, or None when `cls` has no arrays (nothing to check) or a
     field this module cannot walk."""
     try:
@@ -315,9 +343,10 @@ def array_check(cls: type) -> Callable[[bytes, int], None] | None:
     except Unwalkable:
         return None
 
-    def check(frame: bytes, offset: int) -> None:
+    def check(frame: Buffer, offset: int) -> None:
         try:
             walk(frame, offset, len(frame))
         except (_Short, IndexError):
             pass  # the frame ends early: kio's reader reports it
+
     return check

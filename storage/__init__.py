@@ -5,7 +5,6 @@ See `storage.log` for the format and the theory of operation, `storage.fs` for t
 `storage.fakefs` for its test doubles (MemFS, FaultFS), which production code never imports.
 """
 
-from storage.fs import FS, File, Lock, OsFS
 from storage.format import (
     FORMAT_VERSION,
     Entry,
@@ -16,6 +15,7 @@ from storage.format import (
     StorageFullError,
     StorageIOError,
 )
+from storage.fs import FS, File, Lock, OsFS
 from storage.log import CompactionResult, Log, LogStats, Recovery, Truncation
 
 __all__ = [

@@ -225,10 +225,10 @@ class MemFS(FSOps):
             prefix = src + "/"
             for d in [d for d in self._dirs if d == src or d.startswith(prefix)]:
                 self._dirs.discard(d)
-                self._dirs.add(dst + d[len(src):])
+                self._dirs.add(dst + d[len(src) :])
             for table in (self._files, self._durable_names):
                 for p in [p for p in table if p.startswith(prefix)]:
-                    table[dst + p[len(src):]] = table.pop(p)
+                    table[dst + p[len(src) :]] = table.pop(p)
 
     def remove_dir(self, path: str) -> None:
         path = self._norm(path)
@@ -236,7 +236,9 @@ class MemFS(FSOps):
             if path not in self._dirs:
                 raise _oserror(_errno.ENOENT, path)
             prefix = path + "/"
-            if any(p.startswith(prefix) for p in self._files) or any(d.startswith(prefix) for d in self._dirs):
+            if any(p.startswith(prefix) for p in self._files) or any(
+                d.startswith(prefix) for d in self._dirs
+            ):
                 raise _oserror(_errno.ENOTEMPTY, path)
             self._dirs.discard(path)
 

@@ -88,8 +88,6 @@ import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 
-
-from storage.fs import FS, TEMP_SUFFIX, File, Lock, OsFS
 from storage.format import (
     COPY_CHUNK,
     DEFAULT_MAX_BATCH_BYTES,
@@ -114,10 +112,12 @@ from storage.format import (
     reporter,
     segment_name,
 )
+from storage.fs import FS, TEMP_SUFFIX, File, Lock, OsFS
 
 __all__ = ["CompactionResult", "Log", "LogStats", "Recovery", "Truncation"]
 
 log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Truncation:

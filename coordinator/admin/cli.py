@@ -44,19 +44,26 @@ class CliError(Exception):
 
 def add_parser(sub: Any) -> None:
     """Add `groups` and its subcommands to the top-level subparsers."""
+
     def options(admin_default: Any, json_default: Any) -> argparse.ArgumentParser:
         # --admin and --json go before or after the subcommand; the subcommand's copies default to SUPPRESS so
         # they do not overwrite what was given before it (argparse shares a parent's actions, hence two copies).
         parser = argparse.ArgumentParser(add_help=False)
-        parser.add_argument("--admin", default=admin_default,
-                            help=f"admin listener URL (default: $KGC_ADMIN_URL or {DEFAULT_ADMIN_URL})")
-        parser.add_argument("--json", action="store_true", default=json_default,
-                            help="print the API's JSON instead of tables")
+        parser.add_argument(
+            "--admin",
+            default=admin_default,
+            help=f"admin listener URL (default: $KGC_ADMIN_URL or {DEFAULT_ADMIN_URL})",
+        )
+        parser.add_argument(
+            "--json", action="store_true", default=json_default, help="print the API's JSON instead of tables"
+        )
         return parser
 
     common = options(argparse.SUPPRESS, argparse.SUPPRESS)
     admin_url = os.environ.get("KGC_ADMIN_URL", DEFAULT_ADMIN_URL)
-    groups = sub.add_parser("groups", parents=[options(admin_url, False)], help="inspect and manage consumer groups")
+    groups = sub.add_parser(
+        "groups", parents=[options(admin_url, False)], help="inspect and manage consumer groups"
+    )
     actions = groups.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", parents=[common], help="list groups")
     listing.add_argument("--state", help="only groups in these states (comma-separated)")
@@ -73,24 +80,46 @@ def add_parser(sub: Any) -> None:
     to.add_argument("--to-datetime", metavar="ISO", help="e.g. 2024-05-01T12:00:00Z (local time if no zone)")
     to.add_argument("--to-timestamp", metavar="MS", type=int, help="milliseconds since the epoch")
     to.add_argument("--to-offset", metavar="N", type=int)
-    reset.add_argument("--topic", action="append", metavar="T[:P,P]",
-                       help="topic, or topic:partitions (repeatable; default: the topics the group committed)")
+    reset.add_argument(
+        "--topic",
+        action="append",
+        metavar="T[:P,P]",
+        help="topic, or topic:partitions (repeatable; default: the topics the group committed)",
+    )
     reset.add_argument("--execute", action="store_true", help="write the offsets (default: only show them)")
     delete = actions.add_parser("delete", parents=[common], help="delete an Empty group and its offsets")
     delete.add_argument("group")
-    for name, text in (("pause", "pause a consumer group, or some of its topics, from the coordinator"),
-                       ("resume", "resume a paused group, or some of its topics")):
+    for name, text in (
+        ("pause", "pause a consumer group, or some of its topics, from the coordinator"),
+        ("resume", "resume a paused group, or some of its topics"),
+    ):
         action = actions.add_parser(name, parents=[common], help=text)
         action.add_argument("group")
-        action.add_argument("--topic", action="append", metavar="T",
-                            help="only this topic (repeatable; default: the whole group)")
-    group_settings = actions.add_parser("settings", parents=[common],
-                                        help="show or change a group's own settings")
+        action.add_argument(
+            "--topic",
+            action="append",
+            metavar="T",
+            help="only this topic (repeatable; default: the whole group)",
+        )
+    group_settings = actions.add_parser(
+        "settings", parents=[common], help="show or change a group's own settings"
+    )
     group_settings.add_argument("group")
-    group_settings.add_argument("--set", dest="set_values", action="append", default=[], metavar="NAME=VALUE",
-                                help="set a per-group setting (repeatable)")
-    group_settings.add_argument("--unset", action="append", default=[], metavar="NAME",
-                                help="drop the group's own value: the server's applies again (repeatable)")
+    group_settings.add_argument(
+        "--set",
+        dest="set_values",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a per-group setting (repeatable)",
+    )
+    group_settings.add_argument(
+        "--unset",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="drop the group's own value: the server's applies again (repeatable)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,8 +133,9 @@ def run(args: argparse.Namespace) -> int:
             data = client.get(f"/v1/groups/{quote(args.group)}")
             emit(args, data, lambda: render_describe(data))
         elif args.action == "timeline":
-            data = client.get(f"/v1/groups/{quote(args.group)}/timeline",
-                              {"limit": str(args.limit)} if args.limit else None)
+            data = client.get(
+                f"/v1/groups/{quote(args.group)}/timeline", {"limit": str(args.limit)} if args.limit else None
+            )
             emit(args, data, lambda: render_timeline(data))
         elif args.action == "reset-offsets":
             body = reset_body(args)
@@ -193,8 +223,9 @@ class AdminClient:
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.base_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
                 return json.load(response)
@@ -219,8 +250,12 @@ def emit(args: argparse.Namespace, data: Any, render: Any) -> None:
         return
     from rich.console import Console
 
-    console = Console(highlight=False, soft_wrap=False,
-                      width=None if sys.stdout.isatty() else 250, no_color=not sys.stdout.isatty())
+    console = Console(
+        highlight=False,
+        soft_wrap=False,
+        width=None if sys.stdout.isatty() else 250,
+        no_color=not sys.stdout.isatty(),
+    )
     for block in render():
         console.print(block)
 
@@ -277,12 +312,28 @@ def when(iso: str | None) -> str:
 
 
 def render_list(data: dict[str, Any]) -> list[Any]:
-    rows = [(g["group_id"], g["state"], g["protocol_type"], g["protocol"], g["generation"], g["members"],
-             g["lag"], g["uncommitted_partitions"]) for g in data["groups"]]
+    rows = [
+        (
+            g["group_id"],
+            g["state"],
+            g["protocol_type"],
+            g["protocol"],
+            g["generation"],
+            g["members"],
+            g["lag"],
+            g["uncommitted_partitions"],
+        )
+        for g in data["groups"]
+    ]
     if not rows:
         return ["No groups."]
-    return [table(["GROUP", "STATE", "TYPE", "PROTOCOL", "GENERATION", "MEMBERS", "LAG", "UNCOMMITTED"], rows,
-                  right=["GENERATION", "MEMBERS", "LAG", "UNCOMMITTED"])]
+    return [
+        table(
+            ["GROUP", "STATE", "TYPE", "PROTOCOL", "GENERATION", "MEMBERS", "LAG", "UNCOMMITTED"],
+            rows,
+            right=["GENERATION", "MEMBERS", "LAG", "UNCOMMITTED"],
+        )
+    ]
 
 
 def _assignment(member: dict[str, Any]) -> str:
@@ -296,9 +347,11 @@ def render_describe(data: dict[str, Any]) -> list[Any]:
     last = data.get("last_rebalance")
     last_text = "-"
     if last:
-        last_text = (f"generation {last['generation'] if last['generation'] is not None else '-'}, "
-                     f"{last['reason']}, {last['outcome']}, {duration(last['duration_ms'])}, "
-                     f"at {when(last['started_at'])}")
+        last_text = (
+            f"generation {last['generation'] if last['generation'] is not None else '-'}, "
+            f"{last['reason']}, {last['outcome']}, {duration(last['duration_ms'])}, "
+            f"at {when(last['started_at'])}"
+        )
     lag = data["lag"]
     header = [
         f"Group {data['group_id']}: {data['state']}, generation {data['generation']}, "
@@ -311,24 +364,50 @@ def render_describe(data: dict[str, Any]) -> list[Any]:
     ]
     blocks: list[Any] = list(header)
     if data["members"]:
-        blocks.append(table(
-            ["MEMBER", "INSTANCE", "CLIENT-ID", "HOST", "SESSION", "REBALANCE", "ASSIGNMENT"],
-            [(short_member(m["member_id"]) + (" *" if m["leader"] else ""), m["group_instance_id"],
-              m["client_id"], m["client_host"], duration(m["session_timeout_ms"]),
-              duration(m["rebalance_timeout_ms"]), _assignment(m)) for m in data["members"]],
-            right=["SESSION", "REBALANCE"]))
+        blocks.append(
+            table(
+                ["MEMBER", "INSTANCE", "CLIENT-ID", "HOST", "SESSION", "REBALANCE", "ASSIGNMENT"],
+                [
+                    (
+                        short_member(m["member_id"]) + (" *" if m["leader"] else ""),
+                        m["group_instance_id"],
+                        m["client_id"],
+                        m["client_host"],
+                        duration(m["session_timeout_ms"]),
+                        duration(m["rebalance_timeout_ms"]),
+                        _assignment(m),
+                    )
+                    for m in data["members"]
+                ],
+                right=["SESSION", "REBALANCE"],
+            )
+        )
         blocks.append("")
     if data["offsets"]:
-        blocks.append(table(
-            ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-SECONDS", "CONSUMER"],
-            [(o["topic"], o["partition"], o["committed_offset"], o["log_end_offset"], o["lag"],
-              f"{o['lag_seconds']:.1f}" if o["lag_seconds"] is not None else None,
-              short_member(o["member_id"]) if o["member_id"] else None) for o in data["offsets"]],
-            right=["PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-SECONDS"]))
+        blocks.append(
+            table(
+                ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-SECONDS", "CONSUMER"],
+                [
+                    (
+                        o["topic"],
+                        o["partition"],
+                        o["committed_offset"],
+                        o["log_end_offset"],
+                        o["lag"],
+                        f"{o['lag_seconds']:.1f}" if o["lag_seconds"] is not None else None,
+                        short_member(o["member_id"]) if o["member_id"] else None,
+                    )
+                    for o in data["offsets"]
+                ],
+                right=["PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-SECONDS"],
+            )
+        )
     uncommitted = {t: n for t, n in data["uncommitted_partitions"].items() if n}
     if uncommitted:
-        blocks.append("Partitions without a committed offset: "
-                      + ", ".join(f"{t} ({n})" for t, n in sorted(uncommitted.items())))
+        blocks.append(
+            "Partitions without a committed offset: "
+            + ", ".join(f"{t} ({n})" for t, n in sorted(uncommitted.items()))
+        )
     return blocks
 
 
@@ -366,18 +445,41 @@ def render_timeline(data: dict[str, Any]) -> list[Any]:
     rows = []
     for r in rebalances:
         took = r["duration_ms"] if r["outcome"] != "in_progress" else r.get("elapsed_ms")
-        rows.append((r["generation"] if r["generation"] is not None else "-", when(r["started_at"]),
-                     duration(took), r["reason"], who(r["triggered_by"]), r["client_reason"],
-                     _members(r["members_in"]), _members(r["members_out"], with_cause=True), r["outcome"]))
-    columns = ["GEN", "STARTED", "DURATION", "REASON", "TRIGGERED-BY", "CLIENT-REASON", "IN", "OUT", "OUTCOME"]
+        rows.append(
+            (
+                r["generation"] if r["generation"] is not None else "-",
+                when(r["started_at"]),
+                duration(took),
+                r["reason"],
+                who(r["triggered_by"]),
+                r["client_reason"],
+                _members(r["members_in"]),
+                _members(r["members_out"], with_cause=True),
+                r["outcome"],
+            )
+        )
+    columns = [
+        "GEN",
+        "STARTED",
+        "DURATION",
+        "REASON",
+        "TRIGGERED-BY",
+        "CLIENT-REASON",
+        "IN",
+        "OUT",
+        "OUTCOME",
+    ]
     return [title, "", table(columns, rows, right=["GEN", "DURATION"])]
 
 
 def render_reset(data: dict[str, Any]) -> list[Any]:
-    blocks: list[Any] = [table(
-        ["TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"],
-        [(o["topic"], o["partition"], o["previous"], o["offset"]) for o in data["offsets"]],
-        right=["PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"])]
+    blocks: list[Any] = [
+        table(
+            ["TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"],
+            [(o["topic"], o["partition"], o["previous"], o["offset"]) for o in data["offsets"]],
+            right=["PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"],
+        )
+    ]
     if data["dry_run"]:
         blocks.append("Dry run: nothing was written. Add --execute to reset the offsets.")
     else:

@@ -81,8 +81,9 @@ TIMELINE_LIMIT_MAX = 1000
 class Observability:
     """The observers of one server's group coordinator (see the module doc)."""
 
-    def __init__(self, config: Config, server: Server, groups: GroupCoordinatorService | None,
-                 dataplane: Any) -> None:
+    def __init__(
+        self, config: Config, server: Server, groups: GroupCoordinatorService | None, dataplane: Any
+    ) -> None:
         self.config = config
         self.server = server
         self.groups = groups
@@ -91,12 +92,21 @@ class Observability:
         self._task: asyncio.Task[None] | None = None
         if groups is not None:
             groups.shards.add_listener(self.history)
-            self.view = CoordinatorView(groups.shards.view, dataplane, self.history,
-                                        OffsetHistory(config["metrics.lag.history.samples"]))
-            server.metrics.add_collector(CoordinatorCollector(
-                self.view, MetricsFilter.from_config(config), cluster_name=str(config["cluster.id"]),
-                log=self._log, load_time_ms=self._load_time_ms,
-            ))
+            self.view = CoordinatorView(
+                groups.shards.view,
+                dataplane,
+                self.history,
+                OffsetHistory(config["metrics.lag.history.samples"]),
+            )
+            server.metrics.add_collector(
+                CoordinatorCollector(
+                    self.view,
+                    MetricsFilter.from_config(config),
+                    cluster_name=str(config["cluster.id"]),
+                    log=self._log,
+                    load_time_ms=self._load_time_ms,
+                )
+            )
 
     def _log(self) -> Any:
         if not self.loaded:
@@ -143,9 +153,19 @@ class Observability:
 class AdminListener:
     """The admin HTTP listener of one server (coordinator.app starts it once the Kafka listener is up)."""
 
-    def __init__(self, config: Config, server: Server, host: str, port: int, *,
-                 groups: GroupCoordinatorService | None, dataplane: Any, security: Any = None,
-                 peers: AdminPeers | None = None, sock: socket.socket | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        server: Server,
+        host: str,
+        port: int,
+        *,
+        groups: GroupCoordinatorService | None,
+        dataplane: Any,
+        security: Any = None,
+        peers: AdminPeers | None = None,
+        sock: socket.socket | None = None,
+    ) -> None:
         """`sock`: an already bound socket to serve on instead of host:port (a worker's, bound by its
         supervisor); `peers`: worker 0's front for the other workers."""
         self.host, self.port = host, port
@@ -175,9 +195,12 @@ class AdminListener:
         app.router.add_put("/v1/groups/{group}/settings", api.put_settings)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        sock = self._sock or await asyncio.to_thread(bind_listener, self.host, self.port)
-        site = web.SockSite(self._runner, sock,
-                            ssl_context=admin_ssl_context(self._security) if self._security else None)
+        sock = self._sock
+        if sock is None:
+            sock = await asyncio.to_thread(bind_listener, self.host, self.port)
+        site = web.SockSite(
+            self._runner, sock, ssl_context=admin_ssl_context(self._security) if self._security else None
+        )
         await site.start()
         self.bound = (self.host, sock.getsockname()[1])
         self.observability.start()
@@ -272,8 +295,9 @@ class AdminApi:
             if paused.is_paused and group.uses_consumer_protocol():
                 for member in data["members"]:  # what members hold, as DescribeGroups shows it
                     if member.get("assignment") is not None:
-                        member["assignment"] = [a for a in member["assignment"]
-                                                if not paused.withholds(a["topic"])]
+                        member["assignment"] = [
+                            a for a in member["assignment"] if not paused.withholds(a["topic"])
+                        ]
         return web.json_response(data)
 
     async def timeline(self, request: web.Request) -> web.Response:
@@ -288,12 +312,14 @@ class AdminApi:
         group = view.group(group_id)
         if group is None:
             raise ApiError(404, "GROUP_ID_NOT_FOUND", f"group {group_id} does not exist")
-        return web.json_response({
-            "group_id": group_id,
-            "state": str(group.state),
-            "generation": group.generation_id,
-            "rebalances": view.timeline_json(group_id, limit, _wall_ms()),
-        })
+        return web.json_response(
+            {
+                "group_id": group_id,
+                "state": str(group.state),
+                "generation": group.generation_id,
+                "rebalances": view.timeline_json(group_id, limit, _wall_ms()),
+            }
+        )
 
     # -- writing: through the group service's door, as Kafka requests ----------------------------------------
 
@@ -303,13 +329,20 @@ class AdminApi:
             return await service.call(group_id, operation, *args)
         except ShardUnavailable as exc:
             if exc.shard is None:
-                raise ApiError(421, "NOT_COORDINATOR", f"group {group_id} belongs to another worker") from None
-            raise ApiError(503, exc.code.name.upper(), f"the shard of group {group_id} is "
-                           f"{exc.shard.state.value if not service.shards.unloaded else 'unloaded'}; retry "
-                           "shortly") from None
+                raise ApiError(
+                    421, "NOT_COORDINATOR", f"group {group_id} belongs to another worker"
+                ) from None
+            raise ApiError(
+                503,
+                exc.code.name.upper(),
+                f"the shard of group {group_id} is "
+                f"{exc.shard.state.value if not service.shards.unloaded else 'unloaded'}; retry "
+                "shortly",
+            ) from None
         except ShardAborted:
-            raise ApiError(503, "COORDINATOR_NOT_AVAILABLE",
-                           f"the shard of group {group_id} failed; retry shortly") from None
+            raise ApiError(
+                503, "COORDINATOR_NOT_AVAILABLE", f"the shard of group {group_id} failed; retry shortly"
+            ) from None
 
     async def pause(self, request: web.Request) -> web.Response:
         return await self._pause_or_resume(request, "pause")
@@ -322,11 +355,13 @@ class AdminApi:
         group_id = _group_id(request)
         body = await _json_object(request, allow_empty=True)
         topics = body.get("topics")
-        if topics is not None and (not isinstance(topics, list)
-                                   or not all(isinstance(t, str) and t for t in topics)):
+        if topics is not None and (
+            not isinstance(topics, list) or not all(isinstance(t, str) and t for t in topics)
+        ):
             raise ApiError(400, "INVALID_REQUEST", '`topics` must be a list of topic names, like ["orders"]')
         operation: Callable[[Shard], Callable[..., Any]] = (
-            (lambda s: s.machine.pause_group) if what == "pause" else (lambda s: s.machine.resume_group))
+            (lambda s: s.machine.pause_group) if what == "pause" else (lambda s: s.machine.resume_group)
+        )
         answer = await self._call(group_id, operation, group_id, topics or None)
         _raise_admin_error(answer)
         log.info("admin: %s of group %s: %s", what, group_id, answer.message)
@@ -344,14 +379,18 @@ class AdminApi:
     async def _admin_state(self, group_id: str, message: str) -> web.Response:
         shard = self._service().shards.for_group(group_id)
         assert shard is not None
-        return web.json_response({"group_id": group_id, "message": message, **_group_admin_state(shard, group_id)})
+        return web.json_response(
+            {"group_id": group_id, "message": message, **_group_admin_state(shard, group_id)}
+        )
 
     async def delete_group(self, request: web.Request) -> web.Response:
         self._view()
         group_id = _group_id(request)
         request_class = load_request_schema(ApiKey.DELETE_GROUPS, DELETE_GROUPS_VERSION)
         entity = build(request_class, {"groups_names": [group_id]})
-        response = await self._call(group_id, lambda s: s.machine.delete_groups, DELETE_GROUPS_VERSION, entity)
+        response = await self._call(
+            group_id, lambda s: s.machine.delete_groups, DELETE_GROUPS_VERSION, entity
+        )
         code = ErrorCode(_get(response.results[0], "error_code"))
         if code == ErrorCode.none:
             log.info("admin: deleted group %s", group_id)
@@ -377,12 +416,18 @@ class AdminApi:
 
         group = view.group(group_id)
         if group is not None and not group.is_in_state(ClassicGroupState.EMPTY):
-            raise ApiError(409, "NON_EMPTY_GROUP",
-                           f"group {group_id} is {group.state}; offsets can be reset only while it is Empty")
+            raise ApiError(
+                409,
+                "NON_EMPTY_GROUP",
+                f"group {group_id} is {group.state}; offsets can be reset only while it is Empty",
+            )
         committed = view.shards.offsets.store.group_offsets(group_id)
         explicit = reset.explicit_offsets(body) if to == "explicit" else {}
-        partitions = sorted(explicit) if to == "explicit" else \
-            reset.select_partitions(body.get("topics"), committed, view.partition_count)
+        partitions = (
+            sorted(explicit)
+            if to == "explicit"
+            else reset.select_partitions(body.get("topics"), committed, view.partition_count)
+        )
         reset.check_partitions(partitions, view.partition_count)
 
         earliest = await self._list_offsets(partitions, EARLIEST_TIMESTAMP)
@@ -402,8 +447,12 @@ class AdminApi:
         result = reset.plan(partitions, targets, earliest, latest, committed)
         if not dry_run:
             await self._commit(group_id, result)
-            log.info("admin: reset offsets of group %s to %s: %s", group_id, to,
-                     ", ".join(f"{r['topic']}-{r['partition']}={r['offset']}" for r in result))
+            log.info(
+                "admin: reset offsets of group %s to %s: %s",
+                group_id,
+                to,
+                ", ".join(f"{r['topic']}-{r['partition']}={r['offset']}" for r in result),
+            )
         return web.json_response({"group_id": group_id, "dry_run": dry_run, "to": to, "offsets": result})
 
     async def _list_offsets(
@@ -417,11 +466,16 @@ class AdminApi:
         topics: dict[str, list[dict[str, Any]]] = {}
         for topic, partition in partitions:
             topics.setdefault(topic, []).append(
-                {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp})
-        entity = build(load_request_schema(ApiKey.LIST_OFFSETS, version), {
-            "replica_id": -1, "isolation_level": 0,
-            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
-        })
+                {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp}
+            )
+        entity = build(
+            load_request_schema(ApiKey.LIST_OFFSETS, version),
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+            },
+        )
         ctx = RequestContext(ApiKey.LIST_OFFSETS, version, 0, "kgc-admin", "admin")
         response = await spec.handler(ctx, entity)
         out: dict[tuple[str, int], int] = {}
@@ -437,25 +491,53 @@ class AdminApi:
     async def _commit(self, group_id: str, offsets: list[dict[str, Any]]) -> None:
         topics: dict[str, list[dict[str, Any]]] = {}
         for entry in offsets:
-            topics.setdefault(entry["topic"], []).append({
-                "partition_index": entry["partition"], "committed_offset": entry["offset"],
-                "committed_leader_epoch": -1, "committed_metadata": "",
-            })
-        entity = build(load_request_schema(ApiKey.OFFSET_COMMIT, OFFSET_COMMIT_VERSION), {
-            "group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
-            "group_instance_id": None,
-            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
-        })
-        response = await self._call(group_id, lambda s: s.machine.offset_commit, OFFSET_COMMIT_VERSION, entity)
-        errors = sorted({ErrorCode(_get(p, "error_code")) for t in _get(response, "topics")
-                         for p in _get(t, "partitions")} - {ErrorCode.none})
+            topics.setdefault(entry["topic"], []).append(
+                {
+                    "partition_index": entry["partition"],
+                    "committed_offset": entry["offset"],
+                    "committed_leader_epoch": -1,
+                    "committed_metadata": "",
+                }
+            )
+        entity = build(
+            load_request_schema(ApiKey.OFFSET_COMMIT, OFFSET_COMMIT_VERSION),
+            {
+                "group_id": group_id,
+                "generation_id_or_member_epoch": -1,
+                "member_id": "",
+                "group_instance_id": None,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+            },
+        )
+        response = await self._call(
+            group_id, lambda s: s.machine.offset_commit, OFFSET_COMMIT_VERSION, entity
+        )
+        errors = sorted(
+            {
+                ErrorCode(_get(p, "error_code"))
+                for t in _get(response, "topics")
+                for p in _get(t, "partitions")
+            }
+            - {ErrorCode.none}
+        )
         if errors:
             names = ", ".join(e.name.upper() for e in errors)
-            status = 409 if errors[0] in (ErrorCode.unknown_member_id, ErrorCode.illegal_generation,
-                                          ErrorCode.rebalance_in_progress) else 503
-            raise ApiError(status, errors[0].name.upper(),
-                           f"committing the new offsets of group {group_id} failed: {names} (nothing or only "
-                           "part of it may have been written; the group may have gained members)")
+            status = (
+                409
+                if errors[0]
+                in (
+                    ErrorCode.unknown_member_id,
+                    ErrorCode.illegal_generation,
+                    ErrorCode.rebalance_in_progress,
+                )
+                else 503
+            )
+            raise ApiError(
+                status,
+                errors[0].name.upper(),
+                f"committing the new offsets of group {group_id} failed: {names} (nothing or only "
+                "part of it may have been written; the group may have gained members)",
+            )
 
 
 class _Logs:
@@ -467,8 +549,11 @@ class _Logs:
     def stats(self) -> Any:
         stats = [the_log.stats() for the_log in self._logs]
         first = stats[0]
-        summed = {f.name: sum(getattr(s, f.name) for s in stats) for f in dataclasses.fields(first)
-                  if isinstance(getattr(first, f.name), int)}
+        summed = {
+            f.name: sum(getattr(s, f.name) for s in stats)
+            for f in dataclasses.fields(first)
+            if isinstance(getattr(first, f.name), int)
+        }
         return dataclasses.replace(first, **summed)
 
 
@@ -494,7 +579,9 @@ def _group_admin_state(shard: Shard, group_id: str) -> dict[str, Any]:
         "paused": machine.pause_state(group_id).to_json(),
         "settings": dict(sorted(machine.group_settings.own(group_id).items())),
         "effective_settings": machine.effective_settings(group_id),
-        "offline_members": [m.group_instance_id for m in group.offline_members()] if group is not None else [],
+        "offline_members": [m.group_instance_id for m in group.offline_members()]
+        if group is not None
+        else [],
         "held_back_joiners": list(group.expansion_joiners) if group is not None else [],
     }
 
@@ -503,8 +590,12 @@ def _raise_admin_error(answer: Any) -> None:
     code = ErrorCode(answer.error)
     if code == ErrorCode.none:
         return
-    status = {ErrorCode.inconsistent_group_protocol: 409, ErrorCode.invalid_request: 409,
-              ErrorCode.invalid_config: 400, ErrorCode.invalid_group_id: 400}.get(code, 503)
+    status = {
+        ErrorCode.inconsistent_group_protocol: 409,
+        ErrorCode.invalid_request: 409,
+        ErrorCode.invalid_config: 400,
+        ErrorCode.invalid_group_id: 400,
+    }.get(code, 503)
     raise ApiError(status, code.name.upper(), answer.message)
 
 

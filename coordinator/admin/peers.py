@@ -57,8 +57,11 @@ class AdminPeers:
             if path == "/v1/groups":
                 return await self._list_groups(request, handler)
             if path.startswith("/v1/groups/"):
-                group_id = urllib.parse.unquote(request.match_info.get("group", "")) \
-                    if "group" in request.match_info else None
+                group_id = (
+                    urllib.parse.unquote(request.match_info.get("group", ""))
+                    if "group" in request.match_info
+                    else None
+                )
                 if group_id:
                     owner = self.topology.owner(group_id)
                     if owner != self.topology.index:
@@ -72,15 +75,20 @@ class AdminPeers:
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "authorization")}
         try:
-            async with self.session().request(request.method, url, data=body or None, headers=headers) as resp:
+            async with self.session().request(
+                request.method, url, data=body or None, headers=headers
+            ) as resp:
                 payload = await resp.read()
-                return web.Response(body=payload, status=resp.status,
-                                    content_type=resp.content_type or "application/json")
-        except (OSError, asyncio.TimeoutError, Exception) as exc:  # noqa: B014 - aiohttp's errors are OSErrors
+                return web.Response(
+                    body=payload, status=resp.status, content_type=resp.content_type or "application/json"
+                )
+        except (TimeoutError, OSError, Exception) as exc:  # noqa: B014 - aiohttp's errors are OSErrors
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            return web.json_response({"error": "COORDINATOR_NOT_AVAILABLE",
-                                      "message": f"worker {owner} does not answer: {exc}"}, status=503)
+            return web.json_response(
+                {"error": "COORDINATOR_NOT_AVAILABLE", "message": f"worker {owner} does not answer: {exc}"},
+                status=503,
+            )
 
     async def _readyz(self, request: Any, handler: Any) -> Any:
         local = await handler(request)
@@ -105,8 +113,10 @@ class AdminPeers:
             try:
                 status, payload, _ = await self._get(url + "/v1/groups" + ("?" + query if query else ""))
             except Exception as exc:  # noqa: BLE001
-                return web.json_response({"error": "COORDINATOR_NOT_AVAILABLE",
-                                          "message": f"worker {w} does not answer: {exc}"}, status=503)
+                return web.json_response(
+                    {"error": "COORDINATOR_NOT_AVAILABLE", "message": f"worker {w} does not answer: {exc}"},
+                    status=503,
+                )
             if status != 200:
                 return web.Response(body=payload, status=status, content_type="application/json")
             groups.extend(json.loads(payload)["groups"])
@@ -132,11 +142,13 @@ def merge_expositions(texts: dict[int, str]) -> bytes:
         for family in text_string_to_metric_families(texts[worker]):
             merged = families.get(family.name)
             if merged is None:
-                merged = families[family.name] = Metric(family.name, family.documentation, family.type,
-                                                        family.unit)
+                merged = families[family.name] = Metric(
+                    family.name, family.documentation, family.type, family.unit
+                )
             for s in family.samples:
-                merged.samples.append(Sample(s.name, {**s.labels, "worker": str(worker)}, s.value, s.timestamp,
-                                             s.exemplar))
+                merged.samples.append(
+                    Sample(s.name, {**s.labels, "worker": str(worker)}, s.value, s.timestamp, s.exemplar)
+                )
 
     class _Merged:
         def collect(self) -> list[Metric]:

@@ -22,7 +22,9 @@ TopicPartition = tuple[str, int]
 def reset_target(body: Mapping[str, Any]) -> str:
     to = body.get("to")
     if to not in TARGETS:
-        raise ApiError(400, "INVALID_REQUEST", "`to` must be one of earliest, latest, timestamp, offset, explicit")
+        raise ApiError(
+            400, "INVALID_REQUEST", "`to` must be one of earliest, latest, timestamp, offset, explicit"
+        )
     return str(to)
 
 
@@ -40,13 +42,16 @@ def explicit_offsets(body: Mapping[str, Any]) -> dict[TopicPartition, int]:
     return explicit
 
 
-def select_partitions(topics: Any, committed: Mapping[str, Mapping[int, Any]],
-                      partition_count: PartitionCount) -> list[TopicPartition]:
+def select_partitions(
+    topics: Any, committed: Mapping[str, Mapping[int, Any]], partition_count: PartitionCount
+) -> list[TopicPartition]:
     """The partitions a reset selects: `topics` (["t", "t:0,2"]: every partition of t, or the listed ones),
     default the topics the group has commits for."""
     if topics is None:
         if not committed:
-            raise ApiError(400, "INVALID_REQUEST", "the group has no committed offsets: name the topics to reset")
+            raise ApiError(
+                400, "INVALID_REQUEST", "the group has no committed offsets: name the topics to reset"
+            )
         return sorted((t, p) for t, parts in committed.items() for p in parts)
     if not isinstance(topics, list) or not topics:
         raise ApiError(400, "INVALID_REQUEST", '`topics` must be a list like ["t", "t:0,2"]')
@@ -80,16 +85,27 @@ def required_int(body: Mapping[str, Any], name: str, to: str) -> int:
         raise ApiError(400, "INVALID_REQUEST", f"`{name}` is required with to={to}") from None
 
 
-def plan(partitions: list[TopicPartition], targets: Mapping[TopicPartition, int],
-         earliest: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int],
-         committed: Mapping[str, Mapping[int, Any]]) -> list[dict[str, Any]]:
+def plan(
+    partitions: list[TopicPartition],
+    targets: Mapping[TopicPartition, int],
+    earliest: Mapping[TopicPartition, int],
+    latest: Mapping[TopicPartition, int],
+    committed: Mapping[str, Mapping[int, Any]],
+) -> list[dict[str, Any]]:
     """Each partition's new offset (the target clamped into [earliest, latest]) with what it was and why."""
     result = []
     for tp in partitions:
         target = min(max(targets[tp], earliest[tp]), latest[tp])
         previous = committed.get(tp[0], {}).get(tp[1])
-        result.append({"topic": tp[0], "partition": tp[1],
-                       "previous": previous.committed_offset if previous is not None else None,
-                       "offset": target, "requested": targets[tp],
-                       "log_start_offset": earliest[tp], "log_end_offset": latest[tp]})
+        result.append(
+            {
+                "topic": tp[0],
+                "partition": tp[1],
+                "previous": previous.committed_offset if previous is not None else None,
+                "offset": target,
+                "requested": targets[tp],
+                "log_start_offset": earliest[tp],
+                "log_end_offset": latest[tp],
+            }
+        )
     return result

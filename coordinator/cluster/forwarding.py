@@ -61,8 +61,14 @@ CACHE_CONNECTION = -1  # the connection key of the forwarder's own requests (cac
 class ForwardingDataPlane:
     """The data plane of a worker w > 0 (see the module doc)."""
 
-    def __init__(self, config: Config, upstream: tuple[str, int], *, brokers: Callable[[], list[Broker]],
-                 abort_connection: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        upstream: tuple[str, int],
+        *,
+        brokers: Callable[[], list[Broker]],
+        abort_connection: Callable[[int], None],
+    ) -> None:
         """`upstream`: worker 0's Kafka listener; `brokers()`: every worker as the current client sees it;
         `abort_connection(id)`: drop a client connection whose relay broke with requests in flight."""
         self._config = config
@@ -87,7 +93,9 @@ class ForwardingDataPlane:
 
         ranges = ApiTable()
         EmbeddedDataPlane(self._config, lambda: Broker(0, "", 0)).register(ranges)
-        Security(self._config, None).register(ranges)  # the SASL, ACL and SCRAM APIs: worker 0 keeps that state
+        Security(self._config, None).register(
+            ranges
+        )  # the SASL, ACL and SCRAM APIs: worker 0 keeps that state
         for spec in ranges.specs():
             if spec.api_key != ApiKey.API_VERSIONS:
                 table.register(spec.api_key, spec.min_version, spec.max_version, self._handler(spec.api_key))
@@ -130,8 +138,11 @@ class ForwardingDataPlane:
     def _upstream(self, connection_id: int) -> Upstream:
         upstream = self._upstreams.get(connection_id)
         if upstream is None:
-            upstream = Upstream(self._address, self._config["socket.request.max.bytes"],
-                                functools.partial(self._broken, connection_id))
+            upstream = Upstream(
+                self._address,
+                self._config["socket.request.max.bytes"],
+                functools.partial(self._broken, connection_id),
+            )
             self._upstreams[connection_id] = upstream
         return upstream
 
@@ -148,8 +159,9 @@ class ForwardingDataPlane:
     def _handler(self, api_key: int) -> Any:
         async def forward(ctx: RequestContext, request: Any) -> Any:
             no_answer = api_key == ApiKey.PRODUCE and getattr(request, "acks", 1) == 0
-            future = self._upstream(ctx.connection_id).send(api_key, ctx.api_version, ctx.client_id, request,
-                                                            expect_answer=not no_answer)
+            future = self._upstream(ctx.connection_id).send(
+                api_key, ctx.api_version, ctx.client_id, request, expect_answer=not no_answer
+            )
             if future is None:
                 return None
             payload = await future
@@ -181,8 +193,9 @@ class ForwardingDataPlane:
 
     def _rewrite_metadata(self, response: Any) -> Any:
         fields = {f.name: getattr(response, f.name) for f in dataclasses.fields(response)}
-        fields["brokers"] = [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
-                             for b in self._brokers()]
+        fields["brokers"] = [
+            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None} for b in self._brokers()
+        ]
         return build(type(response), fields)
 
     # -- the log-end cache ------------------------------------------------------------------------------------
@@ -204,18 +217,41 @@ class ForwardingDataPlane:
         return decode_response(api_key, version, await future)
 
     async def refresh(self) -> None:
-        metadata = await self._ask(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
-                                                  "include_topic_authorized_operations": False})
+        metadata = await self._ask(
+            ApiKey.METADATA,
+            12,
+            {
+                "topics": None,
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
         partitions = {t.name: len(t.partitions) for t in metadata.topics if t.error_code == 0 and t.name}
         self._partitions = partitions
         if not partitions:
             self._log_end = {}
             return
-        offsets = await self._ask(ApiKey.LIST_OFFSETS, 7, {
-            "replica_id": -1, "isolation_level": 0,
-            "topics": [{"name": name, "partitions": [
-                {"partition_index": p, "current_leader_epoch": -1, "timestamp": LATEST_TIMESTAMP}
-                for p in range(count)]} for name, count in partitions.items()],
-        })
-        self._log_end = {(t.name, p.partition_index): int(p.offset) for t in offsets.topics
-                         for p in t.partitions if p.error_code == 0}
+        offsets = await self._ask(
+            ApiKey.LIST_OFFSETS,
+            7,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": name,
+                        "partitions": [
+                            {"partition_index": p, "current_leader_epoch": -1, "timestamp": LATEST_TIMESTAMP}
+                            for p in range(count)
+                        ],
+                    }
+                    for name, count in partitions.items()
+                ],
+            },
+        )
+        self._log_end = {
+            (t.name, p.partition_index): int(p.offset)
+            for t in offsets.topics
+            for p in t.partitions
+            if p.error_code == 0
+        }

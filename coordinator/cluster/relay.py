@@ -27,8 +27,12 @@ log = logging.getLogger(__name__)
 class PeerRelay:
     """See the module doc; implements coordinator.server.group_service.Relay."""
 
-    def __init__(self, config: Config, address_of: Callable[[int], tuple[str, int]],
-                 abort_connection: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        address_of: Callable[[int], tuple[str, int]],
+        abort_connection: Callable[[int], None],
+    ) -> None:
         """`address_of(worker)`: where that worker's Kafka listener is; `abort_connection(id)`: drop a client
         connection whose relay broke with requests in flight."""
         self._max_bytes = config["socket.request.max.bytes"]
@@ -40,8 +44,12 @@ class PeerRelay:
         key = (ctx.connection_id, worker)
         upstream = self._upstreams.get(key)
         if upstream is None:
-            upstream = Upstream(self._address_of(worker), self._max_bytes, functools.partial(self._broken, key),
-                                name=f"worker {worker}")
+            upstream = Upstream(
+                self._address_of(worker),
+                self._max_bytes,
+                functools.partial(self._broken, key),
+                name=f"worker {worker}",
+            )
             self._upstreams[key] = upstream
         future = upstream.send(ctx.api_key, ctx.api_version, ctx.client_id, request)
         assert future is not None

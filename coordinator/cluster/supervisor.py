@@ -70,8 +70,11 @@ def _bind_block(host: str, count: int) -> list[socket.socket]:
                 sock.close()
             if exc.errno != errno.EADDRINUSE:
                 raise
-    raise ListenError(errno.EADDRINUSE, f"cannot listen on {show_host(host)}: no {count} consecutive free ports "
-                                        f"found in {BLOCK_ATTEMPTS} attempts")
+    raise ListenError(
+        errno.EADDRINUSE,
+        f"cannot listen on {show_host(host)}: no {count} consecutive free ports "
+        f"found in {BLOCK_ATTEMPTS} attempts",
+    )
 
 
 @dataclasses.dataclass
@@ -88,8 +91,14 @@ class _Child:
 class Supervisor:
     """Binds the sockets, runs the workers, restarts the ones that die, stops them all on SIGTERM/SIGINT."""
 
-    def __init__(self, count: int, child_args: Sequence[str], listen: tuple[str, int],
-                 admin_listen: tuple[str, int] | None, shutdown_timeout_s: float) -> None:
+    def __init__(
+        self,
+        count: int,
+        child_args: Sequence[str],
+        listen: tuple[str, int],
+        admin_listen: tuple[str, int] | None,
+        shutdown_timeout_s: float,
+    ) -> None:
         self.count = count
         self.child_args = list(child_args)
         self.listen = listen
@@ -118,22 +127,31 @@ class Supervisor:
     def spec(self, w: int, notify_fd: int) -> WorkerSpec:
         admin = self.admin_sockets[w]
         return WorkerSpec(
-            index=w, count=self.count, host=self.listen[0],
+            index=w,
+            count=self.count,
+            host=self.listen[0],
             kafka_ports=tuple(s.getsockname()[1] for s in self.kafka_sockets),
-            internal_admin=tuple(None if w2 == 0 or s is None else f"127.0.0.1:{s.getsockname()[1]}"
-                                 for w2, s in enumerate(self.admin_sockets)),
+            internal_admin=tuple(
+                None if w2 == 0 or s is None else f"127.0.0.1:{s.getsockname()[1]}"
+                for w2, s in enumerate(self.admin_sockets)
+            ),
             kafka_fd=self.kafka_sockets[w].fileno(),
             admin_fd=admin.fileno() if admin is not None else None,
             admin_host=(self.admin_listen[0] if w == 0 and self.admin_listen else "127.0.0.1")
-            if admin is not None else None,
-            notify_fd=notify_fd, supervisor_pid=os.getpid(),
+            if admin is not None
+            else None,
+            notify_fd=notify_fd,
+            supervisor_pid=os.getpid(),
         )
 
     def announce(self) -> str:
         kafka = f"{show_host(self.listen[0])}:{self.kafka_sockets[0].getsockname()[1]}"
         admin_sock = self.admin_sockets[0]
-        admin = "off" if admin_sock is None or self.admin_listen is None else \
-            f"{show_host(self.admin_listen[0])}:{admin_sock.getsockname()[1]}"
+        admin = (
+            "off"
+            if admin_sock is None or self.admin_listen is None
+            else f"{show_host(self.admin_listen[0])}:{admin_sock.getsockname()[1]}"
+        )
         return f"listening kafka={kafka} admin={admin}"
 
     def spawn(self, child: _Child) -> None:
@@ -175,8 +193,12 @@ class Supervisor:
             for child in self.children:
                 if child.proc is not None and child.proc.poll() is not None:
                     if not announced and child.failures >= EARLY_RESTARTS:
-                        log.error("worker %d exited with code %s before serving, %d times", child.index,
-                                  child.proc.returncode, child.failures + 1)
+                        log.error(
+                            "worker %d exited with code %s before serving, %d times",
+                            child.index,
+                            child.proc.returncode,
+                            child.failures + 1,
+                        )
                         self._stop_all()
                         return 1
                     self._died(child, now)
@@ -254,7 +276,6 @@ class Supervisor:
                 child.notify = None
         log.info("stopped")
         return code
-
 
 
 def die_with_parent(supervisor_pid: int) -> None:

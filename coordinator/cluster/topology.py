@@ -25,6 +25,7 @@ from coordinator.sharding import shard_of
 
 log = logging.getLogger(__name__)
 
+
 def worker_of_shard(shard: int, workers: int) -> int:
     return shard % workers
 
@@ -42,8 +43,11 @@ def owner_of(group_id: str, shards: int, workers: int) -> int:
 def unsupported_with_workers(config: Config) -> str | None:
     """Why these settings cannot run with several workers yet, or None. Authentication sessions live on a
     connection and the authorizer would have to wrap every worker's APIs with one shared ACL state."""
-    names = [name for name in ("listeners", "authorizer.class.name", "scram.bootstrap.users")
-             if name in dict(config.items()) and config[name]]
+    names = [
+        name
+        for name in ("listeners", "authorizer.class.name", "scram.bootstrap.users")
+        if name in dict(config.items()) and config[name]
+    ]
     if names:
         return f"{', '.join(names)}: not supported with more than one worker yet"
     return None
@@ -115,8 +119,9 @@ class WorkerSpec:
 class Topology:
     """The workers as clients see them, from inside worker `spec.index`."""
 
-    def __init__(self, spec: WorkerSpec, node_id_base: int, shards: int,
-                 advertised: tuple[str, int] | None) -> None:
+    def __init__(
+        self, spec: WorkerSpec, node_id_base: int, shards: int, advertised: tuple[str, int] | None
+    ) -> None:
         self.spec = spec
         self.index = spec.index
         self.count = spec.count
@@ -133,7 +138,9 @@ class Topology:
 
     def broker(self, worker: int) -> Broker:
         """Worker `worker` as a client should reach it (coordinator.brokers.client_address)."""
-        host, port = client_address(self.spec.host, self.spec.kafka_ports[worker], self.advertised_for(worker))
+        host, port = client_address(
+            self.spec.host, self.spec.kafka_ports[worker], self.advertised_for(worker)
+        )
         return Broker(self.node_id_base + worker, host, port)
 
     def brokers(self) -> list[Broker]:
@@ -161,5 +168,8 @@ class Topology:
 
     def peer_admin_urls(self) -> dict[int, str]:
         """The internal admin listeners of the other workers (worker 0 asks them)."""
-        return {w: f"http://{addr}" for w, addr in enumerate(self.spec.internal_admin)
-                if addr is not None and w != self.index}
+        return {
+            w: f"http://{addr}"
+            for w, addr in enumerate(self.spec.internal_admin)
+            if addr is not None and w != self.index
+        }

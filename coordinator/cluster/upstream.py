@@ -27,8 +27,13 @@ class UpstreamError(ConnectionError):
 class Upstream:
     """One connection to another worker: requests written in call order, answers matched by correlation id."""
 
-    def __init__(self, address: tuple[str, int], max_bytes: int, on_broken: Callable[[Upstream, bool], None],
-                 name: str = "worker 0") -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        max_bytes: int,
+        on_broken: Callable[[Upstream, bool], None],
+        name: str = "worker 0",
+    ) -> None:
         """`on_broken(self, lost)` when the connection ends by itself; `lost`: requests had no answer yet."""
         self._address = address
         self._name = name
@@ -41,8 +46,9 @@ class Upstream:
         self._broken: BaseException | None = None
         self._task = asyncio.create_task(self._run())
 
-    def send(self, api_key: int, version: int, client_id: str | None, body: Any,
-             expect_answer: bool = True) -> asyncio.Future[bytes] | None:
+    def send(
+        self, api_key: int, version: int, client_id: str | None, body: Any, expect_answer: bool = True
+    ) -> asyncio.Future[bytes] | None:
         """Write one request now (or queue it until connected); the future gets the answer's bytes."""
         if self._broken is not None:
             raise UpstreamError(f"the connection to {self._name} is closed: {self._broken}")

@@ -181,9 +181,10 @@ def validate_batches(
                 f"the record batch is {header.size} bytes, above message.max.bytes={max_batch_bytes}",
             )
         if header.size > remaining:
-            raise _corrupt(f"batchLength {header.batch_length} runs past the end of the data "
-                           f"({remaining} bytes left)")
-        batch_view = view[position:position + header.size]
+            raise _corrupt(
+                f"batchLength {header.batch_length} runs past the end of the data ({remaining} bytes left)"
+            )
+        batch_view = view[position : position + header.size]
         batches.append(_validate_one(batch_view, header, allow_zstd))
         position += header.size
     return batches
@@ -197,8 +198,9 @@ def _validate_one(batch: memoryview, header: BatchHeader, allow_zstd: bool) -> V
     if codec > Compression.ZSTD:
         raise _corrupt(f"unknown compression codec {codec}")
     if codec == Compression.ZSTD and not allow_zstd:
-        raise InvalidBatch(ErrorCode.unsupported_compression_type,
-                           "zstd-compressed batches need Produce version 7 or later")
+        raise InvalidBatch(
+            ErrorCode.unsupported_compression_type, "zstd-compressed batches need Produce version 7 or later"
+        )
 
     max_timestamp = header.max_timestamp
     records = _records_payload(batch, header)
@@ -213,8 +215,9 @@ def _validate_one(batch: memoryview, header: BatchHeader, allow_zstd: bool) -> V
     if header.records_count <= 0:
         raise _invalid(f"a record batch must hold at least one record (recordsCount={header.records_count})")
     if header.last_offset_delta != header.records_count - 1:
-        raise _invalid(f"lastOffsetDelta {header.last_offset_delta} does not match recordsCount "
-                       f"{header.records_count}")
+        raise _invalid(
+            f"lastOffsetDelta {header.last_offset_delta} does not match recordsCount {header.records_count}"
+        )
     if header.is_control:
         raise _invalid("clients may not write control batches")
     if header.producer_id >= 0 and header.base_sequence < 0:
@@ -287,8 +290,12 @@ def _skip_bytes(buf: memoryview, pos: int, end: int, nullable: bool, what: str) 
     return pos
 
 
-def iter_records(records: memoryview, base_timestamp: int, log_append_time: bool = False,
-                 batch_max_timestamp: int = NO_TIMESTAMP) -> Iterator[tuple[int, int]]:
+def iter_records(
+    records: memoryview,
+    base_timestamp: int,
+    log_append_time: bool = False,
+    batch_max_timestamp: int = NO_TIMESTAMP,
+) -> Iterator[tuple[int, int]]:
     """Walk a records section, checking every length; yields (offsetDelta, timestamp) per record.
 
     Raises InvalidBatch (CORRUPT_MESSAGE) on the first malformed byte. Under LogAppendTime every record's
@@ -345,6 +352,7 @@ def record_timestamps(batch: bytes | memoryview) -> list[tuple[int, int]] | None
         return None
     return [
         (header.base_offset + delta, timestamp)
-        for delta, timestamp in iter_records(records, header.base_timestamp, header.log_append_time,
-                                             header.max_timestamp)
+        for delta, timestamp in iter_records(
+            records, header.base_timestamp, header.log_append_time, header.max_timestamp
+        )
     ]

@@ -128,7 +128,7 @@ def partition_dir_name(topic: str, partition: int) -> str:
 def delete_dir_name(topic: str, partition: int, topic_id: uuid.UUID) -> str:
     """Kafka's ``<topic>-<partition>.<unique id>-delete``, the topic cut short to fit a file name."""
     suffix = f"-{partition}.{topic_id.hex}{DELETE_SUFFIX}"
-    return topic[:_MAX_NAME - len(suffix)] + suffix
+    return topic[: _MAX_NAME - len(suffix)] + suffix
 
 
 def kafka_uuid(topic_id: uuid.UUID) -> str:
@@ -174,8 +174,16 @@ class DiskLog:
     wrote through the loop (`apply`), so handlers read them without locks. The module docstring covers writes.
     """
 
-    def __init__(self, fs: FS, directory: str, recovered_segments: list[Segment], next_offset: int,
-                 config: LogConfig, writer_file: File, truncation: Truncation | None = None) -> None:
+    def __init__(
+        self,
+        fs: FS,
+        directory: str,
+        recovered_segments: list[Segment],
+        next_offset: int,
+        config: LogConfig,
+        writer_file: File,
+        truncation: Truncation | None = None,
+    ) -> None:
         self.fs = fs
         self.directory = directory
         self.segments = recovered_segments
@@ -251,8 +259,11 @@ class DiskLog:
         count = 0
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
-            while count < len(closed) and closed[count].batches and \
-                    now_ms - closed[count].max_timestamp > retention_ms:
+            while (
+                count < len(closed)
+                and closed[count].batches
+                and now_ms - closed[count].max_timestamp > retention_ms
+            ):
                 count += 1
         retention_bytes = self.config.retention_bytes
         if retention_bytes >= 0:
@@ -342,9 +353,13 @@ class _Chunk:
 class Writer:
     """The data plane's disk thread; see the module docstring."""
 
-    def __init__(self, fs: FS, post: Callable[..., None],
-                 on_applied: Callable[[DiskLog, list[tuple[str, Any]]], None],
-                 name: str = "dataplane-writer") -> None:
+    def __init__(
+        self,
+        fs: FS,
+        post: Callable[..., None],
+        on_applied: Callable[[DiskLog, list[tuple[str, Any]]], None],
+        name: str = "dataplane-writer",
+    ) -> None:
         self._fs = fs
         self._post = post  # runs a callable on the event loop (call_soon_threadsafe)
         self._on_applied = on_applied  # posted with what a partition got: see DiskLog.apply
@@ -602,9 +617,20 @@ class TopicMeta:
     configs: dict[str, str]
 
     def encode(self) -> bytes:
-        return json.dumps({"version": FORMAT_VERSION, "name": self.name, "topic_id": str(self.topic_id),
-                           "partitions": self.partitions, "configs": self.configs},
-                          sort_keys=True, indent=1).encode() + b"\n"
+        return (
+            json.dumps(
+                {
+                    "version": FORMAT_VERSION,
+                    "name": self.name,
+                    "topic_id": str(self.topic_id),
+                    "partitions": self.partitions,
+                    "configs": self.configs,
+                },
+                sort_keys=True,
+                indent=1,
+            ).encode()
+            + b"\n"
+        )
 
     @classmethod
     def decode(cls, data: bytes) -> TopicMeta:
@@ -668,14 +694,18 @@ class TopicStore:
             elif name.endswith(DELETE_SUFFIX):
                 leftovers.append(name)
             elif name.endswith(META_SUFFIX):
-                topic = name[:-len(META_SUFFIX)]
+                topic = name[: -len(META_SUFFIX)]
                 try:
                     meta = TopicMeta.decode(fs.read_file(path))
                     if meta.name != topic:
                         raise ValueError(f"names topic {meta.name!r}")
                 except (ValueError, KeyError, TypeError) as exc:
-                    log.error("topic metadata %s is unreadable (%s); the topic is not served and its files "
-                              "are left alone", path, exc)
+                    log.error(
+                        "topic metadata %s is unreadable (%s); the topic is not served and its files "
+                        "are left alone",
+                        path,
+                        exc,
+                    )
                     unreadable.add(topic)
                     continue
                 metas[topic] = meta
@@ -689,16 +719,16 @@ class TopicStore:
         for topic, partition, name in partition_dirs:
             if topic in unreadable:
                 continue
-            meta = metas.get(topic)
+            found = metas.get(topic)
             reason = None
-            if meta is None:
+            if found is None:
                 reason = "no such topic"
-            elif partition >= meta.partitions:
-                reason = f"the topic has {meta.partitions} partitions"
+            elif partition >= found.partitions:
+                reason = f"the topic has {found.partitions} partitions"
             else:
                 found_id = self._partition_topic_id(os.path.join(self.directory, name))
-                if found_id is not None and found_id != meta.topic_id:
-                    reason = f"it belongs to topic id {found_id}, not {meta.topic_id}"
+                if found_id is not None and found_id != found.topic_id:
+                    reason = f"it belongs to topic id {found_id}, not {found.topic_id}"
             if reason is not None:
                 log.warning("removing orphaned partition directory %s: %s", name, reason)
                 self._delete_partition_dir(topic, partition, uuid.uuid4())
@@ -733,8 +763,15 @@ class TopicStore:
             for seg in recovered.segments:
                 seg.retire()
             raise
-        return DiskLog(self.fs, directory, recovered.segments, recovered.next_offset, config, writer_file,
-                       recovered.truncation)
+        return DiskLog(
+            self.fs,
+            directory,
+            recovered.segments,
+            recovered.next_offset,
+            config,
+            writer_file,
+            recovered.truncation,
+        )
 
     # -- topics -----------------------------------------------------------------------------------
 
@@ -779,9 +816,9 @@ class TopicStore:
         path = os.path.join(self.directory, meta.name + META_SUFFIX)
         self.fs.remove(path)
         self.fs.fsync_dir(self.directory)
-        for partition in logs:
-            partition.w.closed = True
-            partition.w.file.close()
+        for log_ in logs:
+            log_.w.closed = True
+            log_.w.file.close()
         try:
             renamed = []
             for partition in range(meta.partitions):
@@ -792,8 +829,11 @@ class TopicStore:
                     remove_tree(self.fs, directory)
             self.fs.fsync_dir(self.directory)
         except OSError as exc:
-            log.error("topic %s is deleted but removing its files failed (the next start finishes): %s",
-                      meta.name, exc)
+            log.error(
+                "topic %s is deleted but removing its files failed (the next start finishes): %s",
+                meta.name,
+                exc,
+            )
 
     def _rename_for_delete(self, topic: str, partition: int, topic_id: uuid.UUID) -> str | None:
         src = os.path.join(self.directory, partition_dir_name(topic, partition))

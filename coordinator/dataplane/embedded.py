@@ -106,19 +106,22 @@ _LOG_CONFIGS: dict[str, tuple[int, int, str]] = {
 }
 
 
-
 def topic_name_error(name: str) -> str | None:
     """Why `name` is not a legal Kafka topic name, or None when it is."""
     if not name:
         return "Topic name is illegal, it can't be empty"
     if name in (".", ".."):
-        return f"Topic name cannot be \"{name}\""
+        return f'Topic name cannot be "{name}"'
     if len(name) > MAX_TOPIC_NAME_LENGTH:
-        return (f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
-                f"topic name: {name}")
+        return (
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
+            f"topic name: {name}"
+        )
     if not _LEGAL_TOPIC_NAME.fullmatch(name):
-        return (f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, "
-                "'.', '_' and '-'")
+        return (
+            f'Topic name "{name}" is illegal, it contains a character other than ASCII alphanumerics, '
+            "'.', '_' and '-'"
+        )
     return None
 
 
@@ -159,8 +162,15 @@ class _TopicPlan:
 class EmbeddedDataPlane:
     """Single-node topics and partitions; see the module docstring."""
 
-    def __init__(self, config: Config, advertised: Callable[[], Broker], *, data_dir: str | None = None,
-                 fs: FS | None = None, brokers: Callable[[], list[Broker]] | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        advertised: Callable[[], Broker],
+        *,
+        data_dir: str | None = None,
+        fs: FS | None = None,
+        brokers: Callable[[], list[Broker]] | None = None,
+    ) -> None:
         """`data_dir` None keeps partitions in memory; otherwise they live in DATA_DIR/topics, reopened by
         `start()`. `fs` (default: the real filesystem) is for tests that inject faults. `brokers` lists every
         node Metadata announces (several coordinator workers; default: this node only); partitions are led by
@@ -240,8 +250,13 @@ class EmbeddedDataPlane:
         self._writer.start()
         self._retention_task = loop.create_task(self._retention_loop())
         partitions = sum(len(t.partitions) for t in self._topics.values())
-        logger.info("data plane opened %s: %d topics, %d partitions in %.2fs", store.directory,
-                    len(self._topics), partitions, time.monotonic() - started)
+        logger.info(
+            "data plane opened %s: %d topics, %d partitions in %.2fs",
+            store.directory,
+            len(self._topics),
+            partitions,
+            time.monotonic() - started,
+        )
 
     def stop_waiting(self) -> None:
         """Shutdown has begun: parked fetches answer at once with what they have, and no new one parks."""
@@ -289,9 +304,11 @@ class EmbeddedDataPlane:
             text = configs.get(topic_key)
             return self._config[broker_key] if text is None else int(text.strip())
 
-        return LogConfig(segment_bytes=value("segment.bytes", "log.segment.bytes"),
-                         retention_ms=value("retention.ms", "log.retention.ms"),
-                         retention_bytes=value("retention.bytes", "log.retention.bytes"))
+        return LogConfig(
+            segment_bytes=value("segment.bytes", "log.segment.bytes"),
+            retention_ms=value("retention.ms", "log.retention.ms"),
+            retention_bytes=value("retention.bytes", "log.retention.bytes"),
+        )
 
     # -- retention --------------------------------------------------------------------------------
 
@@ -320,14 +337,24 @@ class EmbeddedDataPlane:
                     continue
                 victims = partition.drop_oldest(count)
                 removed += count
-                logger.info("retention: %s-%d deletes %d segment(s), log start offset now %d", topic.name,
-                            index, count, partition.log_start_offset)
+                logger.info(
+                    "retention: %s-%d deletes %d segment(s), log start offset now %d",
+                    topic.name,
+                    index,
+                    count,
+                    partition.log_start_offset,
+                )
                 try:
                     await asyncio.wrap_future(
-                        self._writer.call(self._store.remove_segments, partition, [v.path for v in victims]))
+                        self._writer.call(self._store.remove_segments, partition, [v.path for v in victims])
+                    )
                 except Exception as exc:
-                    logger.warning("retention: removing segments of %s-%d failed (done after a restart): %s",
-                                   topic.name, index, exc)
+                    logger.warning(
+                        "retention: removing segments of %s-%d failed (done after a restart): %s",
+                        topic.name,
+                        index,
+                        exc,
+                    )
         return removed
 
     def log_end_offset(self, topic: str, partition: int) -> int | None:
@@ -352,8 +379,9 @@ class EmbeddedDataPlane:
         found = self._topics.get(topic)
         return None if found is None else found.topic_id
 
-    def create_topic(self, name: str, num_partitions: int = -1,
-                     configs: dict[str, str] | None = None) -> uuid.UUID:
+    def create_topic(
+        self, name: str, num_partitions: int = -1, configs: dict[str, str] | None = None
+    ) -> uuid.UUID:
         """Create a topic as CreateTopics would (-1 partitions = `num.partitions`); raises TopicError.
 
         In durable mode this blocks until the topic's files are written (for tests and tools; the handlers
@@ -393,12 +421,15 @@ class EmbeddedDataPlane:
             raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         colliding = self._collision_keys.get(_collision_key(name))
         if colliding is not None:
-            raise TopicError(ErrorCode.invalid_topic_exception,
-                             f"Topic '{name}' collides with existing topic: {colliding}")
+            raise TopicError(
+                ErrorCode.invalid_topic_exception, f"Topic '{name}' collides with existing topic: {colliding}"
+            )
         null_configs = sorted(k for k, v in configs.items() if v is None)
         if null_configs:
-            raise TopicError(ErrorCode.invalid_config,
-                             f"Null value not supported for topic configs: {','.join(null_configs)}")
+            raise TopicError(
+                ErrorCode.invalid_config,
+                f"Null value not supported for topic configs: {','.join(null_configs)}",
+            )
         for key, (lowest, highest, kind) in _LOG_CONFIGS.items():
             text = configs.get(key)
             if text is None:
@@ -406,69 +437,96 @@ class EmbeddedDataPlane:
             try:
                 number = int(text.strip())
             except ValueError:
-                raise TopicError(ErrorCode.invalid_config, f"Invalid value {text} for configuration {key}: "
-                                 f"Not a number of type {kind}") from None
+                raise TopicError(
+                    ErrorCode.invalid_config,
+                    f"Invalid value {text} for configuration {key}: Not a number of type {kind}",
+                ) from None
             if number < lowest:
-                raise TopicError(ErrorCode.invalid_config, f"Invalid value {text} for configuration {key}: "
-                                 f"Value must be at least {lowest}")
+                raise TopicError(
+                    ErrorCode.invalid_config,
+                    f"Invalid value {text} for configuration {key}: Value must be at least {lowest}",
+                )
             if number > highest:
-                raise TopicError(ErrorCode.invalid_config, f"Invalid value {text} for configuration {key}: "
-                                 f"Value must be no more than {highest}")
+                raise TopicError(
+                    ErrorCode.invalid_config,
+                    f"Invalid value {text} for configuration {key}: Value must be no more than {highest}",
+                )
         node_id = self._advertised().node_id
         assignments = list(assignments)
         if assignments:
             if replication_factor != -1:
-                raise TopicError(ErrorCode.invalid_request, "A manual partition assignment was specified, "
-                                 "but replication factor was not set to -1.")
+                raise TopicError(
+                    ErrorCode.invalid_request,
+                    "A manual partition assignment was specified, but replication factor was not set to -1.",
+                )
             if num_partitions != -1:
-                raise TopicError(ErrorCode.invalid_request, "A manual partition assignment was specified, "
-                                 "but numPartitions was not set to -1.")
+                raise TopicError(
+                    ErrorCode.invalid_request,
+                    "A manual partition assignment was specified, but numPartitions was not set to -1.",
+                )
             indexes: set[int] = set()
             for assignment in assignments:
                 index = assignment.partition_index
                 if index in indexes:
-                    raise TopicError(ErrorCode.invalid_replica_assignment,
-                                     f"Found multiple manual partition assignments for partition {index}")
+                    raise TopicError(
+                        ErrorCode.invalid_replica_assignment,
+                        f"Found multiple manual partition assignments for partition {index}",
+                    )
                 indexes.add(index)
                 brokers = list(assignment.broker_ids)
                 if not brokers:
-                    raise TopicError(ErrorCode.invalid_replica_assignment,
-                                     "The manual partition assignment includes an empty replica list.")
+                    raise TopicError(
+                        ErrorCode.invalid_replica_assignment,
+                        "The manual partition assignment includes an empty replica list.",
+                    )
                 for broker in brokers:
                     if broker != node_id:
-                        raise TopicError(ErrorCode.invalid_replica_assignment,
-                                         f"The manual partition assignment includes broker {broker}, but "
-                                         "no such broker is registered.")
+                        raise TopicError(
+                            ErrorCode.invalid_replica_assignment,
+                            f"The manual partition assignment includes broker {broker}, but "
+                            "no such broker is registered.",
+                        )
                 if len(brokers) > 1:
-                    raise TopicError(ErrorCode.invalid_replica_assignment,
-                                     f"The manual partition assignment includes the broker {node_id} "
-                                     "more than once.")
+                    raise TopicError(
+                        ErrorCode.invalid_replica_assignment,
+                        f"The manual partition assignment includes the broker {node_id} more than once.",
+                    )
             if indexes != set(range(len(indexes))):
-                raise TopicError(ErrorCode.invalid_replica_assignment,
-                                 "partitions should be a consecutive 0-based integer sequence")
+                raise TopicError(
+                    ErrorCode.invalid_replica_assignment,
+                    "partitions should be a consecutive 0-based integer sequence",
+                )
             num_partitions = len(indexes)
             replication_factor = 1
         else:
             if replication_factor < -1 or replication_factor == 0:
-                raise TopicError(ErrorCode.invalid_replication_factor,
-                                 "Replication factor must be larger than 0, or -1 to use the default value.")
+                raise TopicError(
+                    ErrorCode.invalid_replication_factor,
+                    "Replication factor must be larger than 0, or -1 to use the default value.",
+                )
             if num_partitions < -1 or num_partitions == 0:
-                raise TopicError(ErrorCode.invalid_partitions,
-                                 "Number of partitions was set to an invalid non-positive value.")
+                raise TopicError(
+                    ErrorCode.invalid_partitions,
+                    "Number of partitions was set to an invalid non-positive value.",
+                )
             if num_partitions == -1:
                 num_partitions = self._config["num.partitions"]
             if replication_factor == -1:
                 replication_factor = self._config["default.replication.factor"]
             if replication_factor > 1:
-                raise TopicError(ErrorCode.invalid_replication_factor,
-                                 f"Unable to replicate the partition {replication_factor} time(s): The "
-                                 f"target replication factor of {replication_factor} cannot be reached "
-                                 "because only 1 broker(s) are registered.")
+                raise TopicError(
+                    ErrorCode.invalid_replication_factor,
+                    f"Unable to replicate the partition {replication_factor} time(s): The "
+                    f"target replication factor of {replication_factor} cannot be reached "
+                    "because only 1 broker(s) are registered.",
+                )
         if num_partitions > MAX_PARTITIONS_PER_TOPIC:
-            raise TopicError(ErrorCode.policy_violation,
-                             "Unable to perform excessively large batch operation.")
-        return _TopicPlan(name, num_partitions, replication_factor,
-                          {k: v for k, v in configs.items() if v is not None})
+            raise TopicError(
+                ErrorCode.policy_violation, "Unable to perform excessively large batch operation."
+            )
+        return _TopicPlan(
+            name, num_partitions, replication_factor, {k: v for k, v in configs.items() if v is not None}
+        )
 
     def _new_topic_id(self) -> uuid.UUID:
         topic_id = uuid.uuid4()
@@ -535,8 +593,9 @@ class EmbeddedDataPlane:
             logs = await asyncio.wrap_future(writer.call(store.create_topic, meta, config))
         except (OSError, StorageFailure, LogClosed) as exc:
             logger.error("cannot create topic %s: %s", plan.name, exc)
-            raise TopicError(ErrorCode.kafka_storage_error,
-                             f"cannot create topic {plan.name}: {exc}") from exc
+            raise TopicError(
+                ErrorCode.kafka_storage_error, f"cannot create topic {plan.name}: {exc}"
+            ) from exc
         else:
             return self._install(_Topic(meta.name, meta.topic_id, logs, meta.configs))
         finally:
@@ -574,12 +633,17 @@ class EmbeddedDataPlane:
         all_topics = requested is None or (version == 0 and not requested)
         with_topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
         with_cluster_ops = bool(getattr(request, "include_cluster_authorized_operations", False))
-        auto_create = (self._config["auto.create.topics.enable"]
-                       and bool(getattr(request, "allow_auto_topic_creation", True)) and not all_topics)
+        auto_create = (
+            self._config["auto.create.topics.enable"]
+            and bool(getattr(request, "allow_auto_topic_creation", True))
+            and not all_topics
+        )
 
         topics: list[Any] = []
         if all_topics:
-            topics = [self._topic_entry(t, node.node_id, with_topic_ops, version) for t in self._topics.values()]
+            topics = [
+                self._topic_entry(t, node.node_id, with_topic_ops, version) for t in self._topics.values()
+            ]
         else:
             seen: set[Any] = set()
             for entry in requested:
@@ -620,8 +684,9 @@ class EmbeddedDataPlane:
                         continue
                 topics.append(self._topic_entry(found, node.node_id, with_topic_ops, version))
 
-        brokers = tuple((b.node_id, b.host, b.port) for b in
-                        (self._brokers() if self._brokers is not None else (node,)))
+        brokers = tuple(
+            (b.node_id, b.host, b.port) for b in (self._brokers() if self._brokers is not None else (node,))
+        )
         response = {
             "throttle_time": 0,
             "error_code": ErrorCode.none,
@@ -635,13 +700,22 @@ class EmbeddedDataPlane:
             return response
         # The same question gets the same answer until a topic changes: keep the encoded body. Each entry is
         # _topic_entry's kept entity, so its key says everything the entry says.
-        key = (version, node.node_id, with_topic_ops, with_cluster_ops, brokers,
-               tuple((t.name, getattr(t, "topic_id", None), len(t.partitions)) for t in topics))
+        key = (
+            version,
+            node.node_id,
+            with_topic_ops,
+            with_cluster_ops,
+            brokers,
+            tuple((t.name, getattr(t, "topic_id", None), len(t.partitions)) for t in topics),
+        )
         encoded = self._metadata_answers.get(key)
         if encoded is None:
             encoded = encode_body(ApiKey.METADATA, version, response)
             self._metadata_bytes += len(encoded.body)
-            if len(self._metadata_answers) >= METADATA_ENTRIES_KEPT or self._metadata_bytes > METADATA_BYTES_KEPT:
+            if (
+                len(self._metadata_answers) >= METADATA_ENTRIES_KEPT
+                or self._metadata_bytes > METADATA_BYTES_KEPT
+            ):
                 self._metadata_answers.clear()
                 self._metadata_bytes = len(encoded.body)
             self._metadata_answers[key] = encoded
@@ -652,13 +726,23 @@ class EmbeddedDataPlane:
         for Metadata again and again (librdkafka at start-up and on every refresh), and building a topic of
         500 partitions field by field took most of a busy server's time (profiled with 500 members joining).
         The key changes whenever the answer would (a new partition count, a re-created topic)."""
-        key = (topic.name, topic.topic_id, len(topic.partitions), topic.is_internal, node_id, with_ops, version)
+        key = (
+            topic.name,
+            topic.topic_id,
+            len(topic.partitions),
+            topic.is_internal,
+            node_id,
+            with_ops,
+            version,
+        )
         entry = self._metadata_entries.get(key)
         if entry is None:
             if len(self._metadata_entries) >= METADATA_ENTRIES_KEPT:
                 self._metadata_entries.clear()
             topic_class = _metadata_topic_class(version)
-            entry = self._metadata_entries[key] = build(topic_class, self._topic_metadata(topic, node_id, with_ops))
+            entry = self._metadata_entries[key] = build(
+                topic_class, self._topic_metadata(topic, node_id, with_ops)
+            )
         return entry
 
     @staticmethod
@@ -695,12 +779,21 @@ class EmbeddedDataPlane:
                 continue
             configs = {c.name: c.value for c in topic.configs}
             try:
-                plan = self._plan_topic(topic.name, topic.num_partitions, topic.replication_factor,
-                                        topic.assignments, configs)
+                plan = self._plan_topic(
+                    topic.name, topic.num_partitions, topic.replication_factor, topic.assignments, configs
+                )
             except TopicError as exc:
-                results.append({"name": topic.name, "topic_id": None, "error_code": exc.error_code,
-                                "error_message": exc.message, "num_partitions": -1, "replication_factor": -1,
-                                "configs": ()})
+                results.append(
+                    {
+                        "name": topic.name,
+                        "topic_id": None,
+                        "error_code": exc.error_code,
+                        "error_message": exc.message,
+                        "num_partitions": -1,
+                        "replication_factor": -1,
+                        "configs": (),
+                    }
+                )
                 continue
             if request.validate_only:
                 topic_id = None
@@ -708,27 +801,45 @@ class EmbeddedDataPlane:
                 try:
                     topic_id = (await self._create_topic(plan)).topic_id
                 except TopicError as exc:
-                    results.append({"name": topic.name, "topic_id": None, "error_code": exc.error_code,
-                                    "error_message": exc.message, "num_partitions": -1,
-                                    "replication_factor": -1, "configs": ()})
+                    results.append(
+                        {
+                            "name": topic.name,
+                            "topic_id": None,
+                            "error_code": exc.error_code,
+                            "error_message": exc.message,
+                            "num_partitions": -1,
+                            "replication_factor": -1,
+                            "configs": (),
+                        }
+                    )
                     continue
-            results.append({
-                "name": plan.name,
-                "topic_id": topic_id,
-                "error_code": ErrorCode.none,
-                "error_message": None,
-                "num_partitions": plan.num_partitions,
-                "replication_factor": plan.replication_factor,
-                "configs": [
-                    {"name": k, "value": v, "read_only": False, "config_source": 1, "is_sensitive": False}
-                    for k, v in sorted(plan.configs.items())
-                ],
-            })
+            results.append(
+                {
+                    "name": plan.name,
+                    "topic_id": topic_id,
+                    "error_code": ErrorCode.none,
+                    "error_message": None,
+                    "num_partitions": plan.num_partitions,
+                    "replication_factor": plan.replication_factor,
+                    "configs": [
+                        {"name": k, "value": v, "read_only": False, "config_source": 1, "is_sensitive": False}
+                        for k, v in sorted(plan.configs.items())
+                    ],
+                }
+            )
         for name, count in counts.items():
             if count > 1:
-                results.append({"name": name, "topic_id": None, "error_code": ErrorCode.invalid_request,
-                                "error_message": "Duplicate topic name.", "num_partitions": -1,
-                                "replication_factor": -1, "configs": ()})
+                results.append(
+                    {
+                        "name": name,
+                        "topic_id": None,
+                        "error_code": ErrorCode.invalid_request,
+                        "error_message": "Duplicate topic name.",
+                        "num_partitions": -1,
+                        "replication_factor": -1,
+                        "configs": (),
+                    }
+                )
         return {"throttle_time": 0, "topics": results}
 
     # -- DeleteTopics -----------------------------------------------------------------------------
@@ -740,11 +851,20 @@ class EmbeddedDataPlane:
         ids: list[uuid.UUID] = []
         for state in getattr(request, "topics", ()):
             if state.name is None and state.topic_id is None:
-                results.append(_delete_result(None, None, ErrorCode.invalid_request,
-                                              "Neither topic name nor id were specified."))
+                results.append(
+                    _delete_result(
+                        None, None, ErrorCode.invalid_request, "Neither topic name nor id were specified."
+                    )
+                )
             elif state.name is not None and state.topic_id is not None:
-                results.append(_delete_result(state.name, state.topic_id, ErrorCode.invalid_request,
-                                              "You may not specify both topic name and topic id."))
+                results.append(
+                    _delete_result(
+                        state.name,
+                        state.topic_id,
+                        ErrorCode.invalid_request,
+                        "You may not specify both topic name and topic id.",
+                    )
+                )
             elif state.name is not None:
                 names.append(state.name)
             else:
@@ -754,8 +874,9 @@ class EmbeddedDataPlane:
         targets: list[_Topic] = []
         for topic_id, count in id_counts.items():
             if count > 1:
-                results.append(_delete_result(None, topic_id, ErrorCode.invalid_request,
-                                              "Duplicate topic id."))
+                results.append(
+                    _delete_result(None, topic_id, ErrorCode.invalid_request, "Duplicate topic id.")
+                )
                 continue
             found = self._topics_by_id.get(topic_id)
             if found is None:
@@ -768,15 +889,26 @@ class EmbeddedDataPlane:
                 continue
             found = self._topics.get(name)
             if found is None:
-                results.append(_delete_result(name, None, ErrorCode.unknown_topic_or_partition,
-                                              "This server does not host this topic-partition."))
+                results.append(
+                    _delete_result(
+                        name,
+                        None,
+                        ErrorCode.unknown_topic_or_partition,
+                        "This server does not host this topic-partition.",
+                    )
+                )
             elif found not in targets:
                 targets.append(found)
         for found in targets:
             if self._topics.get(found.name) is not found:  # deleted by another request meanwhile
-                results.append(_delete_result(found.name, found.topic_id,
-                                              ErrorCode.unknown_topic_or_partition,
-                                              "This server does not host this topic-partition."))
+                results.append(
+                    _delete_result(
+                        found.name,
+                        found.topic_id,
+                        ErrorCode.unknown_topic_or_partition,
+                        "This server does not host this topic-partition.",
+                    )
+                )
                 continue
             code, message = await self._delete_topic(found)
             results.append(_delete_result(found.name, found.topic_id, code, message))
@@ -804,8 +936,12 @@ class EmbeddedDataPlane:
             except (OSError, StorageFailure, LogClosed, RuntimeError) as exc:
                 logger.error("cannot persist the next producer id block: %s", exc)
                 return _init_producer_id_error(ErrorCode.coordinator_not_available)
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": producer_id,
-                "producer_epoch": 0}
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "producer_id": producer_id,
+            "producer_epoch": 0,
+        }
 
     async def _allocate_producer_id(self) -> int:
         """The next producer id; a new block's end is made durable before any id of it is handed out."""
@@ -819,26 +955,33 @@ class EmbeddedDataPlane:
             self._next_producer_id += 1
             return producer_id
 
+
 METADATA_ENTRIES_KEPT = 4096
 METADATA_BYTES_KEPT = 32 << 20  # encoded Metadata answers kept, at most
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _metadata_topic_class(version: int) -> type:
     """The entity class of one topic in a Metadata response of `version`."""
     return typing.get_args(typing.get_type_hints(response_class(ApiKey.METADATA, version))["topics"])[0]
 
 
 def _metadata_error(code: ErrorCode, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
-    return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": (),
-            "topic_authorized_operations": INT32_MIN}
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": topic_id,
+        "is_internal": False,
+        "partitions": (),
+        "topic_authorized_operations": INT32_MIN,
+    }
 
 
-def _delete_result(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode,
-                   message: str | None) -> dict[str, Any]:
+def _delete_result(
+    name: str | None, topic_id: uuid.UUID | None, code: ErrorCode, message: str | None
+) -> dict[str, Any]:
     return {"name": name, "topic_id": topic_id, "error_code": code, "error_message": message}
 
 
 def _init_producer_id_error(code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
-

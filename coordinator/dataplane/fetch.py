@@ -165,10 +165,20 @@ class Reads:
         else:
             found = partition.offset_for_timestamp(timestamp)
         if found is None:
-            return {"partition_index": index, "error_code": ErrorCode.none, "timestamp": -1, "offset": -1,
-                    "leader_epoch": -1}
-        return {"partition_index": index, "error_code": ErrorCode.none, "timestamp": found[0],
-                "offset": found[1], "leader_epoch": epoch}
+            return {
+                "partition_index": index,
+                "error_code": ErrorCode.none,
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+            }
+        return {
+            "partition_index": index,
+            "error_code": ErrorCode.none,
+            "timestamp": found[0],
+            "offset": found[1],
+            "leader_epoch": epoch,
+        }
 
     async def fetch(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         """Fetch v4-v17. v5 adds log_start_offset, v7 sessions (not kept: always a full sessionless answer),
@@ -179,8 +189,12 @@ class Reads:
         session_epoch = getattr(request, "session_epoch", -1)
         if session_epoch not in _FULL_FETCH_EPOCHS:
             # An incremental fetch names a session; this server never creates one.
-            return {"throttle_time": 0, "error_code": ErrorCode.fetch_session_id_not_found, "session_id": 0,
-                    "responses": ()}
+            return {
+                "throttle_time": 0,
+                "error_code": ErrorCode.fetch_session_id_not_found,
+                "session_id": 0,
+                "responses": (),
+            }
         loop = asyncio.get_running_loop()
         max_wait = ms(request.max_wait) / 1000
         deadline = loop.time() + max_wait
@@ -246,11 +260,13 @@ class Reads:
                     answer["error_code"] = ErrorCode.offset_out_of_range
                 else:
                     try:
-                        data = await self._read(partition, p.fetch_offset,
-                                                min(p.partition_max_bytes, remaining), min_one)
+                        data = await self._read(
+                            partition, p.fetch_offset, min(p.partition_max_bytes, remaining), min_one
+                        )
                     except (OSError, ValueError) as exc:
-                        logger.error("Fetch read of %s-%d failed: %s", getattr(fetch_topic, "topic", None),
-                                     index, exc)
+                        logger.error(
+                            "Fetch read of %s-%d failed: %s", getattr(fetch_topic, "topic", None), index, exc
+                        )
                         failed = True
                         partitions.append(_fetch_error(index, ErrorCode.kafka_storage_error))
                         continue
@@ -260,11 +276,13 @@ class Reads:
                         remaining = max(0, remaining - len(data))
                         answer["records"] = data
                 partitions.append(answer)
-            responses.append({
-                "topic": getattr(fetch_topic, "topic", None),
-                "topic_id": getattr(fetch_topic, "topic_id", None),
-                "partitions": partitions,
-            })
+            responses.append(
+                {
+                    "topic": getattr(fetch_topic, "topic", None),
+                    "topic_id": getattr(fetch_topic, "topic_id", None),
+                    "partitions": partitions,
+                }
+            )
         return responses, total, failed, logs
 
     @staticmethod
@@ -283,13 +301,29 @@ class Reads:
 
 
 def _produce_error(index: int, code: ErrorCode, message: str | None) -> dict[str, Any]:
-    return {"index": index, "error_code": code, "base_offset": -1, "log_append_time": None,
-            "log_start_offset": -1, "record_errors": (), "error_message": message}
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": -1,
+        "log_append_time": None,
+        "log_start_offset": -1,
+        "record_errors": (),
+        "error_message": message,
+    }
+
 
 def _list_offsets_error(index: int, code: ErrorCode) -> dict[str, Any]:
     return {"partition_index": index, "error_code": code, "timestamp": -1, "offset": -1, "leader_epoch": -1}
 
+
 def _fetch_error(index: int, code: ErrorCode) -> dict[str, Any]:
-    return {"partition_index": index, "error_code": code, "high_watermark": -1, "last_stable_offset": -1,
-            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
-            "records": b""}
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }

@@ -32,8 +32,14 @@ DEFAULT_PRODUCE_TIMEOUT_MS = 30000
 class Writes:
     """Produce over the plane's topics; `writer()` is the disk writer thread once the plane started (durable)."""
 
-    def __init__(self, config: Config, topics: Mapping[str, Any], topics_by_id: Mapping[Any, Any],
-                 writer: Callable[[], Writer | None], waiters: Waiters) -> None:
+    def __init__(
+        self,
+        config: Config,
+        topics: Mapping[str, Any],
+        topics_by_id: Mapping[Any, Any],
+        writer: Callable[[], Writer | None],
+        waiters: Waiters,
+    ) -> None:
         self._config = config
         self._topics = topics
         self._topics_by_id = topics_by_id
@@ -67,28 +73,41 @@ class Writes:
                     partitions.append(_produce_error(index, ErrorCode.unknown_topic_or_partition, None))
                     continue
                 if acks not in _VALID_ACKS:
-                    partitions.append(_produce_error(index, ErrorCode.invalid_required_acks,
-                                                     f"acks={acks} is not one of 0, 1, -1"))
+                    partitions.append(
+                        _produce_error(
+                            index, ErrorCode.invalid_required_acks, f"acks={acks} is not one of 0, 1, -1"
+                        )
+                    )
                     continue
                 try:
-                    batches = validate_batches(data.records, max_batch_bytes=max_batch_bytes,
-                                               allow_zstd=version >= 7)
+                    batches = validate_batches(
+                        data.records, max_batch_bytes=max_batch_bytes, allow_zstd=version >= 7
+                    )
                 except InvalidBatch as exc:
                     partitions.append(_produce_error(index, exc.error_code, exc.message))
                     continue
                 if any(b.header.is_transactional for b in batches):
-                    partitions.append(_produce_error(index, ErrorCode.invalid_txn_state,
-                                                     "transactions are not supported by this server"))
+                    partitions.append(
+                        _produce_error(
+                            index,
+                            ErrorCode.invalid_txn_state,
+                            "transactions are not supported by this server",
+                        )
+                    )
                     continue
                 partition = topic.partitions[index]
                 if isinstance(partition, DiskLog):
-                    if self._writer() is None:
-                        partitions.append(_produce_error(index, ErrorCode.kafka_storage_error,
-                                                         "the data plane is not started"))
+                    writer = self._writer()
+                    if writer is None:
+                        partitions.append(
+                            _produce_error(
+                                index, ErrorCode.kafka_storage_error, "the data plane is not started"
+                            )
+                        )
                         continue
                     # Answered below, once the writer thread has written (and for acks=-1 fsynced) it.
                     answer = _produce_error(index, ErrorCode.none, None)
-                    future = self._writer().append(partition, [b.data for b in batches], sync=acks == -1)
+                    future = writer.append(partition, [b.data for b in batches], sync=acks == -1)
                     writes.append((answer, partition, future))
                     partitions.append(answer)
                     continue
@@ -98,20 +117,24 @@ class Writes:
                     if base_offset < 0:
                         base_offset = offset
                 appended.append(partition)
-                partitions.append({
-                    "index": index,
-                    "error_code": ErrorCode.none,
-                    "base_offset": base_offset,
-                    "log_append_time": None,  # -1: CreateTime
-                    "log_start_offset": partition.log_start_offset,
-                    "record_errors": (),
-                    "error_message": None,
-                })
-            responses.append({
-                "name": getattr(topic_data, "name", None),
-                "topic_id": getattr(topic_data, "topic_id", None),
-                "partition_responses": partitions,
-            })
+                partitions.append(
+                    {
+                        "index": index,
+                        "error_code": ErrorCode.none,
+                        "base_offset": base_offset,
+                        "log_append_time": None,  # -1: CreateTime
+                        "log_start_offset": partition.log_start_offset,
+                        "record_errors": (),
+                        "error_message": None,
+                    }
+                )
+            responses.append(
+                {
+                    "name": getattr(topic_data, "name", None),
+                    "topic_id": getattr(topic_data, "topic_id", None),
+                    "partition_responses": partitions,
+                }
+            )
         for partition in appended:
             self._waiters.wake(partition)
         if writes:
@@ -122,8 +145,9 @@ class Writes:
         return {"responses": responses, "throttle_time": 0}
 
     @staticmethod
-    async def _await_writes(writes: list[tuple[dict[str, Any], DiskLog, concurrent.futures.Future[int]]],
-                            timeout_ms: int) -> None:
+    async def _await_writes(
+        writes: list[tuple[dict[str, Any], DiskLog, concurrent.futures.Future[int]]], timeout_ms: int
+    ) -> None:
         """Fill in each partition's answer once its append is settled, or REQUEST_TIMED_OUT after the
         request's timeout (appends still queued then are withdrawn)."""
         if timeout_ms <= 0:
@@ -156,13 +180,29 @@ class Writes:
 
 
 def _produce_error(index: int, code: ErrorCode, message: str | None) -> dict[str, Any]:
-    return {"index": index, "error_code": code, "base_offset": -1, "log_append_time": None,
-            "log_start_offset": -1, "record_errors": (), "error_message": message}
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": -1,
+        "log_append_time": None,
+        "log_start_offset": -1,
+        "record_errors": (),
+        "error_message": message,
+    }
+
 
 def _list_offsets_error(index: int, code: ErrorCode) -> dict[str, Any]:
     return {"partition_index": index, "error_code": code, "timestamp": -1, "offset": -1, "leader_epoch": -1}
 
+
 def _fetch_error(index: int, code: ErrorCode) -> dict[str, Any]:
-    return {"partition_index": index, "error_code": code, "high_watermark": -1, "last_stable_offset": -1,
-            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
-            "records": b""}
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }

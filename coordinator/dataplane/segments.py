@@ -78,9 +78,21 @@ class Segment:
     """One segment file: its visible size, sparse index and timestamp facts; see the module docstring."""
 
     __slots__ = (
-        "base_offset", "path", "file", "size", "end_offset", "batches", "idx_offsets", "idx_positions",
-        "idx_timestamps", "_last_indexed", "max_timestamp", "max_timestamp_offset", "max_timestamp_position",
-        "refs", "retired",
+        "base_offset",
+        "path",
+        "file",
+        "size",
+        "end_offset",
+        "batches",
+        "idx_offsets",
+        "idx_positions",
+        "idx_timestamps",
+        "_last_indexed",
+        "max_timestamp",
+        "max_timestamp_offset",
+        "max_timestamp_position",
+        "refs",
+        "retired",
     )
 
     def __init__(self, base_offset: int, path: str, file: File | None = None) -> None:
@@ -100,8 +112,9 @@ class Segment:
         self.refs = 0
         self.retired = False
 
-    def add_batch(self, base_offset: int, last_offset: int, position: int, size: int,
-                  max_timestamp: int) -> None:
+    def add_batch(
+        self, base_offset: int, last_offset: int, position: int, size: int, max_timestamp: int
+    ) -> None:
         if position - self._last_indexed >= INDEX_INTERVAL_BYTES:
             self.idx_offsets.append(base_offset)
             self.idx_positions.append(position)
@@ -149,8 +162,15 @@ class SegmentView:
     @classmethod
     def of(cls, seg: Segment) -> SegmentView:
         assert seg.file is not None
-        return cls(seg, seg.file, seg.size, seg.max_timestamp, seg.max_timestamp_offset,
-                   seg.max_timestamp_position, seg.batches)
+        return cls(
+            seg,
+            seg.file,
+            seg.size,
+            seg.max_timestamp,
+            seg.max_timestamp_offset,
+            seg.max_timestamp_position,
+            seg.batches,
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -171,7 +191,7 @@ class _Window:
     def get(self, position: int, size: int) -> bytes | memoryview:
         start = self._start
         if start <= position and position + size <= start + len(self._data):
-            return memoryview(self._data)[position - start:position - start + size]
+            return memoryview(self._data)[position - start : position - start + size]
         want = min(max(size, _SCAN_CHUNK), self._limit - position)
         data = self._file.read_at(position, want)
         if len(data) < size:
@@ -250,8 +270,9 @@ def read_views(views: list[SegmentView], offset: int, max_bytes: int, min_one: b
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _first_record_at_least(file: File, position: int, header_max: int, base_offset: int,
-                           size: int, target: int) -> tuple[int, int]:
+def _first_record_at_least(
+    file: File, position: int, header_max: int, base_offset: int, size: int, target: int
+) -> tuple[int, int]:
     batch = file.read_at(position, size)
     if len(batch) < size:
         raise SegmentShrank(f"short read at position {position}")
@@ -276,8 +297,9 @@ def offset_for_timestamp(views: list[SegmentView], target: int) -> tuple[int, in
         start = seg.idx_positions[i]
         for position, header in _batches_from(_Window(view.file, view.limit), start, view.limit):
             if header.max_timestamp >= target:
-                return _first_record_at_least(view.file, position, header.max_timestamp, header.base_offset,
-                                              header.size, target)
+                return _first_record_at_least(
+                    view.file, position, header.max_timestamp, header.base_offset, header.size, target
+                )
     return None
 
 
@@ -291,8 +313,9 @@ def max_timestamp_offset(views: list[SegmentView]) -> tuple[int, int] | None:
         return None
     position = best.max_timestamp_position
     header = read_header(_Window(best.file, best.limit).get(position, HEADER_SIZE))
-    return _first_record_at_least(best.file, position, best.max_timestamp, best.max_timestamp_offset,
-                                  header.size, best.max_timestamp)
+    return _first_record_at_least(
+        best.file, position, best.max_timestamp, best.max_timestamp_offset, header.size, best.max_timestamp
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -350,7 +373,7 @@ def _scan(fs: FS, seg: Segment, file_size: int) -> str | None:
                 if len(buf) < size:
                     return "incomplete batch"
             rel = position - buf_start
-            if crc32c(memoryview(buf)[rel + ATTRIBUTES_OFFSET:rel + size]) != crc:
+            if crc32c(memoryview(buf)[rel + ATTRIBUTES_OFFSET : rel + size]) != crc:
                 return "checksum mismatch"
             seg.add_batch(base_offset, base_offset + last_offset_delta, position, size, max_timestamp)
             expected = base_offset + last_offset_delta + 1
@@ -393,7 +416,7 @@ def recover_partition(fs: FS, directory: str) -> Recovered:
             expected = seg.end_offset
             continue
         # Cut here. Later segments go first, durably: a crash before the cut then finds the same damage.
-        later = found[i + 1:]
+        later = found[i + 1 :]
         removed_bytes = 0
         for _, later_name in later:
             later_path = os.path.join(directory, later_name)
@@ -415,12 +438,20 @@ def recover_partition(fs: FS, directory: str) -> Recovered:
             finally:
                 f.close()
             segments.append(seg)
-            truncation = Truncation(name, valid, size - valid, reason, tuple(n for _, n in later),
-                                    removed_bytes)
+            truncation = Truncation(
+                name, valid, size - valid, reason, tuple(n for _, n in later), removed_bytes
+            )
         level = logging.WARNING if last else logging.ERROR
-        log.log(level, "partition %s: %s in %s at position %d; cut %d bytes there%s", directory, reason, name,
-                truncation.position, truncation.bytes,
-                f" and removed later segments {list(truncation.removed_segments)}" if later else "")
+        log.log(
+            level,
+            "partition %s: %s in %s at position %d; cut %d bytes there%s",
+            directory,
+            reason,
+            name,
+            truncation.position,
+            truncation.bytes,
+            f" and removed later segments {list(truncation.removed_segments)}" if later else "",
+        )
         break
     if not segments:
         base = expected if expected is not None else (found[0][0] if found else 0)

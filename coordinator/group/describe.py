@@ -16,8 +16,12 @@ DEAD = ClassicGroupState.DEAD
 STABLE = ClassicGroupState.STABLE
 
 
-def describe_group(group_id: str, group: ClassicGroup | None, api_version: int,
-                   deliverable: Callable[[ClassicGroup, bytes], bytes]) -> dict[str, Any]:
+def describe_group(
+    group_id: str,
+    group: ClassicGroup | None,
+    api_version: int,
+    deliverable: Callable[[ClassicGroup, bytes], bytes],
+) -> dict[str, Any]:
     """One DescribeGroups v0-v6 entry; `deliverable` is the assignment as members get it (without paused
     partitions)."""
     if group is None or group.is_in_state(DEAD):
@@ -46,7 +50,9 @@ def describe_group(group_id: str, group: ClassicGroup | None, api_version: int,
             "group_instance_id": member.group_instance_id,
             "client_id": member.client_id,
             "client_host": member.client_host,
-            "member_metadata": member.metadata(group.protocol_name) if stable and group.protocol_name else b"",
+            "member_metadata": member.metadata(group.protocol_name)
+            if stable and group.protocol_name
+            else b"",
             "member_assignment": deliverable(group, member.assignment),
         }
         for member in group.all_members()

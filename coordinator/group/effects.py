@@ -103,8 +103,13 @@ class Calls:
             written = [r for r in effects.records if applied_in_memory_group(r) is not None]
             self.unreplayed.update(written)
             result.on_append_failure = functools.partial(
-                self.run, self._append_failed, written, list(effects.responses), list(effects.failure_hooks),
-                effects.own_token, effects.own_error,
+                self.run,
+                self._append_failed,
+                written,
+                list(effects.responses),
+                list(effects.failure_hooks),
+                effects.own_token,
+                effects.own_error,
             )
         return result
 
@@ -137,7 +142,9 @@ P = ParamSpec("P")
 S = TypeVar("S", bound=HasCalls)
 
 
-def state_machine_call(method: Callable[Concatenate[S, P], None]) -> Callable[Concatenate[S, P], CoordinatorResult]:
+def state_machine_call(
+    method: Callable[Concatenate[S, P], None],
+) -> Callable[Concatenate[S, P], CoordinatorResult]:
     """Mark a method of an object with `.calls` as an entry point: one call into the state machine."""
 
     @functools.wraps(method)

@@ -74,13 +74,15 @@ class RemovalCause(enum.Enum):
         return self in _EXPIRATIONS
 
 
-_EXPIRATIONS = frozenset({
-    RemovalCause.SESSION_TIMEOUT,
-    RemovalCause.REBALANCE_TIMEOUT,
-    RemovalCause.SYNC_TIMEOUT,
-    RemovalCause.NEW_MEMBER_TIMEOUT,
-    RemovalCause.PENDING_MEMBER_TIMEOUT,
-})
+_EXPIRATIONS = frozenset(
+    {
+        RemovalCause.SESSION_TIMEOUT,
+        RemovalCause.REBALANCE_TIMEOUT,
+        RemovalCause.SYNC_TIMEOUT,
+        RemovalCause.NEW_MEMBER_TIMEOUT,
+        RemovalCause.PENDING_MEMBER_TIMEOUT,
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -214,8 +216,15 @@ class OffsetsWritten:
 
 
 GroupEvent = (
-    GroupLoaded | RebalanceStarted | JoinPhaseCompleted | RebalanceCompleted | MemberRemoved | MemberFenced
-    | StaticMemberReplaced | GroupRemoved | OffsetsWritten
+    GroupLoaded
+    | RebalanceStarted
+    | JoinPhaseCompleted
+    | RebalanceCompleted
+    | MemberRemoved
+    | MemberFenced
+    | StaticMemberReplaced
+    | GroupRemoved
+    | OffsetsWritten
 )
 
 

@@ -28,7 +28,6 @@ Protocols = tuple[tuple[str, bytes], ...]
 """A member's supported protocols in its order of preference: (name, metadata)."""
 
 
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Parked:
     """A JoinGroup or SyncGroup request that waits for the group: answered later, exactly once."""
@@ -51,7 +50,9 @@ class ClassicGroupMember:
     awaiting_join: Parked | None = None
     awaiting_sync: Parked | None = None
     is_new: bool = False  # joined during the current rebalance: its session timer runs even while it waits
-    offline_since_ms: int | None = None  # a static member whose session expired inside its registration window
+    offline_since_ms: int | None = (
+        None  # a static member whose session expired inside its registration window
+    )
     joined_at_ms: int = 0  # when a new member's JoinGroup was held back by an expansion window
 
     @property
@@ -132,8 +133,10 @@ class ClassicGroup:
         self._offline: dict[str, None] = {}  # static members offline inside their registration window
 
     def __repr__(self) -> str:
-        return (f"ClassicGroup({self.group_id!r}, {self.state}, generation={self.generation_id}, "
-                f"protocol_type={self.protocol_type!r}, members={list(self._members)})")
+        return (
+            f"ClassicGroup({self.group_id!r}, {self.state}, generation={self.generation_id}, "
+            f"protocol_type={self.protocol_type!r}, members={list(self._members)})"
+        )
 
     # -- state -----------------------------------------------------------------------------------------------
 
@@ -144,7 +147,8 @@ class ClassicGroup:
         if not target.can_transition_from(self.state):
             raise IllegalStateTransition(
                 f"group {self.group_id} cannot move from {self.state} to {target}; it must be in one of "
-                f"{sorted(str(s) for s in target.valid_previous_states)}")
+                f"{sorted(str(s) for s in target.valid_previous_states)}"
+            )
         self.previous_state = self.state
         self.state = target
         self.current_state_timestamp_ms = now_ms
@@ -272,7 +276,11 @@ class ClassicGroup:
         if old.is_awaiting_join or old.is_awaiting_sync:
             raise ValueError(f"member {old_member_id} still has parked requests")
         new = dataclasses.replace(
-            old, member_id=new_member_id, awaiting_join=None, awaiting_sync=None, is_new=False,
+            old,
+            member_id=new_member_id,
+            awaiting_join=None,
+            awaiting_sync=None,
+            is_new=False,
             offline_since_ms=None,
         )
         self._members[new_member_id] = new

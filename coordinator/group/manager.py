@@ -53,7 +53,6 @@ window, and joiners held back by an expansion window (coordinator.group.windows)
 log. Paused partitions (coordinator.group.pause) are withheld from the assignments members get.
 """
 
-
 from __future__ import annotations
 
 import functools
@@ -153,8 +152,9 @@ class GroupMetadataManager(ClassicRebalancing):
 
         if not self._accept_joining_member(group, join.member_id, join.group_instance_id):
             if group.has_member(join.member_id):
-                self._emit_removed(group, self._member_info(group.member(join.member_id)),
-                                   RemovalCause.GROUP_MAX_SIZE)
+                self._emit_removed(
+                    group, self._member_info(group.member(join.member_id)), RemovalCause.GROUP_MAX_SIZE
+                )
             self._drop_member(group, join.member_id, ErrorCode.group_max_size_reached)
             self._join_error(parked, ErrorCode.group_max_size_reached)
         elif is_unknown_member:
@@ -274,7 +274,11 @@ class GroupMetadataManager(ClassicRebalancing):
         self._mark_online(group, member)
         if group.is_in_state(PREPARING_REBALANCE):
             self._update_member_then_rebalance_or_complete_join(
-                parked, join, group, member, f"member {member_id} joins during {group.state}",
+                parked,
+                join,
+                group,
+                member,
+                f"member {member_id} joins during {group.state}",
                 RebalanceReason.METADATA_CHANGE,
             )
         elif group.is_in_state(COMPLETING_REBALANCE):
@@ -300,7 +304,11 @@ class GroupMetadataManager(ClassicRebalancing):
                 # The leader may rejoin to have assignments recomputed for changes the coordinator cannot see
                 # (new partitions, regex subscriptions): it always rebalances.
                 self._update_member_then_rebalance_or_complete_join(
-                    parked, join, group, member, f"leader {member_id} rejoins during {group.state}",
+                    parked,
+                    join,
+                    group,
+                    member,
+                    f"leader {member_id} rejoins during {group.state}",
                     RebalanceReason.LEADER_REJOIN,
                 )
             elif not member.matches(join.protocols):
@@ -373,7 +381,8 @@ class GroupMetadataManager(ClassicRebalancing):
             member, join.protocols, join.rebalance_timeout_ms, join.session_timeout_ms, parked
         )
         self._maybe_prepare_rebalance_or_complete_join(
-            group, f"{reason}; client reason: {join.reason}",
+            group,
+            f"{reason}; client reason: {join.reason}",
             RebalanceTrigger(category, self._member_info(member), join.reason),
         )
 
@@ -396,8 +405,11 @@ class GroupMetadataManager(ClassicRebalancing):
         current_leader = group.leader_id
         new_member = self._replace_static_member(group, instance_id, old_member_id, new_member_id)
         if self.listeners:
-            self._emit(StaticMemberReplaced(group.group_id, instance_id, old_member_id, new_member_id,
-                                            self.clock.wall_ms()))
+            self._emit(
+                StaticMemberReplaced(
+                    group.group_id, instance_id, old_member_id, new_member_id, self.clock.wall_ms()
+                )
+            )
         static_trigger = RebalanceTrigger(
             RebalanceReason.STATIC_REPLACEMENT,
             MemberInfo(new_member_id, instance_id, join.client_id, join.client_host),
@@ -510,8 +522,12 @@ class GroupMetadataManager(ClassicRebalancing):
         self._answer_sync(group, old, error=ErrorCode.fenced_instance_id)
         new = group.replace_static_member(instance_id, old_member_id, new_member_id)
         if old.is_offline:
-            log.info("static member %s of group %s is back after %d ms offline", instance_id, group.group_id,
-                     self.clock.monotonic_ms() - (old.offline_since_ms or 0))
+            log.info(
+                "static member %s of group %s is back after %d ms offline",
+                instance_id,
+                group.group_id,
+                self.clock.monotonic_ms() - (old.offline_since_ms or 0),
+            )
             self._schedule_registration_end(group)
         return new
 
@@ -599,8 +615,11 @@ class GroupMetadataManager(ClassicRebalancing):
         answered = self._set_and_propagate_assignment(group, full_assignment)
         group.transition_to(STABLE, self._now_ms())
         if self.listeners:
-            self._emit(RebalanceCompleted(group.group_id, generation_id, self.clock.wall_ms(),
-                                          self.clock.monotonic_ms()))
+            self._emit(
+                RebalanceCompleted(
+                    group.group_id, generation_id, self.clock.wall_ms(), self.clock.monotonic_ms()
+                )
+            )
         log.info(
             "group %s generation %d is stable with %d members",
             group.group_id,
@@ -736,8 +755,11 @@ class GroupMetadataManager(ClassicRebalancing):
                     self.emit_fenced(group, member_id, instance_id, "LeaveGroup")
                 responses.append(_member_response(member_id, instance_id, error))
 
-        left = [r["member_id"] for r in responses
-                if r["error_code"] == ErrorCode.none and r["member_id"] not in joiners_left]
+        left = [
+            r["member_id"]
+            for r in responses
+            if r["error_code"] == ErrorCode.none and r["member_id"] not in joiners_left
+        ]
         if left:
             reason = f"explicit LeaveGroup request for members {left}"
             if group.state in (STABLE, COMPLETING_REBALANCE):
@@ -827,9 +849,16 @@ class GroupMetadataManager(ClassicRebalancing):
             for member in group.all_members():
                 self._reschedule_heartbeat(group, member)
             if self.listeners:
-                self._emit(GroupLoaded(group.group_id, group.generation_id, str(group.state),
-                                       self._members_info(group), self.clock.wall_ms(),
-                                       self.clock.monotonic_ms()))
+                self._emit(
+                    GroupLoaded(
+                        group.group_id,
+                        group.generation_id,
+                        str(group.state),
+                        self._members_info(group),
+                        self.clock.wall_ms(),
+                        self.clock.monotonic_ms(),
+                    )
+                )
             if group.num_members() > self.settings.group_max_size:
                 self._prepare_rebalance(
                     group,
@@ -857,4 +886,3 @@ def _inconsistent(request_value: str | None, group_value: str | None) -> bool:
 
 def _member_response(member_id: str, group_instance_id: str | None, error: ErrorCode) -> dict[str, Any]:
     return {"member_id": member_id, "group_instance_id": group_instance_id, "error_code": error}
-

@@ -74,7 +74,9 @@ class PauseRegistry:
         return [new_group_pause_record(group_id, False, ())]
 
     def replay(self, group_id: str, value: GroupPauseValue | None) -> None:
-        self.set(group_id, NOT_PAUSED if value is None else PauseState(value.group_paused, frozenset(value.topics)))
+        self.set(
+            group_id, NOT_PAUSED if value is None else PauseState(value.group_paused, frozenset(value.topics))
+        )
 
     def deliverable(self, group: ClassicGroup, assignment: bytes) -> bytes:
         """A member's assignment as handed out: without the partitions paused in its group."""
@@ -82,7 +84,10 @@ class PauseRegistry:
         if state is None or not assignment:
             return assignment
         if not group.uses_consumer_protocol():
-            log.warning("group %s is paused but uses protocol type %r: its assignments cannot be filtered",
-                        group.group_id, group.protocol_type)
+            log.warning(
+                "group %s is paused but uses protocol type %r: its assignments cannot be filtered",
+                group.group_id,
+                group.protocol_type,
+            )
             return assignment
         return filter_assignment(assignment, state.withholds)

@@ -125,18 +125,33 @@ class ClassicRebalancing:
 
     def _emit_removed(self, group: ClassicGroup, member: MemberInfo, cause: RemovalCause) -> None:
         if self.listeners:
-            self._emit(MemberRemoved(group.group_id, member, cause, group.generation_id, self.clock.wall_ms(),
-                                     self.clock.monotonic_ms()))
+            self._emit(
+                MemberRemoved(
+                    group.group_id,
+                    member,
+                    cause,
+                    group.generation_id,
+                    self.clock.wall_ms(),
+                    self.clock.monotonic_ms(),
+                )
+            )
 
     def emit_fenced(
         self, group: ClassicGroup, member_id: str, group_instance_id: str | None, api: str
     ) -> None:
         holder = group.static_member_id(group_instance_id) if group_instance_id is not None else None
-        log.info("member %s of group %s fenced on %s: instance id %s belongs to member %s", member_id,
-                 group.group_id, api, group_instance_id, holder)
+        log.info(
+            "member %s of group %s fenced on %s: instance id %s belongs to member %s",
+            member_id,
+            group.group_id,
+            api,
+            group_instance_id,
+            holder,
+        )
         if self.listeners:
-            self._emit(MemberFenced(group.group_id, group_instance_id, member_id, holder, api,
-                                    self.clock.wall_ms()))
+            self._emit(
+                MemberFenced(group.group_id, group_instance_id, member_id, holder, api, self.clock.wall_ms())
+            )
 
     # ========================================================================================================
     # Plumbing: effects, answers, timers
@@ -198,7 +213,9 @@ class ClassicRebalancing:
         self.timer.cancel(sync_key(group.group_id))
         self.timer.cancel(registration_key(group.group_id))
         self.timer.cancel(expansion_key(group.group_id))
-        for member_id in group.all_member_ids() + group.pending_join_members() + list(group.expansion_joiners):
+        for member_id in (
+            group.all_member_ids() + group.pending_join_members() + list(group.expansion_joiners)
+        ):
             self.timer.cancel(session_timeout_key(group.group_id, member_id))
 
     def _generate_member_id(self, client_id: str, group_instance_id: str | None) -> str:
@@ -246,11 +263,20 @@ class ClassicRebalancing:
         )
         if self.listeners:
             trigger = trigger or RebalanceTrigger(RebalanceReason.COORDINATOR)
-            self._emit(RebalanceStarted(
-                group.group_id, group.generation_id, str(previous_state), trigger.reason, trigger.member,
-                trigger.client_reason, reason, self._members_info(group), self.clock.wall_ms(),
-                self.clock.monotonic_ms(),
-            ))
+            self._emit(
+                RebalanceStarted(
+                    group.group_id,
+                    group.generation_id,
+                    str(previous_state),
+                    trigger.reason,
+                    trigger.member,
+                    trigger.client_reason,
+                    reason,
+                    self._members_info(group),
+                    self.clock.wall_ms(),
+                    self.clock.monotonic_ms(),
+                )
+            )
         if not is_initial_rebalance:
             self._maybe_complete_join_else_schedule(group)
 
@@ -334,10 +360,18 @@ class ClassicRebalancing:
 
         group.init_next_generation(self._now_ms())
         if self.listeners:
-            self._emit(JoinPhaseCompleted(
-                group.group_id, group.generation_id, str(group.state), group.leader_id, group.protocol_name,
-                self._members_info(group), self.clock.wall_ms(), self.clock.monotonic_ms(),
-            ))
+            self._emit(
+                JoinPhaseCompleted(
+                    group.group_id,
+                    group.generation_id,
+                    str(group.state),
+                    group.leader_id,
+                    group.protocol_name,
+                    self._members_info(group),
+                    self.clock.wall_ms(),
+                    self.clock.monotonic_ms(),
+                )
+            )
         if group.is_in_state(EMPTY):
             log.info("group %s with generation %d is now empty", group.group_id, group.generation_id)
             self._fx.records.append(new_group_metadata_record(group, {}))
@@ -393,8 +427,11 @@ class ClassicRebalancing:
             self._drop_member(group, member_id, ErrorCode.unknown_member_id)
             self.timer.cancel(session_timeout_key(group_id, member_id))
         log.info("group %s removed members that did not send SyncGroup in time: %s", group_id, pending)
-        self._prepare_rebalance(group, f"removing {pending} on pending sync request expiration",
-                                RebalanceTrigger(RebalanceReason.REBALANCE_TIMEOUT, first))
+        self._prepare_rebalance(
+            group,
+            f"removing {pending} on pending sync request expiration",
+            RebalanceTrigger(RebalanceReason.REBALANCE_TIMEOUT, first),
+        )
 
     # -- session expiry --------------------------------------------------------------------------------------
 
@@ -428,8 +465,13 @@ class ClassicRebalancing:
             and self.group_settings.value(group_id, REGISTRATION_TIMEOUT) > 0
         ):
             group.mark_offline(member, self.clock.monotonic_ms())
-            log.info("static member %s (%s) of group %s failed its session timeout; it keeps its place for its "
-                     "registration window", member.group_instance_id, member_id, group_id)
+            log.info(
+                "static member %s (%s) of group %s failed its session timeout; it keeps its place for its "
+                "registration window",
+                member.group_instance_id,
+                member_id,
+                group_id,
+            )
             self._schedule_registration_end(group)
             self._maybe_complete_join_phase(group)
             return
@@ -439,7 +481,9 @@ class ClassicRebalancing:
             cause = RemovalCause.NEW_MEMBER_TIMEOUT if member.is_new else RemovalCause.SESSION_TIMEOUT
             self._emit_removed(group, info, cause)
             self._remove_member_and_update_group(
-                group, member, f"removing member {member_id} on heartbeat expiration",
+                group,
+                member,
+                f"removing member {member_id} on heartbeat expiration",
                 RebalanceTrigger(RebalanceReason.SESSION_EXPIRY, info),
             )
 
@@ -511,8 +555,13 @@ class ClassicRebalancing:
         if member.offline_since_ms is not None:
             offline_ms = self.clock.monotonic_ms() - member.offline_since_ms
             group.mark_online(member)
-            log.info("static member %s (%s) of group %s is back after %d ms offline", member.group_instance_id,
-                     member.member_id, group.group_id, offline_ms)
+            log.info(
+                "static member %s (%s) of group %s is back after %d ms offline",
+                member.group_instance_id,
+                member.member_id,
+                group.group_id,
+                offline_ms,
+            )
             self._reschedule_heartbeat(group, member)  # its session timer fired and was not renewed
             self._schedule_registration_end(group)
 
@@ -522,8 +571,10 @@ class ClassicRebalancing:
         if not offline:
             self.timer.cancel(key)
             return
-        end_ms = registration_end_ms((m.offline_since_ms for m in offline if m.offline_since_ms is not None),
-                                     self.group_settings.value(group.group_id, REGISTRATION_TIMEOUT))
+        end_ms = registration_end_ms(
+            (m.offline_since_ms for m in offline if m.offline_since_ms is not None),
+            self.group_settings.value(group.group_id, REGISTRATION_TIMEOUT),
+        )
         delay_ms = max(end_ms - self.clock.monotonic_ms(), 0)
         self.timer.schedule(key, delay_ms, self._op(self._end_registration_window, group.group_id))
 
@@ -534,8 +585,10 @@ class ClassicRebalancing:
         offline = group.offline_members()
         if not offline:
             return
-        end_ms = registration_end_ms((m.offline_since_ms for m in offline if m.offline_since_ms is not None),
-                                     self.group_settings.value(group_id, REGISTRATION_TIMEOUT))
+        end_ms = registration_end_ms(
+            (m.offline_since_ms for m in offline if m.offline_since_ms is not None),
+            self.group_settings.value(group_id, REGISTRATION_TIMEOUT),
+        )
         if end_ms > self.clock.monotonic_ms():
             self._schedule_registration_end(group)  # the window grew meanwhile
             return
@@ -551,7 +604,8 @@ class ClassicRebalancing:
         reason = f"removing offline static members {removed} at the end of their registration window"
         if group.state in (STABLE, COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance_or_complete_join(
-                group, reason, RebalanceTrigger(RebalanceReason.SESSION_EXPIRY, first))
+                group, reason, RebalanceTrigger(RebalanceReason.SESSION_EXPIRY, first)
+            )
         elif group.is_in_state(PREPARING_REBALANCE) and group.has_all_members_joined():
             self._complete_join(group)
 
@@ -571,8 +625,13 @@ class ClassicRebalancing:
         if first:
             group.expansion_opened_ms = self.clock.monotonic_ms()
         self._reschedule_heartbeat(group, member, self.settings.group_new_member_join_timeout_ms)
-        log.info("group %s: new member %s (instance %s) held back by the expansion window (%d waiting)",
-                 group.group_id, member_id, join.group_instance_id, len(group.expansion_joiners))
+        log.info(
+            "group %s: new member %s (instance %s) held back by the expansion window (%d waiting)",
+            group.group_id,
+            member_id,
+            join.group_instance_id,
+            len(group.expansion_joiners),
+        )
         self._schedule_expansion_end(group)
 
     def _schedule_expansion_end(self, group: ClassicGroup) -> None:
@@ -580,9 +639,11 @@ class ClassicRebalancing:
         if not group.expansion_joiners:
             self.timer.cancel(key)
             return
-        end_ms = expansion_end_ms(group.expansion_opened_ms,
-                                  self.group_settings.value(group.group_id, EXPANSION_TIMEOUT),
-                                  ((j.joined_at_ms, j.rebalance_timeout_ms) for j in group.expansion_joiners.values()))
+        end_ms = expansion_end_ms(
+            group.expansion_opened_ms,
+            self.group_settings.value(group.group_id, EXPANSION_TIMEOUT),
+            ((j.joined_at_ms, j.rebalance_timeout_ms) for j in group.expansion_joiners.values()),
+        )
         delay_ms = max(end_ms - self.clock.monotonic_ms(), 0)
         self.timer.schedule(key, delay_ms, self._op(self._end_expansion_window, group.group_id))
 
@@ -614,9 +675,13 @@ class ClassicRebalancing:
         for joiner in joiners:
             parked = joiner.awaiting_join
             joiner.awaiting_join = None
-            if group.has_member(joiner.member_id) or (
-                joiner.group_instance_id is not None and group.has_static_member(joiner.group_instance_id)
-            ) or not group.supports_protocols(joiner.protocol_type, joiner.protocol_names()):
+            if (
+                group.has_member(joiner.member_id)
+                or (
+                    joiner.group_instance_id is not None and group.has_static_member(joiner.group_instance_id)
+                )
+                or not group.supports_protocols(joiner.protocol_type, joiner.protocol_names())
+            ):
                 if parked is not None:
                     self._join_error(parked, ErrorCode.inconsistent_group_protocol, joiner.member_id)
                 self.timer.cancel(session_timeout_key(group.group_id, joiner.member_id))
@@ -628,5 +693,3 @@ class ClassicRebalancing:
         joiner.awaiting_join = None
         if parked is not None:
             self._join_error(parked, error, joiner.member_id)
-
-

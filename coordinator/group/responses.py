@@ -40,16 +40,19 @@ def join_response(
         protocol_name = ""
     elif api_version >= 7 and protocol_name == "":
         protocol_name = None
-    return build(JoinGroupResponse, {
-        "error_code": error,
-        "generation_id": generation_id,
-        "protocol_type": protocol_type,
-        "protocol_name": protocol_name,
-        "leader": leader if leader is not None else NO_LEADER,
-        "skip_assignment": skip_assignment,
-        "member_id": member_id,
-        "members": list(members),
-    })
+    return build(
+        JoinGroupResponse,
+        {
+            "error_code": error,
+            "generation_id": generation_id,
+            "protocol_type": protocol_type,
+            "protocol_name": protocol_name,
+            "leader": leader if leader is not None else NO_LEADER,
+            "skip_assignment": skip_assignment,
+            "member_id": member_id,
+            "members": list(members),
+        },
+    )
 
 
 def sync_response(
@@ -59,8 +62,15 @@ def sync_response(
     protocol_name: str | None = None,
     assignment: bytes = b"",
 ) -> SyncGroupResponse:
-    return build(SyncGroupResponse, {"error_code": error, "protocol_type": protocol_type,
-                                     "protocol_name": protocol_name, "assignment": assignment})
+    return build(
+        SyncGroupResponse,
+        {
+            "error_code": error,
+            "protocol_type": protocol_type,
+            "protocol_name": protocol_name,
+            "assignment": assignment,
+        },
+    )
 
 
 def heartbeat_response(error: ErrorCode = ErrorCode.none) -> HeartbeatResponse:

@@ -92,8 +92,10 @@ class GroupSettingsRegistry:
         return {name: self.value(group_id, name) for name in PER_GROUP_SETTINGS}
 
     def to_json(self, group_id: str) -> dict[str, Any]:
-        return {"settings": dict(sorted(self.by_group.get(group_id, {}).items())),
-                "effective_settings": self.effective(group_id)}
+        return {
+            "settings": dict(sorted(self.by_group.get(group_id, {}).items())),
+            "effective_settings": self.effective(group_id),
+        }
 
     def set(self, group_id: str, values: Mapping[str, int]) -> None:
         if values:
@@ -116,7 +118,8 @@ def validate_setting_changes(changes: Mapping[str, int | None]) -> str | None:
     for name, value in changes.items():
         if name not in PER_GROUP_SETTINGS:
             return f"{name!r} is not a per-group setting (known: {', '.join(sorted(PER_GROUP_SETTINGS))})"
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or not 0 <= value <= MAX_SETTING_VALUE):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SETTING_VALUE
+        ):
             return f"{name} must be an integer from 0 to {MAX_SETTING_VALUE} or null"
     return None

@@ -80,57 +80,82 @@ class CoordinatorCollector(Collector):
         tp = ["consumergroup", "topic"]
         tpp = ["consumergroup", "topic", "partition"]
         current_offset = GaugeMetricFamily(
-            "kafka_consumergroup_current_offset", "Committed offset of a partition.", labels=tpp)
+            "kafka_consumergroup_current_offset", "Committed offset of a partition.", labels=tpp
+        )
         current_offset_sum = UnknownMetricFamily(
-            "kafka_consumergroup_current_offset_sum", "Sum of the committed offsets of a topic's partitions.",
-            labels=tp)
+            "kafka_consumergroup_current_offset_sum",
+            "Sum of the committed offsets of a topic's partitions.",
+            labels=tp,
+        )
         lag = GaugeMetricFamily(
             "kafka_consumergroup_lag",
-            "Log-end offset minus committed offset (partitions with a commit only).", labels=tpp)
+            "Log-end offset minus committed offset (partitions with a commit only).",
+            labels=tpp,
+        )
         lag_sum = UnknownMetricFamily(
-            "kafka_consumergroup_lag_sum", "Lag of a topic's committed partitions, summed.", labels=tp)
+            "kafka_consumergroup_lag_sum", "Lag of a topic's committed partitions, summed.", labels=tp
+        )
         uncommitted = GaugeMetricFamily(
             "kafka_consumergroup_uncommitted_partitions",
             "Partitions the group consumes (subscribed or committed topics) without a committed offset.",
-            labels=tp)
+            labels=tp,
+        )
         last_commit = GaugeMetricFamily(
-            "kafka_consumergroup_last_commit_timestamp_seconds", "When the committed offset was committed.",
-            labels=tpp)
-        members = GaugeMetricFamily("kafka_consumergroup_members", "Members of the group.",
-                                    labels=group_labels)
+            "kafka_consumergroup_last_commit_timestamp_seconds",
+            "When the committed offset was committed.",
+            labels=tpp,
+        )
+        members = GaugeMetricFamily(
+            "kafka_consumergroup_members", "Members of the group.", labels=group_labels
+        )
         state = GaugeMetricFamily(
-            "kafka_consumergroup_state", "1 for the state the group is in, 0 for the others.",
-            labels=["consumergroup", "state", "protocol"])
+            "kafka_consumergroup_state",
+            "1 for the state the group is in, 0 for the others.",
+            labels=["consumergroup", "state", "protocol"],
+        )
         generation = GaugeMetricFamily(
-            "kafka_consumergroup_generation", "The group's generation id.", labels=group_labels)
+            "kafka_consumergroup_generation", "The group's generation id.", labels=group_labels
+        )
         paused = GaugeMetricFamily(
             "kafka_consumergroup_paused_partitions",
             "Partitions of the group's assignments withheld because they are paused on the coordinator.",
-            labels=group_labels)
+            labels=group_labels,
+        )
         lag_seconds = GaugeMetricFamily(
             "kafka_consumergroup_group_lag_seconds",
             "Estimated age of the oldest record not yet consumed, from the history of log-end offsets.",
-            labels=["cluster_name", "group", "topic", "partition", "member_host", "consumer_id", "client_id"])
+            labels=["cluster_name", "group", "topic", "partition", "member_host", "consumer_id", "client_id"],
+        )
         max_lag_seconds = GaugeMetricFamily(
             "kafka_consumergroup_group_max_lag_seconds",
             "The largest lag in seconds of the group's partitions.",
-            labels=["cluster_name", "group", "is_simple_consumer"])
+            labels=["cluster_name", "group", "is_simple_consumer"],
+        )
         latest_offset = GaugeMetricFamily(
             "kafka_partition_latest_offset",
             "Log-end offset (high watermark) of a partition some group consumes.",
-            labels=["cluster_name", "topic", "partition"])
+            labels=["cluster_name", "topic", "partition"],
+        )
         rebalances = CounterMetricFamily(
-            "kafka_consumergroup_rebalances", "Rebalances started, by reason category.",
-            labels=["consumergroup", "reason"])
+            "kafka_consumergroup_rebalances",
+            "Rebalances started, by reason category.",
+            labels=["consumergroup", "reason"],
+        )
         durations = HistogramMetricFamily(
             "kafka_consumergroup_rebalance_duration_seconds",
-            "Time from PreparingRebalance to Stable (or to Empty when everyone left).", labels=group_labels)
+            "Time from PreparingRebalance to Stable (or to Empty when everyone left).",
+            labels=group_labels,
+        )
         expirations = CounterMetricFamily(
-            "kafka_consumergroup_member_expirations", "Members removed because a timer ran out, by cause.",
-            labels=["consumergroup", "cause"])
+            "kafka_consumergroup_member_expirations",
+            "Members removed because a timer ran out, by cause.",
+            labels=["consumergroup", "cause"],
+        )
         fenced = CounterMetricFamily(
-            "kafka_consumergroup_fenced", "Requests answered with a fencing error, by error.",
-            labels=["consumergroup", "error"])
+            "kafka_consumergroup_fenced",
+            "Requests answered with a fencing error, by error.",
+            labels=["consumergroup", "error"],
+        )
 
         view = self.view
         history = view.history
@@ -183,22 +208,46 @@ class CoordinatorCollector(Collector):
                         lag.add_metric(labels, p.lag)
                     if p.log_end_offset is not None and (topic, p.partition) not in latest_seen:
                         latest_seen.add((topic, p.partition))
-                        latest_offset.add_metric([self.cluster_name, topic, str(p.partition)],
-                                                 p.log_end_offset)
+                        latest_offset.add_metric(
+                            [self.cluster_name, topic, str(p.partition)], p.log_end_offset
+                        )
                     if seconds is not None:
                         owner = owners.get((topic, p.partition))
                         lag_seconds.add_metric(
-                            [self.cluster_name, gid, topic, str(p.partition),
-                             owner.client_host if owner else "", owner.member_id if owner else "",
-                             owner.client_id if owner else ""],
-                            seconds)
+                            [
+                                self.cluster_name,
+                                gid,
+                                topic,
+                                str(p.partition),
+                                owner.client_host if owner else "",
+                                owner.member_id if owner else "",
+                                owner.client_id if owner else "",
+                            ],
+                            seconds,
+                        )
             if max_seconds is not None:
                 simple = "true" if group.protocol_type is None else "false"
                 max_lag_seconds.add_metric([self.cluster_name, gid, simple], max_seconds)
 
-        yield from (current_offset, current_offset_sum, lag, lag_sum, uncommitted, last_commit, members,
-                    state, generation, paused, lag_seconds, max_lag_seconds, latest_offset, rebalances,
-                    durations, expirations, fenced)
+        yield from (
+            current_offset,
+            current_offset_sum,
+            lag,
+            lag_sum,
+            uncommitted,
+            last_commit,
+            members,
+            state,
+            generation,
+            paused,
+            lag_seconds,
+            max_lag_seconds,
+            latest_offset,
+            rebalances,
+            durations,
+            expirations,
+            fenced,
+        )
 
     # -- the coordinator (Kafka's GroupCoordinatorMetrics) ---------------------------------------------------
 
@@ -207,36 +256,49 @@ class CoordinatorCollector(Collector):
         history = view.history
         groups = list(view.groups())
         group_count = UnknownMetricFamily(
-            JMX + "group_count", "Groups of the coordinator, by rebalance protocol.", labels=["protocol"])
+            JMX + "group_count", "Groups of the coordinator, by rebalance protocol.", labels=["protocol"]
+        )
         group_count.add_metric(["classic"], len(groups))
         yield group_count
         by_state = UnknownMetricFamily(
-            JMX + "classic_group_count", "Classic groups by state.", labels=["state"])
+            JMX + "classic_group_count", "Classic groups by state.", labels=["state"]
+        )
         for name in GROUP_STATES + ["Dead"]:
             by_state.add_metric([name], sum(1 for g in groups if str(g.state) == name))
         yield by_state
-        yield UnknownMetricFamily(JMX + "offset_count", "Committed offsets held.",
-                                  value=view.shards.offsets.store.num_offsets())
-        yield UnknownMetricFamily(JMX + "offset_commit_count", "Offsets committed since the start.",
-                                  value=history.offsets_committed)
-        yield UnknownMetricFamily(JMX + "offset_expiration_count",
-                                  "Offsets expired by retention since the start.",
-                                  value=history.offsets_expired)
-        yield UnknownMetricFamily(JMX + "offset_deletion_count",
-                                  "Offsets deleted by OffsetDelete since the start.",
-                                  value=history.offsets_deleted)
+        yield UnknownMetricFamily(
+            JMX + "offset_count", "Committed offsets held.", value=view.shards.offsets.store.num_offsets()
+        )
+        yield UnknownMetricFamily(
+            JMX + "offset_commit_count", "Offsets committed since the start.", value=history.offsets_committed
+        )
+        yield UnknownMetricFamily(
+            JMX + "offset_expiration_count",
+            "Offsets expired by retention since the start.",
+            value=history.offsets_expired,
+        )
+        yield UnknownMetricFamily(
+            JMX + "offset_deletion_count",
+            "Offsets deleted by OffsetDelete since the start.",
+            value=history.offsets_deleted,
+        )
         yield UnknownMetricFamily(
             JMX + "group_completed_rebalance_count",
             "Rebalances completed (the leader's assignment made a group Stable) since the start.",
-            value=history.completed_rebalances)
+            value=history.completed_rebalances,
+        )
         load_ms = self._load_time_ms()
         if load_ms is not None:
-            yield UnknownMetricFamily(JMX + "partition_load_time_max",
-                                      "Longest time loading a shard of the group log took, in milliseconds.",
-                                      value=load_ms)
-            yield UnknownMetricFamily(JMX + "partition_load_time_avg",
-                                      "Average time loading a shard of the group log took, in milliseconds.",
-                                      value=load_ms)
+            yield UnknownMetricFamily(
+                JMX + "partition_load_time_max",
+                "Longest time loading a shard of the group log took, in milliseconds.",
+                value=load_ms,
+            )
+            yield UnknownMetricFamily(
+                JMX + "partition_load_time_avg",
+                "Average time loading a shard of the group log took, in milliseconds.",
+                value=load_ms,
+            )
 
     # -- the group log ---------------------------------------------------------------------------------------
 
@@ -246,19 +308,27 @@ class CoordinatorCollector(Collector):
             return
         stats = the_log.stats()
         prefix = "kafka_group_coordinator_log_"
-        yield GaugeMetricFamily(prefix + "bytes", "Durable bytes in the group log's segments.",
-                                value=stats.total_bytes)
+        yield GaugeMetricFamily(
+            prefix + "bytes", "Durable bytes in the group log's segments.", value=stats.total_bytes
+        )
         yield GaugeMetricFamily(prefix + "segments", "Segments of the group log.", value=stats.segments)
-        yield GaugeMetricFamily(prefix + "entries", "Entries in the group log (after compaction).",
-                                value=stats.entries)
-        yield CounterMetricFamily(prefix + "appends", "Appends made durable since the start.",
-                                  value=stats.appends)
-        yield CounterMetricFamily(prefix + "entries_appended", "Entries made durable since the start.",
-                                  value=stats.entries_appended)
-        yield CounterMetricFamily(prefix + "flushes", "Write+fsync rounds (group commits) since the start.",
-                                  value=stats.flushes)
-        yield CounterMetricFamily(prefix + "flush_failures",
-                                  "Write or fsync rounds that failed since the start.",
-                                  value=stats.failed_flushes)
-        yield CounterMetricFamily(prefix + "compactions", "Compactions of the group log since the start.",
-                                  value=stats.compactions)
+        yield GaugeMetricFamily(
+            prefix + "entries", "Entries in the group log (after compaction).", value=stats.entries
+        )
+        yield CounterMetricFamily(
+            prefix + "appends", "Appends made durable since the start.", value=stats.appends
+        )
+        yield CounterMetricFamily(
+            prefix + "entries_appended", "Entries made durable since the start.", value=stats.entries_appended
+        )
+        yield CounterMetricFamily(
+            prefix + "flushes", "Write+fsync rounds (group commits) since the start.", value=stats.flushes
+        )
+        yield CounterMetricFamily(
+            prefix + "flush_failures",
+            "Write or fsync rounds that failed since the start.",
+            value=stats.failed_flushes,
+        )
+        yield CounterMetricFamily(
+            prefix + "compactions", "Compactions of the group log since the start.", value=stats.compactions
+        )

@@ -56,8 +56,13 @@ def _iso(wall_ms: int | None) -> str | None:
 
 
 def member_json(member: MemberInfo, **extra: Any) -> dict[str, Any]:
-    return {"member_id": member.member_id, "group_instance_id": member.group_instance_id,
-            "client_id": member.client_id, "client_host": member.client_host, **extra}
+    return {
+        "member_id": member.member_id,
+        "group_instance_id": member.group_instance_id,
+        "client_id": member.client_id,
+        "client_host": member.client_host,
+        **extra,
+    }
 
 
 @dataclasses.dataclass(slots=True)
@@ -157,8 +162,17 @@ class Rebalance:
 
 
 class _GroupStats:
-    __slots__ = ("rebalances", "expirations", "fenced", "durations", "timeline", "open", "members", "removed",
-                 "completed")
+    __slots__ = (
+        "rebalances",
+        "expirations",
+        "fenced",
+        "durations",
+        "timeline",
+        "open",
+        "members",
+        "removed",
+        "completed",
+    )
 
     def __init__(self, timeline_size: int) -> None:
         self.rebalances: collections.Counter[str] = collections.Counter()
@@ -260,17 +274,28 @@ class GroupHistory:
         if stats.open is not None:
             self._end(stats, stats.open, SUPERSEDED, event.wall_ms, event.monotonic_ms)
         rebalance = Rebalance(
-            event.group_id, event.generation_id, event.previous_state, event.reason, event.client_reason,
-            event.detail, event.member, event.wall_ms, event.monotonic_ms,
+            event.group_id,
+            event.generation_id,
+            event.previous_state,
+            event.reason,
+            event.client_reason,
+            event.detail,
+            event.member,
+            event.wall_ms,
+            event.monotonic_ms,
         )
         # Members removed since the last generation (the one whose departure started this, say) are out already.
-        rebalance.members_out = [(m, stats.removed[key]) for key, m in stats.members.items()
-                                 if key in stats.removed]
+        rebalance.members_out = [
+            (m, stats.removed[key]) for key, m in stats.members.items() if key in stats.removed
+        ]
         stats.open = rebalance
         stats.timeline.append(rebalance)
         stats.rebalances[event.reason.value] += 1
-        fields = {k: v for k, v in rebalance.log_fields().items()
-                  if k not in ("generation", "outcome", "duration_ms", "members_in", "members_out")}
+        fields = {
+            k: v
+            for k, v in rebalance.log_fields().items()
+            if k not in ("generation", "outcome", "duration_ms", "members_in", "members_out")
+        }
         fields["members"] = len(event.members)
         rebalance_log.info("rebalance started %s", logfmt(fields), extra={"rebalance": fields})
 
@@ -285,8 +310,9 @@ class GroupHistory:
             rebalance.members = event.members
             rebalance.join_completed_wall_ms = event.wall_ms
             rebalance.members_in = [m for key, m in after.items() if key not in stats.members]
-            rebalance.members_out = [(m, stats.removed.get(key)) for key, m in stats.members.items()
-                                     if key not in after]
+            rebalance.members_out = [
+                (m, stats.removed.get(key)) for key, m in stats.members.items() if key not in after
+            ]
         stats.members = after
         stats.removed = {}
         if rebalance is not None and not event.members:
@@ -299,8 +325,9 @@ class GroupHistory:
         if stats.open is not None:
             self._end(stats, stats.open, STABLE, event.wall_ms, event.monotonic_ms)
 
-    def _end(self, stats: _GroupStats, rebalance: Rebalance, outcome: str, wall_ms: int,
-             monotonic_ms: int) -> None:
+    def _end(
+        self, stats: _GroupStats, rebalance: Rebalance, outcome: str, wall_ms: int, monotonic_ms: int
+    ) -> None:
         rebalance.outcome = outcome
         rebalance.ended_wall_ms = wall_ms
         rebalance.duration_ms = max(monotonic_ms - rebalance.started_monotonic_ms, 0)

@@ -49,8 +49,9 @@ class GroupLag:
         return sorted({p.topic for p in self.partitions} | set(self.uncommitted))
 
     def lag_sum(self, topic: str | None = None) -> int:
-        return sum(p.lag for p in self.partitions
-                   if p.lag is not None and (topic is None or p.topic == topic))
+        return sum(
+            p.lag for p in self.partitions if p.lag is not None and (topic is None or p.topic == topic)
+        )
 
     def current_offset_sum(self, topic: str) -> int:
         return sum(p.committed_offset for p in self.partitions if p.topic == topic)
@@ -78,10 +79,17 @@ def group_lag(
             committed_by_topic.setdefault(topic, set()).add(partition)
             leo = log_end_offset(topic, partition)
             lag = None if leo is None else max(leo - committed, 0)
-            partitions.append(PartitionLag(
-                topic, partition, committed, leo, lag,
-                int(getattr(value, "commit_timestamp_ms", -1)), str(getattr(value, "metadata", "")),
-            ))
+            partitions.append(
+                PartitionLag(
+                    topic,
+                    partition,
+                    committed,
+                    leo,
+                    lag,
+                    int(getattr(value, "commit_timestamp_ms", -1)),
+                    str(getattr(value, "metadata", "")),
+                )
+            )
     uncommitted: dict[str, int] = {}
     for topic in sorted(set(offsets) | set(subscribed_topics)):
         count = partition_count(topic)
@@ -146,8 +154,9 @@ class OffsetHistory:
     def samples(self, topic: str, partition: int) -> list[Sample]:
         return list(self._samples.get((topic, partition), ()))
 
-    def lag_seconds(self, topic: str, partition: int, committed: int, log_end_offset: int,
-                    now_s: float) -> float | None:
+    def lag_seconds(
+        self, topic: str, partition: int, committed: int, log_end_offset: int, now_s: float
+    ) -> float | None:
         """The estimate with the current log-end offset as the newest point."""
         points = [s for s in self._samples.get((topic, partition), ()) if s[1] <= now_s]
         if points and (log_end_offset < points[-1][0]):

@@ -13,16 +13,26 @@ from typing import Any, Protocol
 
 from coordinator.group.group import ClassicGroup, ClassicGroupMember
 from coordinator.group.pause import PauseState
-from coordinator.offsets.store import OffsetStore
+from coordinator.offsets.store import OffsetAndMetadata
 from protocol.consumer import assignment_partitions, decode_assignment, parse_subscription_topics
 
 from .history import GroupHistory, member_json
 from .lag import GroupLag, OffsetHistory, group_lag
 
 
+class OffsetsReader(Protocol):
+    """The committed offsets, read (coordinator.offsets.store.OffsetStore, or every shard's seen as one)."""
+
+    def group_offsets(self, group_id: str) -> Mapping[str, Mapping[int, OffsetAndMetadata]]: ...
+
+    def topics(self, group_id: str) -> list[str]: ...
+
+    def num_offsets(self) -> int: ...
+
+
 class _Offsets(Protocol):
     @property
-    def store(self) -> OffsetStore: ...
+    def store(self) -> OffsetsReader: ...
 
 
 class GroupsSource(Protocol):
@@ -88,8 +98,14 @@ class CoordinatorView:
                     out[(topic, partition)] = member
         return out
 
-    def lag_seconds(self, topic: str, partition: int, committed: int, log_end_offset: int | None,
-                    now_s: float | None = None) -> float | None:
+    def lag_seconds(
+        self,
+        topic: str,
+        partition: int,
+        committed: int,
+        log_end_offset: int | None,
+        now_s: float | None = None,
+    ) -> float | None:
         if log_end_offset is None:
             return None
         now = self.monotonic() if now_s is None else now_s
@@ -120,17 +136,19 @@ class CoordinatorView:
         out = []
         for group in sorted(self.groups(), key=lambda g: g.group_id):
             lag = self.lag(group)
-            out.append({
-                "group_id": group.group_id,
-                "state": str(group.state),
-                "protocol_type": group.protocol_type or "",
-                "protocol": group.protocol_name or "",
-                "generation": group.generation_id,
-                "members": group.num_members(),
-                "lag": lag.lag_sum() if lag.has_lag() else None,
-                "uncommitted_partitions": sum(lag.uncommitted.values()),
-                "topics": lag.topics(),
-            })
+            out.append(
+                {
+                    "group_id": group.group_id,
+                    "state": str(group.state),
+                    "protocol_type": group.protocol_type or "",
+                    "protocol": group.protocol_name or "",
+                    "generation": group.generation_id,
+                    "members": group.num_members(),
+                    "lag": lag.lag_sum() if lag.has_lag() else None,
+                    "uncommitted_partitions": sum(lag.uncommitted.values()),
+                    "topics": lag.topics(),
+                }
+            )
         return out
 
     def describe_json(self, group: ClassicGroup, wall_now_ms: int | None = None) -> dict[str, Any]:
@@ -146,36 +164,41 @@ class CoordinatorView:
                 except KeyError:
                     subscription = None
             assignment = assignment_partitions(member.assignment) if group.uses_consumer_protocol() else None
-            members.append({
-                "member_id": member.member_id,
-                "group_instance_id": member.group_instance_id,
-                "client_id": member.client_id,
-                "client_host": member.client_host,
-                "session_timeout_ms": member.session_timeout_ms,
-                "rebalance_timeout_ms": member.rebalance_timeout_ms,
-                "leader": group.is_leader(member.member_id),
-                "subscription": sorted(subscription) if subscription is not None else None,
-                "assignment": [{"topic": t, "partitions": ps} for t, ps in sorted(assignment.items())]
-                if assignment is not None else None,
-                "assignment_bytes": len(member.assignment),
-            })
+            members.append(
+                {
+                    "member_id": member.member_id,
+                    "group_instance_id": member.group_instance_id,
+                    "client_id": member.client_id,
+                    "client_host": member.client_host,
+                    "session_timeout_ms": member.session_timeout_ms,
+                    "rebalance_timeout_ms": member.rebalance_timeout_ms,
+                    "leader": group.is_leader(member.member_id),
+                    "subscription": sorted(subscription) if subscription is not None else None,
+                    "assignment": [{"topic": t, "partitions": ps} for t, ps in sorted(assignment.items())]
+                    if assignment is not None
+                    else None,
+                    "assignment_bytes": len(member.assignment),
+                }
+            )
         offsets = []
         for p in lag.partitions:
             owner = owners.get((p.topic, p.partition))
             seconds = self.lag_seconds(p.topic, p.partition, p.committed_offset, p.log_end_offset, now)
-            offsets.append({
-                "topic": p.topic,
-                "partition": p.partition,
-                "committed_offset": p.committed_offset,
-                "log_end_offset": p.log_end_offset,
-                "lag": p.lag,
-                "lag_seconds": round(seconds, 3) if seconds is not None else None,
-                "metadata": p.metadata,
-                "commit_timestamp_ms": p.commit_timestamp_ms,
-                "member_id": owner.member_id if owner else None,
-                "client_id": owner.client_id if owner else None,
-                "client_host": owner.client_host if owner else None,
-            })
+            offsets.append(
+                {
+                    "topic": p.topic,
+                    "partition": p.partition,
+                    "committed_offset": p.committed_offset,
+                    "log_end_offset": p.log_end_offset,
+                    "lag": p.lag,
+                    "lag_seconds": round(seconds, 3) if seconds is not None else None,
+                    "metadata": p.metadata,
+                    "commit_timestamp_ms": p.commit_timestamp_ms,
+                    "member_id": owner.member_id if owner else None,
+                    "client_id": owner.client_id if owner else None,
+                    "client_host": owner.client_host if owner else None,
+                }
+            )
         last = self.history.last(group.group_id)
         return {
             "group_id": group.group_id,
@@ -208,11 +231,14 @@ class CoordinatorView:
                 assignment = decode_assignment(member.assignment)
             except ValueError:
                 continue
-            count += sum(len(partitions) for topic, partitions in assignment.partitions if state.withholds(topic))
+            count += sum(
+                len(partitions) for topic, partitions in assignment.partitions if state.withholds(topic)
+            )
         return count
 
-    def timeline_json(self, group_id: str, limit: int | None = None,
-                      wall_now_ms: int | None = None) -> list[dict[str, Any]]:
+    def timeline_json(
+        self, group_id: str, limit: int | None = None, wall_now_ms: int | None = None
+    ) -> list[dict[str, Any]]:
         return [r.to_json(wall_now_ms) for r in self.history.timeline(group_id, limit)]
 
 

@@ -91,16 +91,22 @@ class OffsetMetadataManager:
                     partition_error = ErrorCode.offset_metadata_too_large
                 else:
                     partition_error = ErrorCode.none
-                    records.append(new_offset_commit_record(
-                        group_id, topic.name, partition.partition_index, partition.committed_offset,
-                        leader_epoch=int(getattr(partition, "committed_leader_epoch", NO_LEADER_EPOCH)),
-                        metadata=NO_METADATA if metadata is None else metadata,
-                        commit_timestamp_ms=now_ms,
-                        expire_timestamp_ms=expire_timestamp_ms,
-                    ))
+                    records.append(
+                        new_offset_commit_record(
+                            group_id,
+                            topic.name,
+                            partition.partition_index,
+                            partition.committed_offset,
+                            leader_epoch=int(getattr(partition, "committed_leader_epoch", NO_LEADER_EPOCH)),
+                            metadata=NO_METADATA if metadata is None else metadata,
+                            commit_timestamp_ms=now_ms,
+                            expire_timestamp_ms=expire_timestamp_ms,
+                        )
+                    )
                     committed.append((topic.name, partition.partition_index))
-                response_partitions.append({"partition_index": partition.partition_index,
-                                            "error_code": partition_error})
+                response_partitions.append(
+                    {"partition_index": partition.partition_index, "error_code": partition_error}
+                )
             response_topics.append({"name": topic.name, "partitions": response_partitions})
 
         for topic_name, partition_index in committed:
@@ -144,7 +150,8 @@ class OffsetMetadataManager:
         if topics is None:  # all committed offsets of the group
             if allowed:
                 by_topic: dict[str, list[int]] = {
-                    topic: list(offsets) for topic, offsets in self.store.group_offsets(group_id).items()}
+                    topic: list(offsets) for topic, offsets in self.store.group_offsets(group_id).items()
+                }
                 if require_stable:
                     for topic, partition in self.store.pending_partitions(group_id):
                         if partition not in by_topic.setdefault(topic, []):
@@ -267,8 +274,14 @@ class OffsetMetadataManager:
 
     # -- validation against the group ------------------------------------------------------------------------
 
-    def validate_offset_commit(self, api_version: int, group_id: str, member_id: str,
-                               group_instance_id: str | None, generation_id: int) -> ErrorCode:
+    def validate_offset_commit(
+        self,
+        api_version: int,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+    ) -> ErrorCode:
         """Validate a commit (creating a simple group for a generation -1 commit to an unknown group) and
         refresh the committing member's session."""
         group = self._groups.groups.get(group_id)

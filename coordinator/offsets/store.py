@@ -34,8 +34,13 @@ class OffsetAndMetadata:
 
     @classmethod
     def from_record(cls, value: OffsetCommitValue) -> OffsetAndMetadata:
-        return cls(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp_ms,
-                   value.expire_timestamp_ms)
+        return cls(
+            value.offset,
+            value.leader_epoch,
+            value.metadata,
+            value.commit_timestamp_ms,
+            value.expire_timestamp_ms,
+        )
 
     def is_expired(self, now_ms: int, retention_ms: int, base_timestamp_ms: int) -> bool:
         """KIP-211: an explicit expire timestamp wins; otherwise retention counts from `base_timestamp_ms`."""
@@ -195,22 +200,35 @@ class OffsetStore:
         self._last = (group, topic, partitions)
         return partitions
 
-    def replay_simple(self, group: str, topic: str, partition: int, offset: int, leader_epoch: int,
-                      commit_timestamp_ms: int) -> None:
+    def replay_simple(
+        self, group: str, topic: str, partition: int, offset: int, leader_epoch: int, commit_timestamp_ms: int
+    ) -> None:
         """`replay_commit` of a commit without metadata, from its fields (records.simple_offset_commit)."""
         if self._pending:
             self.remove_pending(group, topic, partition)
         partitions = self._partitions_of(group, topic)
-        if 0 <= offset < _LIMIT_63 and 0 <= commit_timestamp_ms < _LIMIT_63 and -1 <= leader_epoch < _LIMIT_63:
-            partitions[partition] = ((leader_epoch + 1) << 128) | (commit_timestamp_ms << 64) | offset  # = _pack
+        if (
+            0 <= offset < _LIMIT_63
+            and 0 <= commit_timestamp_ms < _LIMIT_63
+            and -1 <= leader_epoch < _LIMIT_63
+        ):
+            partitions[partition] = (
+                ((leader_epoch + 1) << 128) | (commit_timestamp_ms << 64) | offset
+            )  # = _pack
         else:
             partitions[partition] = OffsetAndMetadata(offset, leader_epoch, "", commit_timestamp_ms, -1)
 
     def replay_commit(self, key: OffsetCommitKey, value: OffsetCommitValue) -> None:
         """Replay a durable commit that may have been pending: `remove_pending`, then `replay`, in one call."""
         if value.metadata == "" and value.expire_timestamp_ms == -1:
-            self.replay_simple(key.group, key.topic, key.partition, value.offset, value.leader_epoch,
-                               value.commit_timestamp_ms)
+            self.replay_simple(
+                key.group,
+                key.topic,
+                key.partition,
+                value.offset,
+                value.leader_epoch,
+                value.commit_timestamp_ms,
+            )
             return
         if self._pending:
             self.remove_pending(key.group, key.topic, key.partition)

@@ -76,18 +76,33 @@ class Permission(enum.IntEnum):
     ALLOW = 3
 
 
-IMPLIES_DESCRIBE = frozenset({Operation.DESCRIBE, Operation.READ, Operation.WRITE, Operation.DELETE,
-                              Operation.ALTER})
+IMPLIES_DESCRIBE = frozenset(
+    {Operation.DESCRIBE, Operation.READ, Operation.WRITE, Operation.DELETE, Operation.ALTER}
+)
 IMPLIES_DESCRIBE_CONFIGS = frozenset({Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS})
 
 # The operations each resource type supports (Kafka's AclEntry.supportedOperations), for authorized_operations.
 SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
-    ResourceType.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE, Operation.DELETE,
-                         Operation.ALTER, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS),
+    ResourceType.TOPIC: (
+        Operation.READ,
+        Operation.WRITE,
+        Operation.CREATE,
+        Operation.DESCRIBE,
+        Operation.DELETE,
+        Operation.ALTER,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+    ),
     ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
-    ResourceType.CLUSTER: (Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
-                           Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE, Operation.ALTER,
-                           Operation.DESCRIBE),
+    ResourceType.CLUSTER: (
+        Operation.CREATE,
+        Operation.CLUSTER_ACTION,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+        Operation.IDEMPOTENT_WRITE,
+        Operation.ALTER,
+        Operation.DESCRIBE,
+    ),
     ResourceType.TRANSACTIONAL_ID: (Operation.DESCRIBE, Operation.WRITE),
 }
 
@@ -122,8 +137,10 @@ class AclBinding:
             raise AclError("The only valid name for the CLUSTER resource is " + CLUSTER_NAME)
         kind, sep, name = self.principal.partition(":")
         if not sep or not kind or not name:
-            raise AclError(f"Could not parse principal from `{self.principal}` (no colon is present separating "
-                           "the principal type from the principal name)")
+            raise AclError(
+                f"Could not parse principal from `{self.principal}` (no colon is present separating "
+                "the principal type from the principal name)"
+            )
         if not self.host:
             raise AclError("Host should not be empty")
 
@@ -150,7 +167,10 @@ class AclFilter:
     def matches(self, acl: AclBinding) -> bool:
         if self.resource_type != ResourceType.ANY and self.resource_type != acl.resource_type:
             return False
-        if self.pattern_type not in (PatternType.ANY, PatternType.MATCH) and self.pattern_type != acl.pattern_type:
+        if (
+            self.pattern_type not in (PatternType.ANY, PatternType.MATCH)
+            and self.pattern_type != acl.pattern_type
+        ):
             return False
         if self.resource_name is not None:
             if self.pattern_type in (PatternType.ANY, acl.pattern_type):
@@ -204,8 +224,9 @@ class Authorizer:
     # -- the ACL set --------------------------------------------------------------------------------
 
     def add(self, acl: AclBinding) -> None:
-        self._acls.setdefault((acl.resource_type, acl.pattern_type), {}).setdefault(acl.resource_name,
-                                                                                    set()).add(acl)
+        self._acls.setdefault((acl.resource_type, acl.pattern_type), {}).setdefault(
+            acl.resource_name, set()
+        ).add(acl)
 
     def remove(self, acl: AclBinding) -> None:
         by_name = self._acls.get((acl.resource_type, acl.pattern_type), {})
@@ -219,8 +240,13 @@ class Authorizer:
         return acl in self._acls.get((acl.resource_type, acl.pattern_type), {}).get(acl.resource_name, ())
 
     def acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
-        found = [acl for by_name in self._acls.values() for bindings in by_name.values() for acl in bindings
-                 if acl_filter is None or acl_filter.matches(acl)]
+        found = [
+            acl
+            for by_name in self._acls.values()
+            for bindings in by_name.values()
+            for acl in bindings
+            if acl_filter is None or acl_filter.matches(acl)
+        ]
         found.sort()
         return found
 
@@ -241,8 +267,9 @@ class Authorizer:
 
     # -- decisions ----------------------------------------------------------------------------------
 
-    def authorize(self, principal: str, host: str, operation: Operation, resource_type: ResourceType,
-                  name: str) -> bool:
+    def authorize(
+        self, principal: str, host: str, operation: Operation, resource_type: ResourceType, name: str
+    ) -> bool:
         if principal in self.super_users:
             return True
         any_acl = False
@@ -265,7 +292,9 @@ class Authorizer:
                 bits |= 1 << op
         return bits
 
-    def authorize_any(self, principal: str, host: str, operation: Operation, resource_type: ResourceType) -> bool:
+    def authorize_any(
+        self, principal: str, host: str, operation: Operation, resource_type: ResourceType
+    ) -> bool:
         """Whether the caller may perform `operation` on at least one resource of the type (Kafka's
         authorizeByResourceType, used by InitProducerId without a transactional id): a super user, the
         default rule when there are no ACLs, or an applicable ALLOW on some pattern with no DENY on its name or

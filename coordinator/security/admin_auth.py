@@ -26,14 +26,24 @@ def admin_auth_middleware(security: Any) -> Any:
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, offered = header.partition(" ")
-        if token and scheme.lower() == "bearer" and hmac.compare_digest(offered.strip().encode(), token.encode()):
+        if (
+            token
+            and scheme.lower() == "bearer"
+            and hmac.compare_digest(offered.strip().encode(), token.encode())
+        ):
             return await handler(request)
         transport = request.transport
         if transport is not None and transport.get_extra_info("peercert"):
             return await handler(request)  # verified by the TLS handshake against the truststore
         status = 401 if not header else 403
-        return web.json_response({"error": "unauthorized", "message": "this endpoint needs `Authorization: "
-                                  "Bearer <admin.auth.token>` or a verified client certificate"}, status=status)
+        return web.json_response(
+            {
+                "error": "unauthorized",
+                "message": "this endpoint needs `Authorization: "
+                "Bearer <admin.auth.token>` or a verified client certificate",
+            },
+            status=status,
+        )
 
     return guard
 
@@ -48,7 +58,8 @@ def admin_ssl_context(security: Any) -> Any:
     from .listeners import server_ssl_context
 
     ctx = server_ssl_context(security.config)
-    if ctx.verify_mode == ssl.CERT_NONE and (security.config["ssl.truststore.location"]
-                                             or security.config["ssl.truststore.certificates"]):
+    if ctx.verify_mode == ssl.CERT_NONE and (
+        security.config["ssl.truststore.location"] or security.config["ssl.truststore.certificates"]
+    ):
         ctx.verify_mode = ssl.CERT_OPTIONAL
     return ctx

@@ -60,8 +60,9 @@ class SecurityApis:
     def _cluster(self, ctx: RequestContext, op: Operation) -> bool:
         if not self.enabled:
             return True
-        ok = self.store.authorizer.authorize(ctx.principal, ctx.client_host, op, ResourceType.CLUSTER,
-                                             CLUSTER_NAME)
+        ok = self.store.authorizer.authorize(
+            ctx.principal, ctx.client_host, op, ResourceType.CLUSTER, CLUSTER_NAME
+        )
         if not ok and self._on_denied is not None:
             self._on_denied(ctx.api_key, op.name)
         return ok
@@ -71,16 +72,25 @@ class SecurityApis:
     @staticmethod
     def _filter(ctx: RequestContext, f: Any) -> AclFilter:
         pattern = _enum(PatternType, f.pattern_type_filter) if ctx.api_version >= 1 else PatternType.LITERAL
-        return AclFilter(_enum(ResourceType, f.resource_type_filter), f.resource_name_filter, pattern,
-                         f.principal_filter, f.host_filter, _enum(Operation, f.operation),
-                         _enum(Permission, f.permission_type))
+        return AclFilter(
+            _enum(ResourceType, f.resource_type_filter),
+            f.resource_name_filter,
+            pattern,
+            f.principal_filter,
+            f.host_filter,
+            _enum(Operation, f.operation),
+            _enum(Permission, f.permission_type),
+        )
 
     async def describe_acls(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         base = {"throttle_time": 0, "resources": ()}
         if not self.enabled:
             return base | {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER}
         if not self._cluster(ctx, Operation.DESCRIBE):
-            return base | {"error_code": ErrorCode.cluster_authorization_failed, "error_message": CLUSTER_DENIED}
+            return base | {
+                "error_code": ErrorCode.cluster_authorization_failed,
+                "error_message": CLUSTER_DENIED,
+            }
         acl_filter = self._filter(ctx, req)
         invalid = acl_filter.invalid()
         if invalid is not None:
@@ -88,27 +98,54 @@ class SecurityApis:
         resources: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
         for acl in self.store.authorizer.acls(acl_filter):
             resources.setdefault((acl.resource_type, acl.resource_name, acl.pattern_type), []).append(
-                {"principal": acl.principal, "host": acl.host, "operation": int(acl.operation),
-                 "permission_type": int(acl.permission)})
-        return base | {"error_code": ErrorCode.none, "error_message": None, "resources": [
-            {"resource_type": int(rt), "resource_name": name, "pattern_type": int(pt), "acls": acls}
-            for (rt, name, pt), acls in resources.items()]}
+                {
+                    "principal": acl.principal,
+                    "host": acl.host,
+                    "operation": int(acl.operation),
+                    "permission_type": int(acl.permission),
+                }
+            )
+        return base | {
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "resources": [
+                {"resource_type": int(rt), "resource_name": name, "pattern_type": int(pt), "acls": acls}
+                for (rt, name, pt), acls in resources.items()
+            ],
+        }
 
     async def create_acls(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         if not self.enabled:
-            return {"throttle_time": 0, "results": [
-                {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER} for _ in req.creations]}
+            return {
+                "throttle_time": 0,
+                "results": [
+                    {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER}
+                    for _ in req.creations
+                ],
+            }
         if not self._cluster(ctx, Operation.ALTER):
-            return {"throttle_time": 0, "results": [
-                {"error_code": ErrorCode.cluster_authorization_failed, "error_message": CLUSTER_DENIED}
-                for _ in req.creations]}
+            return {
+                "throttle_time": 0,
+                "results": [
+                    {"error_code": ErrorCode.cluster_authorization_failed, "error_message": CLUSTER_DENIED}
+                    for _ in req.creations
+                ],
+            }
         results: list[dict[str, Any]] = []
         records = []
         for c in req.creations:
-            pattern = (_enum(PatternType, c.resource_pattern_type) if ctx.api_version >= 1
-                       else PatternType.LITERAL)
-            acl = AclBinding(_enum(ResourceType, c.resource_type), c.resource_name, pattern, c.principal, c.host,
-                             _enum(Operation, c.operation), _enum(Permission, c.permission_type))
+            pattern = (
+                _enum(PatternType, c.resource_pattern_type) if ctx.api_version >= 1 else PatternType.LITERAL
+            )
+            acl = AclBinding(
+                _enum(ResourceType, c.resource_type),
+                c.resource_name,
+                pattern,
+                c.principal,
+                c.host,
+                _enum(Operation, c.operation),
+                _enum(Permission, c.permission_type),
+            )
             try:
                 acl.validate()
             except AclError as exc:
@@ -122,8 +159,12 @@ class SecurityApis:
 
     async def delete_acls(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         def all_failed(code: ErrorCode, message: str) -> dict[str, Any]:
-            return {"throttle_time": 0, "filter_results": [
-                {"error_code": code, "error_message": message, "matching_acls": ()} for _ in req.filters]}
+            return {
+                "throttle_time": 0,
+                "filter_results": [
+                    {"error_code": code, "error_message": message, "matching_acls": ()} for _ in req.filters
+                ],
+            }
 
         if not self.enabled:
             return all_failed(ErrorCode.security_disabled, NO_AUTHORIZER)
@@ -135,16 +176,32 @@ class SecurityApis:
             acl_filter = self._filter(ctx, f)
             invalid = acl_filter.invalid()
             if invalid is not None:
-                results.append({"error_code": ErrorCode.invalid_request, "error_message": invalid,
-                                "matching_acls": ()})
+                results.append(
+                    {"error_code": ErrorCode.invalid_request, "error_message": invalid, "matching_acls": ()}
+                )
                 continue
             matched = self.store.authorizer.acls(acl_filter)
             doomed.update(dict.fromkeys(matched))
-            results.append({"error_code": ErrorCode.none, "error_message": None, "matching_acls": [
-                {"error_code": ErrorCode.none, "error_message": None, "resource_type": int(a.resource_type),
-                 "resource_name": a.resource_name, "pattern_type": int(a.pattern_type), "principal": a.principal,
-                 "host": a.host, "operation": int(a.operation), "permission_type": int(a.permission)}
-                for a in matched]})
+            results.append(
+                {
+                    "error_code": ErrorCode.none,
+                    "error_message": None,
+                    "matching_acls": [
+                        {
+                            "error_code": ErrorCode.none,
+                            "error_message": None,
+                            "resource_type": int(a.resource_type),
+                            "resource_name": a.resource_name,
+                            "pattern_type": int(a.pattern_type),
+                            "principal": a.principal,
+                            "host": a.host,
+                            "operation": int(a.operation),
+                            "permission_type": int(a.permission),
+                        }
+                        for a in matched
+                    ],
+                }
+            )
         await self.store.write(self.store.acl_record(acl, False) for acl in doomed)
         return {"throttle_time": 0, "filter_results": results}
 
@@ -152,35 +209,68 @@ class SecurityApis:
 
     async def describe_scram(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         if not self._cluster(ctx, Operation.DESCRIBE):
-            return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
-                    "error_message": CLUSTER_DENIED, "results": ()}
+            return {
+                "throttle_time": 0,
+                "error_code": ErrorCode.cluster_authorization_failed,
+                "error_message": CLUSTER_DENIED,
+                "results": (),
+            }
         users = self.store.users()
         wanted = [u.name for u in req.users] if req.users else list(users)
         counts = Counter(wanted)
         results = []
         for name in dict.fromkeys(wanted):
             if counts[name] > 1:
-                results.append({"user": name, "error_code": ErrorCode.duplicate_resource, "error_message":
-                                f"Cannot describe SCRAM credentials for the same user twice in a single request: "
-                                f"{name}", "credential_infos": ()})
+                results.append(
+                    {
+                        "user": name,
+                        "error_code": ErrorCode.duplicate_resource,
+                        "error_message": f"Cannot describe SCRAM credentials for the same user twice in a single request: "
+                        f"{name}",
+                        "credential_infos": (),
+                    }
+                )
             elif name not in users:
-                results.append({"user": name, "error_code": ErrorCode.resource_not_found, "error_message":
-                                f"Attempt to describe a user credential that does not exist: {name}",
-                                "credential_infos": ()})
+                results.append(
+                    {
+                        "user": name,
+                        "error_code": ErrorCode.resource_not_found,
+                        "error_message": f"Attempt to describe a user credential that does not exist: {name}",
+                        "credential_infos": (),
+                    }
+                )
             else:
-                results.append({"user": name, "error_code": ErrorCode.none, "error_message": None,
-                                "credential_infos": [{"mechanism": MECHANISM_CODES[c.mechanism],
-                                                      "iterations": c.iterations} for c in users[name]]})
+                results.append(
+                    {
+                        "user": name,
+                        "error_code": ErrorCode.none,
+                        "error_message": None,
+                        "credential_infos": [
+                            {"mechanism": MECHANISM_CODES[c.mechanism], "iterations": c.iterations}
+                            for c in users[name]
+                        ],
+                    }
+                )
         return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "results": results}
 
     async def alter_scram(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         names = list(dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions]))
         if not self._cluster(ctx, Operation.ALTER):
-            return {"throttle_time": 0, "results": [
-                {"user": n, "error_code": ErrorCode.cluster_authorization_failed, "error_message": CLUSTER_DENIED}
-                for n in names]}
-        per_mechanism = Counter([(d.name, int(d.mechanism)) for d in req.deletions]
-                                + [(u.name, int(u.mechanism)) for u in req.upsertions])
+            return {
+                "throttle_time": 0,
+                "results": [
+                    {
+                        "user": n,
+                        "error_code": ErrorCode.cluster_authorization_failed,
+                        "error_message": CLUSTER_DENIED,
+                    }
+                    for n in names
+                ],
+            }
+        per_mechanism = Counter(
+            [(d.name, int(d.mechanism)) for d in req.deletions]
+            + [(u.name, int(u.mechanism)) for u in req.upsertions]
+        )
         errors: dict[str, tuple[ErrorCode, str]] = {}
 
         def fail(user: str, code: ErrorCode, message: str) -> None:
@@ -188,8 +278,11 @@ class SecurityApis:
 
         for (user, _), count in per_mechanism.items():
             if count > 1:
-                fail(user, ErrorCode.duplicate_resource, "A user credential cannot be altered twice in the same "
-                     "request")
+                fail(
+                    user,
+                    ErrorCode.duplicate_resource,
+                    "A user credential cannot be altered twice in the same request",
+                )
         records = []
         for d in req.deletions:
             mechanism = MECHANISM_NAMES.get(int(d.mechanism))
@@ -198,8 +291,11 @@ class SecurityApis:
             elif mechanism is None:
                 fail(d.name, ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism")
             elif self.store.credential(mechanism, d.name) is None:
-                fail(d.name, ErrorCode.resource_not_found, "Attempt to delete a user credential that does not "
-                     "exist")
+                fail(
+                    d.name,
+                    ErrorCode.resource_not_found,
+                    "Attempt to delete a user credential that does not exist",
+                )
             else:
                 records.append((d.name, self.store.credential_record(d.name, mechanism, None)))
         for u in req.upsertions:
@@ -215,10 +311,19 @@ class SecurityApis:
             elif not u.salt or not u.salted_password:
                 fail(u.name, ErrorCode.unacceptable_credential, "Salt and salted password must not be empty")
             else:
-                credential = ScramCredential.from_salted_password(mechanism, bytes(u.salt), int(u.iterations),
-                                                                  bytes(u.salted_password))
+                credential = ScramCredential.from_salted_password(
+                    mechanism, bytes(u.salt), int(u.iterations), bytes(u.salted_password)
+                )
                 records.append((u.name, self.store.credential_record(u.name, mechanism, credential)))
         await self.store.write(record for user, record in records if user not in errors)
-        return {"throttle_time": 0, "results": [
-            {"user": n, "error_code": errors[n][0] if n in errors else ErrorCode.none,
-             "error_message": errors[n][1] if n in errors else None} for n in names]}
+        return {
+            "throttle_time": 0,
+            "results": [
+                {
+                    "user": n,
+                    "error_code": errors[n][0] if n in errors else ErrorCode.none,
+                    "error_message": errors[n][1] if n in errors else None,
+                }
+                for n in names
+            ],
+        }

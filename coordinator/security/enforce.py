@@ -53,10 +53,18 @@ GAF, TAF = ErrorCode.group_authorization_failed, ErrorCode.topic_authorization_f
 CAF, TXN_AF = ErrorCode.cluster_authorization_failed, ErrorCode.transactional_id_authorization_failed
 
 # Authenticated by the connection or checked by their own handlers.
-SELF_CHECKED = frozenset({
-    ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS, ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
-    ApiKey.SASL_AUTHENTICATE, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
-})
+SELF_CHECKED = frozenset(
+    {
+        ApiKey.SASL_HANDSHAKE,
+        ApiKey.API_VERSIONS,
+        ApiKey.DESCRIBE_ACLS,
+        ApiKey.CREATE_ACLS,
+        ApiKey.DELETE_ACLS,
+        ApiKey.SASL_AUTHENTICATE,
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+    }
+)
 
 Wrapped = Callable[[Handler, RequestContext, Any], Awaitable[Any]]
 
@@ -69,8 +77,13 @@ def _resp(ctx: RequestContext, data: Any) -> Any:
 
 
 class Enforcer:
-    def __init__(self, authorizer: Authorizer, dataplane: Any = None, on_denied: Callable[[int, str], None]
-                 | None = None, auto_create: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        authorizer: Authorizer,
+        dataplane: Any = None,
+        on_denied: Callable[[int, str], None] | None = None,
+        auto_create: Callable[[], bool] | None = None,
+    ) -> None:
         self.authorizer = authorizer
         self.dataplane = dataplane
         self._on_denied = on_denied
@@ -78,7 +91,9 @@ class Enforcer:
 
     # -- decisions ----------------------------------------------------------------------------------
 
-    def ok(self, ctx: RequestContext, op: Operation, rtype: ResourceType, name: str, count: bool = True) -> bool:
+    def ok(
+        self, ctx: RequestContext, op: Operation, rtype: ResourceType, name: str, count: bool = True
+    ) -> bool:
         allowed = self.authorizer.authorize(ctx.principal, ctx.client_host, op, rtype, name)
         if not allowed and count and self._on_denied is not None:
             self._on_denied(ctx.api_key, op.name)
@@ -100,13 +115,24 @@ class Enforcer:
 
     def install(self, table: ApiTable) -> None:
         wrappers: dict[int, Wrapped] = {
-            ApiKey.JOIN_GROUP: self.join_group, ApiKey.SYNC_GROUP: self.sync_group, ApiKey.HEARTBEAT: self.heartbeat,
-            ApiKey.LEAVE_GROUP: self.leave_group, ApiKey.OFFSET_COMMIT: self.offset_commit, ApiKey.OFFSET_FETCH: self.offset_fetch,
-            ApiKey.DESCRIBE_GROUPS: self.describe_groups, ApiKey.LIST_GROUPS: self.list_groups,
-            ApiKey.DELETE_GROUPS: self.delete_groups, ApiKey.OFFSET_DELETE: self.offset_delete,
-            ApiKey.FIND_COORDINATOR: self.find_coordinator, ApiKey.PRODUCE: self.produce, ApiKey.FETCH: self.fetch,
-            ApiKey.LIST_OFFSETS: self.list_offsets, ApiKey.METADATA: self.metadata, ApiKey.CREATE_TOPICS: self.create_topics,
-            ApiKey.DELETE_TOPICS: self.delete_topics, ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.JOIN_GROUP: self.join_group,
+            ApiKey.SYNC_GROUP: self.sync_group,
+            ApiKey.HEARTBEAT: self.heartbeat,
+            ApiKey.LEAVE_GROUP: self.leave_group,
+            ApiKey.OFFSET_COMMIT: self.offset_commit,
+            ApiKey.OFFSET_FETCH: self.offset_fetch,
+            ApiKey.DESCRIBE_GROUPS: self.describe_groups,
+            ApiKey.LIST_GROUPS: self.list_groups,
+            ApiKey.DELETE_GROUPS: self.delete_groups,
+            ApiKey.OFFSET_DELETE: self.offset_delete,
+            ApiKey.FIND_COORDINATOR: self.find_coordinator,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
         }
         for spec in table.specs():
             if spec.api_key in SELF_CHECKED:
@@ -121,15 +147,27 @@ class Enforcer:
 
     async def join_group(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         if not self.ok(ctx, Operation.READ, ResourceType.GROUP, req.group_id):
-            return {"throttle_time": 0, "error_code": GAF, "generation_id": -1, "protocol_type": None,
-                    "protocol_name": None if ctx.api_version >= 7 else "", "leader": "",
-                    "member_id": req.member_id, "members": ()}
+            return {
+                "throttle_time": 0,
+                "error_code": GAF,
+                "generation_id": -1,
+                "protocol_type": None,
+                "protocol_name": None if ctx.api_version >= 7 else "",
+                "leader": "",
+                "member_id": req.member_id,
+                "members": (),
+            }
         return await inner(ctx, req)
 
     async def sync_group(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         if not self.ok(ctx, Operation.READ, ResourceType.GROUP, req.group_id):
-            return {"throttle_time": 0, "error_code": GAF, "protocol_type": None, "protocol_name": None,
-                    "assignment": b""}
+            return {
+                "throttle_time": 0,
+                "error_code": GAF,
+                "protocol_type": None,
+                "protocol_name": None,
+                "assignment": b"",
+            }
         return await inner(ctx, req)
 
     async def heartbeat(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
@@ -144,17 +182,25 @@ class Enforcer:
 
     async def offset_commit(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         if not self.ok(ctx, Operation.READ, ResourceType.GROUP, req.group_id):
-            return {"throttle_time": 0, "topics": [_partition_errors(t.name, t.partitions, GAF) for t in req.topics]}
-        allowed, denied = [], []
+            return {
+                "throttle_time": 0,
+                "topics": [_partition_errors(t.name, t.partitions, GAF) for t in req.topics],
+            }
+        allowed: list[Any] = []
+        denied: list[Any] = []
         for topic in req.topics:
-            (allowed if self.ok(ctx, Operation.READ, ResourceType.TOPIC, topic.name) else denied).append(topic)
+            (allowed if self.ok(ctx, Operation.READ, ResourceType.TOPIC, topic.name) else denied).append(
+                topic
+            )
         errors = [_partition_errors(t.name, t.partitions, TAF) for t in denied]
         if not denied:
             return await inner(ctx, req)
         if not allowed:
             return {"throttle_time": 0, "topics": errors}
         answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, topics=tuple(allowed))))
-        return dataclasses.replace(answer, topics=tuple(answer.topics) + tuple(_resp_topics(ctx, answer, errors)))
+        return dataclasses.replace(
+            answer, topics=tuple(answer.topics) + tuple(_resp_topics(ctx, answer, errors))
+        )
 
     def _fetch_topics(self, ctx: RequestContext, topics: Any) -> tuple[Any, list[dict[str, Any]]]:
         """OffsetFetch: the requested topics the caller may DESCRIBE, and error entries for the others."""
@@ -165,9 +211,21 @@ class Enforcer:
             if self.ok(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
                 allowed.append(topic)
             else:
-                errors.append({"name": topic.name, "partitions": [
-                    {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
-                     "error_code": TAF} for i in topic.partition_indexes]})
+                errors.append(
+                    {
+                        "name": topic.name,
+                        "partitions": [
+                            {
+                                "partition_index": i,
+                                "committed_offset": -1,
+                                "committed_leader_epoch": -1,
+                                "metadata": "",
+                                "error_code": TAF,
+                            }
+                            for i in topic.partition_indexes
+                        ],
+                    }
+                )
         return tuple(allowed), errors
 
     def _visible(self, ctx: RequestContext, topics: Any) -> tuple[Any, ...]:
@@ -178,11 +236,26 @@ class Enforcer:
             return await self._offset_fetch_groups(inner, ctx, req)
         if not self.ok(ctx, Operation.DESCRIBE, ResourceType.GROUP, req.group_id):
             if ctx.api_version < 2:
-                return {"throttle_time": 0, "error_code": GAF, "topics": [
-                    {"name": t.name, "partitions": [
-                        {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1,
-                         "metadata": "", "error_code": GAF} for i in t.partition_indexes]}
-                    for t in req.topics or ()]}
+                return {
+                    "throttle_time": 0,
+                    "error_code": GAF,
+                    "topics": [
+                        {
+                            "name": t.name,
+                            "partitions": [
+                                {
+                                    "partition_index": i,
+                                    "committed_offset": -1,
+                                    "committed_leader_epoch": -1,
+                                    "metadata": "",
+                                    "error_code": GAF,
+                                }
+                                for i in t.partition_indexes
+                            ],
+                        }
+                        for t in req.topics or ()
+                    ],
+                }
             return {"throttle_time": 0, "error_code": GAF, "topics": ()}
         allowed, errors = self._fetch_topics(ctx, req.topics)
         if allowed is None:
@@ -193,7 +266,9 @@ class Enforcer:
         if not allowed:
             return {"throttle_time": 0, "error_code": ErrorCode.none, "topics": errors}
         answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, topics=allowed)))
-        return dataclasses.replace(answer, topics=tuple(answer.topics) + tuple(_resp_topics(ctx, answer, errors)))
+        return dataclasses.replace(
+            answer, topics=tuple(answer.topics) + tuple(_resp_topics(ctx, answer, errors))
+        )
 
     async def _offset_fetch_groups(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         passed: list[Any] = []
@@ -208,7 +283,11 @@ class Enforcer:
             if allowed is None:
                 fetch_all.add(group.group_id)
             elif errors and not allowed:
-                own[group.group_id] = {"group_id": group.group_id, "topics": errors, "error_code": ErrorCode.none}
+                own[group.group_id] = {
+                    "group_id": group.group_id,
+                    "topics": errors,
+                    "error_code": ErrorCode.none,
+                }
                 continue
             extra[group.group_id] = errors
             passed.append(group if allowed is None else dataclasses.replace(group, topics=allowed))
@@ -229,7 +308,11 @@ class Enforcer:
             if gid in fetch_all:
                 g = dataclasses.replace(g, topics=self._visible(ctx, g.topics))
             elif extra.get(gid):
-                g = {"group_id": g.group_id, "error_code": g.error_code, "topics": list(g.topics) + extra[gid]}
+                g = {
+                    "group_id": g.group_id,
+                    "error_code": g.error_code,
+                    "topics": list(g.topics) + extra[gid],
+                }
             groups.append(g)
         return {"throttle_time": 0, "groups": groups}
 
@@ -241,17 +324,30 @@ class Enforcer:
             answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, groups=tuple(allowed))))
             for g in answer.groups:
                 if with_ops:
-                    g = dataclasses.replace(g, authorized_operations=self.authorizer.authorized_operations(
-                        ctx.principal, ctx.client_host, ResourceType.GROUP, g.group_id))
+                    g = dataclasses.replace(
+                        g,
+                        authorized_operations=self.authorizer.authorized_operations(
+                            ctx.principal, ctx.client_host, ResourceType.GROUP, g.group_id
+                        ),
+                    )
                 answered[g.group_id] = g
         groups: list[Any] = []
         for gid in req.groups:
             if gid in answered:
                 groups.append(answered[gid])
             else:
-                groups.append({"error_code": GAF, "error_message": None, "group_id": gid, "group_state": "",
-                               "protocol_type": "", "protocol_data": "", "members": (),
-                               "authorized_operations": INT32_MIN})
+                groups.append(
+                    {
+                        "error_code": GAF,
+                        "error_message": None,
+                        "group_id": gid,
+                        "group_state": "",
+                        "protocol_type": "",
+                        "protocol_data": "",
+                        "members": (),
+                        "authorized_operations": INT32_MIN,
+                    }
+                )
         return {"throttle_time": 0, "groups": groups}
 
     async def list_groups(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
@@ -259,8 +355,14 @@ class Enforcer:
         if self.cluster(ctx, Operation.DESCRIBE, count=False):
             return answer
         answer = _resp(ctx, answer)
-        return dataclasses.replace(answer, groups=tuple(
-            g for g in answer.groups if self.ok(ctx, Operation.DESCRIBE, ResourceType.GROUP, g.group_id, False)))
+        return dataclasses.replace(
+            answer,
+            groups=tuple(
+                g
+                for g in answer.groups
+                if self.ok(ctx, Operation.DESCRIBE, ResourceType.GROUP, g.group_id, False)
+            ),
+        )
 
     async def delete_groups(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         allowed = [g for g in req.groups_names if self.ok(ctx, Operation.DELETE, ResourceType.GROUP, g)]
@@ -268,34 +370,54 @@ class Enforcer:
         if allowed:
             answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, groups_names=tuple(allowed))))
             results = {r.group_id: r for r in answer.results}
-        return {"throttle_time": 0, "results": [results.get(g) or {"group_id": g, "error_code": GAF}
-                                                for g in dict.fromkeys(req.groups_names)]}
+        return {
+            "throttle_time": 0,
+            "results": [
+                results.get(g) or {"group_id": g, "error_code": GAF} for g in dict.fromkeys(req.groups_names)
+            ],
+        }
 
     async def offset_delete(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         if not self.ok(ctx, Operation.DELETE, ResourceType.GROUP, req.group_id):
             return {"throttle_time": 0, "error_code": GAF, "topics": ()}
-        allowed, denied = [], []
+        allowed: list[Any] = []
+        denied: list[Any] = []
         for topic in req.topics:
-            (allowed if self.ok(ctx, Operation.READ, ResourceType.TOPIC, topic.name) else denied).append(topic)
+            (allowed if self.ok(ctx, Operation.READ, ResourceType.TOPIC, topic.name) else denied).append(
+                topic
+            )
         if not denied:
             return await inner(ctx, req)
         answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, topics=tuple(allowed))))
         errors = [_partition_errors(t.name, t.partitions, TAF) for t in denied]
-        return dataclasses.replace(answer, topics=tuple(answer.topics) + tuple(_resp_topics(ctx, answer, errors)))
+        return dataclasses.replace(
+            answer, topics=tuple(answer.topics) + tuple(_resp_topics(ctx, answer, errors))
+        )
 
     async def find_coordinator(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         key_type = int(getattr(req, "key_type", 0))
         if key_type == 0:
             check = (Operation.DESCRIBE, ResourceType.GROUP, GAF, "Group authorization failed.")
         elif key_type == 1:
-            check = (Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, TXN_AF,
-                     "Transactional Id authorization failed.")
+            check = (
+                Operation.DESCRIBE,
+                ResourceType.TRANSACTIONAL_ID,
+                TXN_AF,
+                "Transactional Id authorization failed.",
+            )
         else:
             return await inner(ctx, req)
         op, rtype, code, message = check
 
         def denied(key: str) -> dict[str, Any]:
-            return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": message}
+            return {
+                "key": key,
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+                "error_code": code,
+                "error_message": message,
+            }
 
         if ctx.api_version < 4:
             if not self.ok(ctx, op, rtype, req.key):
@@ -311,7 +433,8 @@ class Enforcer:
     # -- topics -------------------------------------------------------------------------------------
 
     def _split(self, ctx: RequestContext, topics: Any, op: Operation) -> tuple[list[Any], list[Any]]:
-        allowed, denied = [], []
+        allowed: list[Any] = []
+        denied: list[Any] = []
         for topic in topics:
             name = self.topic_name(topic)
             if name is None:  # an unknown topic id: the handler answers UNKNOWN_TOPIC_ID
@@ -323,26 +446,42 @@ class Enforcer:
         return allowed, denied
 
     async def produce(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
-        if req.transactional_id is not None and not self.ok(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                                                            req.transactional_id):
-            errors = [_topic_key(t) | {"partition_responses": [
-                {"index": p.index, "error_code": TXN_AF, "base_offset": -1, "log_start_offset": -1}
-                for p in t.partition_data]} for t in req.topic_data]
+        if req.transactional_id is not None and not self.ok(
+            ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id
+        ):
+            errors = [
+                _topic_key(t)
+                | {
+                    "partition_responses": [
+                        {"index": p.index, "error_code": TXN_AF, "base_offset": -1, "log_start_offset": -1}
+                        for p in t.partition_data
+                    ]
+                }
+                for t in req.topic_data
+            ]
             return None if req.acks == 0 else {"throttle_time": 0, "responses": errors}
         allowed, denied = self._split(ctx, req.topic_data, Operation.WRITE)
         if not denied:
             return await inner(ctx, req)
-        errors = [_topic_key(t) | {"partition_responses": [
-            {"index": p.index, "error_code": TAF, "base_offset": -1, "log_start_offset": -1}
-            for p in t.partition_data]} for t in denied]
+        errors = [
+            _topic_key(t)
+            | {
+                "partition_responses": [
+                    {"index": p.index, "error_code": TAF, "base_offset": -1, "log_start_offset": -1}
+                    for p in t.partition_data
+                ]
+            }
+            for t in denied
+        ]
         if not allowed:
             return None if req.acks == 0 else {"throttle_time": 0, "responses": errors}
         answer = await inner(ctx, dataclasses.replace(req, topic_data=tuple(allowed)))
         if answer is None:
             return None
         answer = _resp(ctx, answer)
-        return dataclasses.replace(answer, responses=tuple(answer.responses) + tuple(
-            _resp_list(ctx, answer, "responses", errors)))
+        return dataclasses.replace(
+            answer, responses=tuple(answer.responses) + tuple(_resp_list(ctx, answer, "responses", errors))
+        )
 
     async def fetch(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         replica = getattr(req, "replica_id", None)
@@ -351,12 +490,16 @@ class Enforcer:
         if replica is not None and replica >= 0 and not self.cluster(ctx, Operation.CLUSTER_ACTION):
             return {"throttle_time": 0, "error_code": CAF, "session_id": 0, "responses": ()}
         allowed, denied = self._split(ctx, req.topics, Operation.READ)
-        errors = [_topic_key(t, "topic") | {"partitions": [
-            _fetch_denied(p.partition) for p in t.partitions]} for t in denied]
+        errors = [
+            _topic_key(t, "topic") | {"partitions": [_fetch_denied(p.partition) for p in t.partitions]}
+            for t in denied
+        ]
         in_session = req.session_id != 0 or req.session_epoch > 0
         if denied and not allowed and not in_session:
             return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0, "responses": errors}
-        answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, topics=tuple(allowed)) if denied else req))
+        answer = _resp(
+            ctx, await inner(ctx, dataclasses.replace(req, topics=tuple(allowed)) if denied else req)
+        )
         # A fetch session also answers for partitions the request does not list: check every topic answered
         # (an ACL removed since the partition joined the session must stop its data, as Kafka checks the whole
         # session's partitions).
@@ -366,31 +509,53 @@ class Enforcer:
             name = self.topic_name(topic)
             if name is not None and not self.ok(ctx, Operation.READ, ResourceType.TOPIC, name, False):
                 changed = True
-                topic = build(type(topic), {"topic": getattr(topic, "topic", None),
-                                            "topic_id": getattr(topic, "topic_id", None),
-                                            "partitions": [_fetch_denied(p.partition_index)
-                                                           for p in topic.partitions]})
+                topic = build(
+                    type(topic),
+                    {
+                        "topic": getattr(topic, "topic", None),
+                        "topic_id": getattr(topic, "topic_id", None),
+                        "partitions": [_fetch_denied(p.partition_index) for p in topic.partitions],
+                    },
+                )
             responses.append(topic)
         if not denied and not changed:
             return answer
-        return dataclasses.replace(answer, responses=tuple(responses) + tuple(
-            _resp_list(ctx, answer, "responses", errors)))
+        return dataclasses.replace(
+            answer, responses=tuple(responses) + tuple(_resp_list(ctx, answer, "responses", errors))
+        )
 
     async def list_offsets(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         allowed, denied = self._split(ctx, req.topics, Operation.DESCRIBE)
         if not denied:
             return await inner(ctx, req)
-        errors = [{"name": t.name, "partitions": [
-            {"partition_index": p.partition_index, "error_code": TAF, "timestamp": -1, "offset": -1,
-             "leader_epoch": -1, "old_style_offsets": ()} for p in t.partitions]} for t in denied]
+        errors = [
+            {
+                "name": t.name,
+                "partitions": [
+                    {
+                        "partition_index": p.partition_index,
+                        "error_code": TAF,
+                        "timestamp": -1,
+                        "offset": -1,
+                        "leader_epoch": -1,
+                        "old_style_offsets": (),
+                    }
+                    for p in t.partitions
+                ],
+            }
+            for t in denied
+        ]
         if not allowed:
             return {"throttle_time": 0, "topics": errors}
         answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, topics=tuple(allowed))))
-        return dataclasses.replace(answer, topics=tuple(answer.topics) + tuple(_resp_topics(ctx, answer, errors)))
+        return dataclasses.replace(
+            answer, topics=tuple(answer.topics) + tuple(_resp_topics(ctx, answer, errors))
+        )
 
     def _may_create(self, ctx: RequestContext, name: str) -> bool:
-        return (self.cluster(ctx, Operation.CREATE, count=False)
-                or self.ok(ctx, Operation.CREATE, ResourceType.TOPIC, name))
+        return self.cluster(ctx, Operation.CREATE, count=False) or self.ok(
+            ctx, Operation.CREATE, ResourceType.TOPIC, name
+        )
 
     async def metadata(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         version = ctx.api_version
@@ -410,30 +575,49 @@ class Enforcer:
                     continue
                 if not self.ok(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name):
                     errors.append(_metadata_denied(name, getattr(entry, "topic_id", None)))
-                elif (auto_create and self.dataplane is not None and self.dataplane.partition_count(name) is None
-                      and not self._may_create(ctx, name)):
+                elif (
+                    auto_create
+                    and self.dataplane is not None
+                    and self.dataplane.partition_count(name) is None
+                    and not self._may_create(ctx, name)
+                ):
                     errors.append(_metadata_denied(name, getattr(entry, "topic_id", None)))
                 else:
                     passed.append(entry)
             if not passed and version == 0:
                 answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, topics=())))
-                topics = ()
+                topics = []
             else:
                 answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, topics=tuple(passed))))
                 topics = []
                 for t in answer.topics:
-                    if t.name and t.error_code == ErrorCode.none and not self.ok(
-                            ctx, Operation.DESCRIBE, ResourceType.TOPIC, t.name):
+                    if (
+                        t.name
+                        and t.error_code == ErrorCode.none
+                        and not self.ok(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t.name)
+                    ):
                         errors.append(_metadata_denied(None, t.topic_id))  # looked up by id
                     else:
                         topics.append(t)
         if with_topic_ops:
-            topics = [dataclasses.replace(t, topic_authorized_operations=self.authorizer.authorized_operations(
-                ctx.principal, ctx.client_host, ResourceType.TOPIC, t.name)) if t.error_code == 0 else t
-                for t in topics]
+            topics = [
+                dataclasses.replace(
+                    t,
+                    topic_authorized_operations=self.authorizer.authorized_operations(
+                        ctx.principal, ctx.client_host, ResourceType.TOPIC, t.name
+                    ),
+                )
+                if t.error_code == 0
+                else t
+                for t in topics
+            ]
         if getattr(req, "include_cluster_authorized_operations", False):
-            answer = dataclasses.replace(answer, cluster_authorized_operations=self.authorizer.authorized_operations(
-                ctx.principal, ctx.client_host, ResourceType.CLUSTER, CLUSTER_NAME))
+            answer = dataclasses.replace(
+                answer,
+                cluster_authorized_operations=self.authorizer.authorized_operations(
+                    ctx.principal, ctx.client_host, ResourceType.CLUSTER, CLUSTER_NAME
+                ),
+            )
         return dataclasses.replace(answer, topics=tuple(topics) + tuple(_resp_topics(ctx, answer, errors)))
 
     def _visible_metadata(self, ctx: RequestContext, topics: Any) -> list[Any]:
@@ -441,7 +625,8 @@ class Enforcer:
 
     async def create_topics(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         counts = Counter(t.name for t in req.topics)
-        allowed, denied = [], []
+        allowed: list[Any] = []
+        denied: list[Any] = []
         for topic in req.topics:
             ok = counts[topic.name] > 1 or self._may_create(ctx, topic.name)
             if not ok and self._on_denied is not None:
@@ -449,25 +634,47 @@ class Enforcer:
             (allowed if ok else denied).append(topic)
         if not denied:
             return await inner(ctx, req)
-        errors = [{"name": t.name, "topic_id": None, "error_code": TAF, "error_message": "Authorization failed.",
-                   "num_partitions": -1, "replication_factor": -1, "configs": ()} for t in denied]
+        errors = [
+            {
+                "name": t.name,
+                "topic_id": None,
+                "error_code": TAF,
+                "error_message": "Authorization failed.",
+                "num_partitions": -1,
+                "replication_factor": -1,
+                "configs": (),
+            }
+            for t in denied
+        ]
         if not allowed:
             return {"throttle_time": 0, "topics": errors}
         answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, topics=tuple(allowed))))
-        return dataclasses.replace(answer, topics=tuple(answer.topics) + tuple(_resp_topics(ctx, answer, errors)))
+        return dataclasses.replace(
+            answer, topics=tuple(answer.topics) + tuple(_resp_topics(ctx, answer, errors))
+        )
 
     async def delete_topics(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         errors: list[dict[str, Any]] = []
         if ctx.api_version >= 6:
             allowed, denied = self._split(ctx, req.topics, Operation.DELETE)
-            errors = [{"name": self.topic_name(t), "topic_id": t.topic_id, "error_code": TAF,
-                       "error_message": "Authorization failed."} for t in denied]
+            errors = [
+                {
+                    "name": self.topic_name(t),
+                    "topic_id": t.topic_id,
+                    "error_code": TAF,
+                    "error_message": "Authorization failed.",
+                }
+                for t in denied
+            ]
             passed = dataclasses.replace(req, topics=tuple(allowed))
             some = bool(allowed)
         else:
             names = [n for n in req.topic_names if self.ok(ctx, Operation.DELETE, ResourceType.TOPIC, n)]
-            errors = [{"name": n, "topic_id": None, "error_code": TAF, "error_message": "Authorization failed."}
-                      for n in req.topic_names if n not in names]
+            errors = [
+                {"name": n, "topic_id": None, "error_code": TAF, "error_message": "Authorization failed."}
+                for n in req.topic_names
+                if n not in names
+            ]
             passed = dataclasses.replace(req, topic_names=tuple(names))
             some = bool(names)
         if not errors:
@@ -475,15 +682,20 @@ class Enforcer:
         if not some:
             return {"throttle_time": 0, "responses": errors}
         answer = _resp(ctx, await inner(ctx, passed))
-        return dataclasses.replace(answer, responses=tuple(answer.responses) + tuple(
-            _resp_list(ctx, answer, "responses", errors)))
+        return dataclasses.replace(
+            answer, responses=tuple(answer.responses) + tuple(_resp_list(ctx, answer, "responses", errors))
+        )
 
     async def init_producer_id(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         if req.transactional_id is not None:
             if not self.ok(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
                 return {"throttle_time": 0, "error_code": TXN_AF, "producer_id": -1, "producer_epoch": -1}
-        elif not (self.cluster(ctx, Operation.IDEMPOTENT_WRITE, count=False) or self.authorizer.authorize_any(
-                ctx.principal, ctx.client_host, Operation.WRITE, ResourceType.TOPIC)):
+        elif not (
+            self.cluster(ctx, Operation.IDEMPOTENT_WRITE, count=False)
+            or self.authorizer.authorize_any(
+                ctx.principal, ctx.client_host, Operation.WRITE, ResourceType.TOPIC
+            )
+        ):
             if self._on_denied is not None:
                 self._on_denied(ctx.api_key, Operation.IDEMPOTENT_WRITE.name)
             return {"throttle_time": 0, "error_code": CAF, "producer_id": -1, "producer_epoch": -1}
@@ -499,18 +711,30 @@ def _bind(wrapper: Wrapped) -> Callable[[Handler], Handler]:
     def wrap(inner: Handler) -> Handler:
         async def handler(ctx: RequestContext, req: Any) -> Any:
             return await wrapper(inner, ctx, req)
+
         return handler
+
     return wrap
 
 
 def _fetch_denied(partition: int) -> dict[str, Any]:
-    return {"partition_index": partition, "error_code": TAF, "high_watermark": -1, "last_stable_offset": -1,
-            "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+    return {
+        "partition_index": partition,
+        "error_code": TAF,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
 
 
 def _partition_errors(name: str, partitions: Any, code: ErrorCode) -> dict[str, Any]:
-    return {"name": name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
-                                         for p in partitions]}
+    return {
+        "name": name,
+        "partitions": [{"partition_index": p.partition_index, "error_code": code} for p in partitions],
+    }
 
 
 def _topic_key(topic: Any, name_field: str = "name") -> dict[str, Any]:
@@ -520,8 +744,14 @@ def _topic_key(topic: Any, name_field: str = "name") -> dict[str, Any]:
 
 
 def _metadata_denied(name: str | None, topic_id: Any) -> dict[str, Any]:
-    return {"error_code": TAF, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": (),
-            "topic_authorized_operations": INT32_MIN}
+    return {
+        "error_code": TAF,
+        "name": name,
+        "topic_id": topic_id,
+        "is_internal": False,
+        "partitions": (),
+        "topic_authorized_operations": INT32_MIN,
+    }
 
 
 def _resp_list(ctx: RequestContext, answer: Any, field: str, items: list[dict[str, Any]]) -> list[Any]:

@@ -59,7 +59,9 @@ def parse_listeners(entries: tuple[str, ...], protocol_map: tuple[str, ...]) -> 
             raise ListenerConfigError(f"listeners: expected NAME://HOST:PORT, got {entry!r}")
         name = name.strip().upper()
         if name not in mapping:
-            raise ListenerConfigError(f"listeners: {name} has no security protocol in listener.security.protocol.map")
+            raise ListenerConfigError(
+                f"listeners: {name} has no security protocol in listener.security.protocol.map"
+            )
         host, colon, port = address.rpartition(":")
         if not colon:
             raise ListenerConfigError(f"listeners: no port in {entry!r}")
@@ -94,7 +96,10 @@ def _pem_file(text: str, directory: str | None) -> str:
 
 def server_ssl_context(config: Any) -> ssl.SSLContext:
     """The TLS context of the SSL listeners, from Kafka's ssl.* settings (PEM only)."""
-    if str(config["ssl.keystore.type"]).upper() != "PEM" or str(config["ssl.truststore.type"]).upper() != "PEM":
+    if (
+        str(config["ssl.keystore.type"]).upper() != "PEM"
+        or str(config["ssl.truststore.type"]).upper() != "PEM"
+    ):
         raise ListenerConfigError("only ssl.keystore.type=PEM and ssl.truststore.type=PEM are supported")
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     password = config["ssl.key.password"] or None
@@ -111,8 +116,10 @@ def server_ssl_context(config: Any) -> ssl.SSLContext:
             for path in paths:
                 os.unlink(path)
     else:
-        raise ListenerConfigError("an SSL listener needs ssl.keystore.location or ssl.keystore.certificate.chain "
-                                  "and ssl.keystore.key")
+        raise ListenerConfigError(
+            "an SSL listener needs ssl.keystore.location or ssl.keystore.certificate.chain "
+            "and ssl.keystore.key"
+        )
     client_auth = str(config["ssl.client.auth"]).lower()
     if client_auth not in ("none", "requested", "required"):
         raise ListenerConfigError(f"ssl.client.auth must be none, requested or required, not {client_auth!r}")
@@ -122,21 +129,34 @@ def server_ssl_context(config: Any) -> ssl.SSLContext:
     elif trust_text:
         ctx.load_verify_locations(cadata=trust_text)
     elif client_auth != "none":
-        raise ListenerConfigError(f"ssl.client.auth={client_auth} needs ssl.truststore.location or "
-                                  "ssl.truststore.certificates")
-    ctx.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
-                       "required": ssl.CERT_REQUIRED}[client_auth]
+        raise ListenerConfigError(
+            f"ssl.client.auth={client_auth} needs ssl.truststore.location or ssl.truststore.certificates"
+        )
+    ctx.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}[
+        client_auth
+    ]
     return ctx
 
 
 _KEYWORDS = {
-    "commonName": "CN", "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
-    "organizationName": "O", "organizationalUnitName": "OU", "streetAddress": "STREET", "domainComponent": "DC",
+    "commonName": "CN",
+    "countryName": "C",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "streetAddress": "STREET",
+    "domainComponent": "DC",
     "userId": "UID",
 }
 # Attributes Java prints as OID=#hex(DER), with the DER tag of their usual string type.
-_OIDS = {"emailAddress": ("1.2.840.113549.1.9.1", 0x16), "serialNumber": ("2.5.4.5", 0x13),
-         "title": ("2.5.4.12", 0x0C), "givenName": ("2.5.4.42", 0x0C), "surname": ("2.5.4.4", 0x0C)}
+_OIDS = {
+    "emailAddress": ("1.2.840.113549.1.9.1", 0x16),
+    "serialNumber": ("2.5.4.5", 0x13),
+    "title": ("2.5.4.12", 0x0C),
+    "givenName": ("2.5.4.42", 0x0C),
+    "surname": ("2.5.4.4", 0x0C),
+}
 
 
 def _escape(value: str) -> str:

@@ -37,30 +37,48 @@ log = logging.getLogger(__name__)
 
 
 class Security:
-    def __init__(self, config: Any, data_dir: str | None, dataplane: Any = None, registry: Any = None) -> None:
+    def __init__(
+        self, config: Any, data_dir: str | None, dataplane: Any = None, registry: Any = None
+    ) -> None:
         self.config = config
-        self.listeners: list[ListenerSpec] = parse_listeners(config["listeners"],
-                                                             config["listener.security.protocol.map"])
+        self.listeners: list[ListenerSpec] = parse_listeners(
+            config["listeners"], config["listener.security.protocol.map"]
+        )
         self.advertised = parse_advertised(config["advertised.listeners"], self.listeners)
         self.authorizer_enabled = bool(str(config["authorizer.class.name"]).strip())
-        self.authorizer = Authorizer(parse_principals(config["super.users"]),
-                                     config["allow.everyone.if.no.acl.found"])
+        self.authorizer = Authorizer(
+            parse_principals(config["super.users"]), config["allow.everyone.if.no.acl.found"]
+        )
         self.store = SecurityStore(self.authorizer, data_dir, config["offsets.commit.timeout.ms"])
         self.dataplane = dataplane
         self.ssl_context: ssl.SSLContext | None = None
         if any(spec.tls for spec in self.listeners):
             self.ssl_context = server_ssl_context(config)
         self.auth_failures = Counter(
-            "kafka_group_coordinator_authorization_failures", "Requests (or parts of them) refused by the "
-            "authorizer, by API and ACL operation.", ["api", "operation"], registry=registry)
+            "kafka_group_coordinator_authorization_failures",
+            "Requests (or parts of them) refused by the authorizer, by API and ACL operation.",
+            ["api", "operation"],
+            registry=registry,
+        )
         self.sasl_failures = Counter(
-            "kafka_group_coordinator_sasl_authentication_failures", "Failed SASL authentications, by mechanism.",
-            ["mechanism"], registry=registry)
-        self.sasl = SaslApis(tuple(config["sasl.enabled.mechanisms"]), self.store.credential,
-                             self.store.check_password, lambda m: self.sasl_failures.labels(m).inc())
+            "kafka_group_coordinator_sasl_authentication_failures",
+            "Failed SASL authentications, by mechanism.",
+            ["mechanism"],
+            registry=registry,
+        )
+        self.sasl = SaslApis(
+            tuple(config["sasl.enabled.mechanisms"]),
+            self.store.credential,
+            self.store.check_password,
+            lambda m: self.sasl_failures.labels(m).inc(),
+        )
         self.apis = SecurityApis(self.store, self.authorizer_enabled, self._denied)
-        self.enforcer = Enforcer(self.authorizer, dataplane, self._denied,
-                                 auto_create=lambda: bool(config["auto.create.topics.enable"]))
+        self.enforcer = Enforcer(
+            self.authorizer,
+            dataplane,
+            self._denied,
+            auto_create=lambda: bool(config["auto.create.topics.enable"]),
+        )
         self._table: Any = None
         self._compaction: asyncio.Task[None] | None = None
 
@@ -81,8 +99,12 @@ class Security:
 
     async def start(self) -> None:
         count = await asyncio.to_thread(self.store.open)
-        log.info("security: %d records replayed, %d ACLs, %d SCRAM credentials", count,
-                 len(self.authorizer.acls()), len(self.store.credentials))
+        log.info(
+            "security: %d records replayed, %d ACLs, %d SCRAM credentials",
+            count,
+            len(self.authorizer.acls()),
+            len(self.store.credentials),
+        )
         await self._bootstrap_users()
         if self.authorizer_enabled and self._table is not None:
             self.enforcer.install(self._table)

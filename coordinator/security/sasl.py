@@ -47,7 +47,9 @@ class SecuritySession:
         self.authenticated = not self.sasl
         self.mechanism: str | None = None
         self.exchange: Any = None
-        self.close_after_response = False  # set by a failed exchange: the connection closes once it is answered
+        self.close_after_response = (
+            False  # set by a failed exchange: the connection closes once it is answered
+        )
 
     def allows(self, api_key: int) -> bool:
         return self.authenticated or api_key in PRE_AUTH_APIS
@@ -56,10 +58,13 @@ class SecuritySession:
 class SaslApis:
     """The two SASL handlers; `lookup(mechanism, user)` gives a SCRAM credential or None."""
 
-    def __init__(self, mechanisms: tuple[str, ...],
-                 lookup: Callable[[str, str], ScramCredential | None],
-                 check_plain: Callable[[str, str], bool],
-                 on_failure: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        mechanisms: tuple[str, ...],
+        lookup: Callable[[str, str], ScramCredential | None],
+        check_plain: Callable[[str, str], bool],
+        on_failure: Callable[[str], None] | None = None,
+    ) -> None:
         self.mechanisms = tuple(mechanisms)
         self._lookup = lookup
         self._check_plain = check_plain
@@ -86,8 +91,10 @@ class SaslApis:
     async def authenticate(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         session: SecuritySession | None = ctx.session
         if session is None or not session.sasl or session.authenticated or session.mechanism is None:
-            return _auth(ErrorCode.illegal_sasl_state, "Unexpected SaslAuthenticate request: no SASL handshake "
-                         "in progress on this connection")
+            return _auth(
+                ErrorCode.illegal_sasl_state,
+                "Unexpected SaslAuthenticate request: no SASL handshake in progress on this connection",
+            )
         try:
             if session.mechanism == PLAIN:
                 user = plain_authenticate(bytes(request.auth_bytes), self._check_plain)
@@ -101,8 +108,12 @@ class SaslApis:
             return _auth(ErrorCode.none, None, reply)
         except AuthenticationFailed as exc:
             session.close_after_response = True
-            log.info("SASL %s authentication failed on connection %d from %s", session.mechanism,
-                     ctx.connection_id, ctx.client_host)
+            log.info(
+                "SASL %s authentication failed on connection %d from %s",
+                session.mechanism,
+                ctx.connection_id,
+                ctx.client_host,
+            )
             if self._on_failure is not None:
                 self._on_failure(session.mechanism)
             return _auth(ErrorCode.sasl_authentication_failed, str(exc))

@@ -40,8 +40,10 @@ class AuthenticationFailed(Exception):
 
 
 def scram_failure(mechanism: str) -> AuthenticationFailed:
-    return AuthenticationFailed("Authentication failed during authentication due to invalid credentials with SASL "
-                                f"mechanism {mechanism}")
+    return AuthenticationFailed(
+        "Authentication failed during authentication due to invalid credentials with SASL "
+        f"mechanism {mechanism}"
+    )
 
 
 def _hmac(key: bytes, msg: bytes, hash_name: str) -> bytes:
@@ -62,33 +64,50 @@ class ScramCredential:
     server_key: bytes
 
     @classmethod
-    def from_salted_password(cls, mechanism: str, salt: bytes, iterations: int,
-                             salted: bytes) -> ScramCredential:
+    def from_salted_password(
+        cls, mechanism: str, salt: bytes, iterations: int, salted: bytes
+    ) -> ScramCredential:
         hash_name = HASHES[mechanism]
         client_key = _hmac(salted, b"Client Key", hash_name)
-        return cls(mechanism, bytes(salt), iterations, hashlib.new(hash_name, client_key).digest(),
-                   _hmac(salted, b"Server Key", hash_name))
+        return cls(
+            mechanism,
+            bytes(salt),
+            iterations,
+            hashlib.new(hash_name, client_key).digest(),
+            _hmac(salted, b"Server Key", hash_name),
+        )
 
     @classmethod
-    def from_password(cls, mechanism: str, password: str, iterations: int = MIN_ITERATIONS,
-                      salt: bytes | None = None) -> ScramCredential:
+    def from_password(
+        cls, mechanism: str, password: str, iterations: int = MIN_ITERATIONS, salt: bytes | None = None
+    ) -> ScramCredential:
         salt = salt if salt is not None else secrets.token_bytes(32)
-        return cls.from_salted_password(mechanism, salt, iterations,
-                                        salted_password(mechanism, password, salt, iterations))
+        return cls.from_salted_password(
+            mechanism, salt, iterations, salted_password(mechanism, password, salt, iterations)
+        )
 
     def check_password(self, password: str) -> bool:
         other = ScramCredential.from_password(self.mechanism, password, self.iterations, self.salt)
         return hmac.compare_digest(other.stored_key, self.stored_key)
 
     def to_json(self) -> dict[str, object]:
-        return {"mechanism": self.mechanism, "salt": base64.b64encode(self.salt).decode(),
-                "iterations": self.iterations, "stored_key": base64.b64encode(self.stored_key).decode(),
-                "server_key": base64.b64encode(self.server_key).decode()}
+        return {
+            "mechanism": self.mechanism,
+            "salt": base64.b64encode(self.salt).decode(),
+            "iterations": self.iterations,
+            "stored_key": base64.b64encode(self.stored_key).decode(),
+            "server_key": base64.b64encode(self.server_key).decode(),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> ScramCredential:
-        return cls(str(data["mechanism"]), base64.b64decode(str(data["salt"])), int(str(data["iterations"])),
-                   base64.b64decode(str(data["stored_key"])), base64.b64decode(str(data["server_key"])))
+        return cls(
+            str(data["mechanism"]),
+            base64.b64decode(str(data["salt"])),
+            int(str(data["iterations"])),
+            base64.b64decode(str(data["stored_key"])),
+            base64.b64decode(str(data["server_key"])),
+        )
 
 
 def _attributes(message: str) -> list[tuple[str, str]]:
@@ -156,8 +175,9 @@ class ScramServer:
         self.username = username
         self._client_first_bare = bare
         self._nonce = attrs[1][1] + self._server_nonce
-        self._server_first = (f"r={self._nonce},s={base64.b64encode(credential.salt).decode()},"
-                              f"i={credential.iterations}")
+        self._server_first = (
+            f"r={self._nonce},s={base64.b64encode(credential.salt).decode()},i={credential.iterations}"
+        )
         self._state = "final"
         return self._server_first.encode()
 
@@ -203,8 +223,9 @@ def plain_authenticate(message: bytes, check) -> str:  # type: ignore[no-untyped
     if not password:
         raise AuthenticationFailed("Authentication failed: password not specified")
     if authzid and authzid != user:
-        raise AuthenticationFailed("Authentication failed: Client requested an authorization id that is different "
-                                   "from username")
+        raise AuthenticationFailed(
+            "Authentication failed: Client requested an authorization id that is different from username"
+        )
     if not check(user, password):
         raise AuthenticationFailed(PLAIN_FAILURE)
     return user

@@ -32,8 +32,15 @@ SCRAM_PREFIX = b"scram\x00"
 
 
 def acl_key(acl: AclBinding) -> bytes:
-    fields = [int(acl.resource_type), acl.resource_name, int(acl.pattern_type), acl.principal, acl.host,
-              int(acl.operation), int(acl.permission)]
+    fields = [
+        int(acl.resource_type),
+        acl.resource_name,
+        int(acl.pattern_type),
+        acl.principal,
+        acl.host,
+        int(acl.operation),
+        int(acl.permission),
+    ]
     return ACL_PREFIX + json.dumps(fields, separators=(",", ":")).encode()
 
 
@@ -70,15 +77,16 @@ class SecurityStore:
 
     def replay(self, key: bytes, value: bytes | None) -> None:
         if key.startswith(ACL_PREFIX):
-            f = json.loads(key[len(ACL_PREFIX):])
-            acl = AclBinding(ResourceType(f[0]), f[1], PatternType(f[2]), f[3], f[4], Operation(f[5]),
-                             Permission(f[6]))
+            f = json.loads(key[len(ACL_PREFIX) :])
+            acl = AclBinding(
+                ResourceType(f[0]), f[1], PatternType(f[2]), f[3], f[4], Operation(f[5]), Permission(f[6])
+            )
             if value is None:
                 self.authorizer.remove(acl)
             else:
                 self.authorizer.add(acl)
         elif key.startswith(SCRAM_PREFIX):
-            mechanism, _, user = key[len(SCRAM_PREFIX):].partition(b"\x00")
+            mechanism, _, user = key[len(SCRAM_PREFIX) :].partition(b"\x00")
             ident = (user.decode("utf-8"), mechanism.decode())
             if value is None:
                 self.credentials.pop(ident, None)
@@ -106,8 +114,9 @@ class SecurityStore:
         return acl_key(acl), (b"{}" if present else None)
 
     @staticmethod
-    def credential_record(user: str, mechanism: str,
-                          credential: ScramCredential | None) -> tuple[bytes, bytes | None]:
+    def credential_record(
+        user: str, mechanism: str, credential: ScramCredential | None
+    ) -> tuple[bytes, bytes | None]:
         value = None if credential is None else json.dumps(credential.to_json()).encode()
         return scram_key(mechanism, user), value
 

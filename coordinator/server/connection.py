@@ -79,8 +79,13 @@ class ConnectionContext(Protocol):
 
 
 class Connection:
-    def __init__(self, server: ConnectionContext, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 connection_id: int) -> None:
+    def __init__(
+        self,
+        server: ConnectionContext,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        connection_id: int,
+    ) -> None:
         self.server = server
         self.reader = reader
         self.writer = writer
@@ -232,7 +237,9 @@ class Connection:
                 break
             finally:
                 self.awaiting_answer = False
-                self.last_active = self._loop.time()  # not get_running_loop(): this also runs when GC closes us
+                self.last_active = (
+                    self._loop.time()
+                )  # not get_running_loop(): this also runs when GC closes us
             if response is _CLOSE:
                 break
             ctx = decoded.context
@@ -242,8 +249,11 @@ class Connection:
                 try:
                     payload = table.encode_response(decoded.context, response)
                 except Exception:
-                    log.exception("cannot encode the answer to api %d v%d", decoded.context.api_key,
-                                  decoded.context.api_version)
+                    log.exception(
+                        "cannot encode the answer to api %d v%d",
+                        decoded.context.api_key,
+                        decoded.context.api_version,
+                    )
                     break
                 out.append(_LEN.pack(len(payload)) + payload)
                 unwritten.append((ctx, response, started))

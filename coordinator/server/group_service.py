@@ -65,8 +65,13 @@ class ShardUnavailable(Exception):
 class GroupCoordinatorService:
     """A server part: registers the group APIs and serves them from `shards` (see the module doc)."""
 
-    def __init__(self, shards: Shards, *, relay: Relay | None = None,
-                 owner_of_shard: Callable[[int], int] | None = None) -> None:
+    def __init__(
+        self,
+        shards: Shards,
+        *,
+        relay: Relay | None = None,
+        owner_of_shard: Callable[[int], int] | None = None,
+    ) -> None:
         """`relay` and `owner_of_shard` (which coordinator owns a shard this server does not): given together
         when groups this server does not own are relayed to their owner."""
         self.shards = shards
@@ -85,8 +90,14 @@ class GroupCoordinatorService:
             return ErrorCode.coordinator_not_available
         return ErrorCode.coordinator_load_in_progress
 
-    async def call(self, group_id: str, operation: Callable[[Shard], Callable[..., Any]], *args: Any,
-                   gated: bool = True, **kwargs: Any) -> Any:
+    async def call(
+        self,
+        group_id: str,
+        operation: Callable[[Shard], Callable[..., Any]],
+        *args: Any,
+        gated: bool = True,
+        **kwargs: Any,
+    ) -> Any:
         """Run `operation(shard)(token, *args, **kwargs)` in the shard owning `group_id` and return its answer.
         `gated`: it reads or changes membership, so it waits for the group's writes applied in memory first.
         Raises ShardUnavailable, or ShardAborted if the shard is given up while the answer is pending."""
@@ -97,8 +108,15 @@ class GroupCoordinatorService:
         assert shard is not None
         return await self._call_shard(shard, group_id, operation, *args, gated=gated, **kwargs)
 
-    async def _call_shard(self, shard: Shard, group_id: str | None, operation: Callable[[Shard], Callable[..., Any]],
-                          *args: Any, gated: bool, **kwargs: Any) -> Any:
+    async def _call_shard(
+        self,
+        shard: Shard,
+        group_id: str | None,
+        operation: Callable[[Shard], Callable[..., Any]],
+        *args: Any,
+        gated: bool,
+        **kwargs: Any,
+    ) -> Any:
         """`group_id` None: the operation is about several groups of the shard, so it waits for all of the
         shard's barriers (gated) and its answer for every write before it."""
         if gated:
@@ -118,11 +136,22 @@ class GroupCoordinatorService:
             ApiKey.OFFSET_COMMIT: self._one_group(lambda s: s.machine.offset_commit),
             ApiKey.OFFSET_FETCH: self._offset_fetch,
             ApiKey.OFFSET_DELETE: self._one_group(lambda s: s.machine.offset_delete),
-            ApiKey.DESCRIBE_GROUPS: self._split("groups", "groups", lambda g: g, _describe_error,
-                                                lambda s: s.machine.describe_groups, gated=False),
-            ApiKey.DELETE_GROUPS: self._split("groups_names", "results", lambda g: g,
-                                              lambda g, code, version: {"group_id": g, "error_code": code},
-                                              lambda s: s.machine.delete_groups, gated=True),
+            ApiKey.DESCRIBE_GROUPS: self._split(
+                "groups",
+                "groups",
+                lambda g: g,
+                _describe_error,
+                lambda s: s.machine.describe_groups,
+                gated=False,
+            ),
+            ApiKey.DELETE_GROUPS: self._split(
+                "groups_names",
+                "results",
+                lambda g: g,
+                lambda g, code, version: {"group_id": g, "error_code": code},
+                lambda s: s.machine.delete_groups,
+                gated=True,
+            ),
             ApiKey.LIST_GROUPS: self._list_groups,
         }
         for api_key, (lo, hi) in GROUP_API_VERSIONS.items():
@@ -150,11 +179,18 @@ class GroupCoordinatorService:
     # -- handlers --------------------------------------------------------------------------------------------
 
     async def _join_group(self, ctx: RequestContext, request: Any) -> Any:
-        return await self._serve(ctx, request, lambda s: s.machine.join_group, gated=True,
-                                 client_id=ctx.client_id or "", client_host="/" + ctx.client_host)
+        return await self._serve(
+            ctx,
+            request,
+            lambda s: s.machine.join_group,
+            gated=True,
+            client_id=ctx.client_id or "",
+            client_host="/" + ctx.client_host,
+        )
 
-    def _one_group(self, operation: Callable[[Shard], Callable[..., Any]]
-                   ) -> Callable[[RequestContext, Any], Awaitable[Any]]:
+    def _one_group(
+        self, operation: Callable[[Shard], Callable[..., Any]]
+    ) -> Callable[[RequestContext, Any], Awaitable[Any]]:
         async def handle(ctx: RequestContext, request: Any) -> Any:
             return await self._serve(ctx, request, operation, gated=True)
 
@@ -162,13 +198,24 @@ class GroupCoordinatorService:
 
     async def _offset_fetch(self, ctx: RequestContext, request: Any) -> Any:
         if ctx.api_version >= 8:
-            return await self._split("groups", "groups", lambda g: g.group_id,
-                                     lambda g, code, version: {"group_id": g, "topics": [], "error_code": code},
-                                     lambda s: s.machine.offset_fetch, gated=False)(ctx, request)
+            return await self._split(
+                "groups",
+                "groups",
+                lambda g: g.group_id,
+                lambda g, code, version: {"group_id": g, "topics": [], "error_code": code},
+                lambda s: s.machine.offset_fetch,
+                gated=False,
+            )(ctx, request)
         return await self._serve(ctx, request, lambda s: s.machine.offset_fetch, gated=False)
 
-    async def _serve(self, ctx: RequestContext, request: Any, operation: Callable[[Shard], Callable[..., Any]],
-                     gated: bool, **kwargs: Any) -> Any:
+    async def _serve(
+        self,
+        ctx: RequestContext,
+        request: Any,
+        operation: Callable[[Shard], Callable[..., Any]],
+        gated: bool,
+        **kwargs: Any,
+    ) -> Any:
         """A request about one group: its shard's answer, the owner's (relayed), or the error for it."""
         group_id = request.group_id
         if self.relay is not None and self.shards.for_group(group_id) is None:
@@ -180,11 +227,17 @@ class GroupCoordinatorService:
         except ShardAborted:
             return error_response(ctx.api_key, ctx.api_version, request, ErrorCode.coordinator_not_available)
 
-    def _split(self, field: str, answer_field: str, group_of: Callable[[Any], str],
-               error_entry: Callable[[str, ErrorCode, int], dict[str, Any]],
-               operation: Callable[[Shard], Callable[..., Any]], gated: bool,
-               ) -> Callable[[RequestContext, Any], Awaitable[Any]]:
+    def _split(
+        self,
+        field: str,
+        answer_field: str,
+        group_of: Callable[[Any], str],
+        error_entry: Callable[[str, ErrorCode, int], dict[str, Any]],
+        operation: Callable[[Shard], Callable[..., Any]],
+        gated: bool,
+    ) -> Callable[[RequestContext, Any], Awaitable[Any]]:
         """A handler for a request naming several groups: one call per shard, answers merged in request order."""
+
         async def handle(ctx: RequestContext, request: Any) -> Any:
             items = list(getattr(request, field))
             by_shard: dict[int, list[int]] = {}
@@ -204,11 +257,14 @@ class GroupCoordinatorService:
             async def one(index: int, positions: list[int]) -> None:
                 sub = dataclasses.replace(request, **{field: tuple(items[p] for p in positions)})
                 try:
-                    response = await self._call_shard(self.shards.by_index[index], None, operation,
-                                                      ctx.api_version, sub, gated=gated)
+                    response = await self._call_shard(
+                        self.shards.by_index[index], None, operation, ctx.api_version, sub, gated=gated
+                    )
                     entries = list(getattr(response, answer_field))
                 except (ShardAborted, ShardUnavailable) as exc:
-                    code = exc.code if isinstance(exc, ShardUnavailable) else ErrorCode.coordinator_not_available
+                    code = (
+                        exc.code if isinstance(exc, ShardUnavailable) else ErrorCode.coordinator_not_available
+                    )
                     entries = [error_entry(group_of(items[p]), code, ctx.api_version) for p in positions]
                 for position, entry in zip(positions, entries, strict=True):
                     answers[position] = entry
@@ -220,8 +276,9 @@ class GroupCoordinatorService:
                 for position, entry in zip(positions, getattr(response, answer_field), strict=True):
                     answers[position] = entry
 
-            await asyncio.gather(*(one(i, ps) for i, ps in by_shard.items()),
-                                 *(remote(w, ps) for w, ps in by_owner.items()))
+            await asyncio.gather(
+                *(one(i, ps) for i, ps in by_shard.items()), *(remote(w, ps) for w, ps in by_owner.items())
+            )
             return {"throttle_time": 0, answer_field: [answers[p] for p in range(len(items))]}
 
         return handle
@@ -253,26 +310,59 @@ def error_response(api_key: int, version: int, request: Any, code: ErrorCode) ->
     are not kicked out by a restart."""
     base: dict[str, Any] = {"throttle_time": 0}
     if api_key == ApiKey.HEARTBEAT:
-        return base | {"error_code": ErrorCode.none if code == ErrorCode.coordinator_load_in_progress else code}
+        return base | {
+            "error_code": ErrorCode.none if code == ErrorCode.coordinator_load_in_progress else code
+        }
     if api_key == ApiKey.JOIN_GROUP:
-        return base | {"error_code": code, "generation_id": -1, "protocol_type": None,
-                       "protocol_name": None if version >= 7 else "", "leader": "",
-                       "member_id": getattr(request, "member_id", ""), "members": ()}
+        return base | {
+            "error_code": code,
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": None if version >= 7 else "",
+            "leader": "",
+            "member_id": getattr(request, "member_id", ""),
+            "members": (),
+        }
     if api_key == ApiKey.SYNC_GROUP:
         return base | {"error_code": code, "protocol_type": None, "protocol_name": None, "assignment": b""}
     if api_key == ApiKey.LEAVE_GROUP:
         return base | {"error_code": code, "members": ()}
     if api_key == ApiKey.OFFSET_COMMIT:
-        return base | {"topics": [{"name": t.name, "partitions": [
-            {"partition_index": p.partition_index, "error_code": code} for p in t.partitions]}
-            for t in request.topics]}
+        return base | {
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
+                    ],
+                }
+                for t in request.topics
+            ]
+        }
     if api_key == ApiKey.OFFSET_FETCH:
         if version >= 8:
-            return base | {"groups": [{"group_id": g.group_id, "topics": [], "error_code": code}
-                                      for g in request.groups]}
-        return base | {"error_code": code, "topics": [{"name": t.name, "partitions": [
-            {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
-             "error_code": code} for i in t.partition_indexes]} for t in (request.topics or ())]}
+            return base | {
+                "groups": [{"group_id": g.group_id, "topics": [], "error_code": code} for g in request.groups]
+            }
+        return base | {
+            "error_code": code,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": i,
+                            "committed_offset": -1,
+                            "committed_leader_epoch": -1,
+                            "metadata": "",
+                            "error_code": code,
+                        }
+                        for i in t.partition_indexes
+                    ],
+                }
+                for t in (request.topics or ())
+            ],
+        }
     if api_key == ApiKey.DESCRIBE_GROUPS:
         return base | {"groups": [_describe_error(g, code, version) for g in request.groups]}
     if api_key == ApiKey.LIST_GROUPS:
@@ -285,5 +375,13 @@ def error_response(api_key: int, version: int, request: Any, code: ErrorCode) ->
 
 
 def _describe_error(group_id: str, code: ErrorCode, version: int) -> dict[str, Any]:
-    return {"error_code": code, "error_message": None, "group_id": group_id, "group_state": "",
-            "protocol_type": "", "protocol_data": "", "members": (), "authorized_operations": -2147483648}
+    return {
+        "error_code": code,
+        "error_message": None,
+        "group_id": group_id,
+        "group_state": "",
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": (),
+        "authorized_operations": -2147483648,
+    }

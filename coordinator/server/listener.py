@@ -51,8 +51,14 @@ Sessions = Callable[[Any, Any], Any]
 
 
 class Server:
-    def __init__(self, config: Config, listeners: Sequence[KafkaListener], *, metrics: ServerMetrics | None = None,
-                 sessions: Sessions | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        listeners: Sequence[KafkaListener],
+        *,
+        metrics: ServerMetrics | None = None,
+        sessions: Sessions | None = None,
+    ) -> None:
         self.config = config
         self.listeners = list(listeners)
         self.sessions = sessions
@@ -103,12 +109,20 @@ class Server:
         for part in self.parts:
             await part.start()
         for listener in self.listeners:
-            sock = listener.sock or await asyncio.to_thread(bind_listener, listener.host, listener.port)
+            sock = listener.sock
+            if sock is None:
+                sock = await asyncio.to_thread(bind_listener, listener.host, listener.port)
             # backlog: asyncio listens again on a given socket, with 100 unless told (500 clients connecting at
             # once overflowed that and got resets)
-            self._servers.append(await asyncio.start_server(
-                functools.partial(self._accept, listener=listener), sock=sock, backlog=LISTEN_BACKLOG,
-                limit=2**20, ssl=listener.ssl))
+            self._servers.append(
+                await asyncio.start_server(
+                    functools.partial(self._accept, listener=listener),
+                    sock=sock,
+                    backlog=LISTEN_BACKLOG,
+                    limit=2**20,
+                    ssl=listener.ssl,
+                )
+            )
             listener.bound_port = sock.getsockname()[1]
         self.listening = True
         if self.config["connections.max.idle.ms"] >= 0:
@@ -119,8 +133,9 @@ class Server:
         """Listening, and every part that loads state (the group log) has loaded it."""
         return self.listening and all(getattr(part, "ready", True) for part in self.parts)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      listener: KafkaListener) -> None:
+    async def _accept(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: KafkaListener
+    ) -> None:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -181,8 +196,11 @@ class Server:
             return 0
         expired = [c for c in self.connections.values() if c.idle_for(now) > idle_s]
         for conn in expired:
-            log.info("closing connection %d from %s: idle for more than connections.max.idle.ms",
-                     conn.connection_id, conn.peer_host)
+            log.info(
+                "closing connection %d from %s: idle for more than connections.max.idle.ms",
+                conn.connection_id,
+                conn.peer_host,
+            )
             conn.close_idle()
         return len(expired)
 
@@ -225,6 +243,6 @@ class Server:
 def _resolve(host: str) -> str | None:
     """The IPv4/IPv6 address of a host named in max.connections.per.ip.overrides (Kafka resolves them too)."""
     try:
-        return socket.getaddrinfo(host, None)[0][4][0]
+        return str(socket.getaddrinfo(host, None)[0][4][0])
     except (OSError, UnicodeError):
         return None

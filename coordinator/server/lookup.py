@@ -38,18 +38,28 @@ class CoordinatorLookup:
             if not key:
                 return _error(key, ErrorCode.invalid_request, "The group id must not be empty.")
             b = self._owner(key) if self._owner is not None else self._broker()
-            return {"key": key, "node_id": b.node_id, "host": b.host, "port": b.port,
-                    "error_code": ErrorCode.none, "error_message": None}
+            return {
+                "key": key,
+                "node_id": b.node_id,
+                "host": b.host,
+                "port": b.port,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+            }
         if key_type in (TRANSACTION, SHARE):
             kind = "transactions" if key_type == TRANSACTION else "share groups"
-            return _error(key, ErrorCode.coordinator_not_available, f"This server does not coordinate {kind}.")
+            return _error(
+                key, ErrorCode.coordinator_not_available, f"This server does not coordinate {kind}."
+            )
         return _error(key, ErrorCode.invalid_request, f"Unknown coordinator key type {key_type}.")
 
     async def find_coordinator(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         key_type = int(getattr(request, "key_type", GROUP))
         if ctx.api_version >= 4:
-            return {"throttle_time": 0,
-                    "coordinators": [self._answer(k, key_type) for k in request.coordinator_keys]}
+            return {
+                "throttle_time": 0,
+                "coordinators": [self._answer(k, key_type) for k in request.coordinator_keys],
+            }
         answer = self._answer(request.key, key_type)
         answer["throttle_time"] = 0
         return answer

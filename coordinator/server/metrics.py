@@ -24,8 +24,25 @@ from protocol.errors import ErrorCode
 # `_created` series double every counter and histogram for little use; they are off for the whole process.
 disable_created_metrics()
 
-REQUEST_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                     30.0, 60.0, 300.0)
+REQUEST_BUCKETS_S = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+)
 STORAGE_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 COMPACTION_BUCKETS_S = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
@@ -39,13 +56,17 @@ class ServerMetrics:
             "kafka_group_coordinator_connections", "Open client connections.", registry=self.registry
         )
         self.requests = Counter(
-            "kafka_group_coordinator_requests", "Requests answered, by API, version and error code.",
-            ["api", "version", "error"], registry=self.registry,
+            "kafka_group_coordinator_requests",
+            "Requests answered, by API, version and error code.",
+            ["api", "version", "error"],
+            registry=self.registry,
         )
         self.request_duration = Histogram(
             "kafka_group_coordinator_request_duration_seconds",
             "Time from reading a request to writing its answer, by API, version and error code.",
-            ["api", "version", "error"], buckets=REQUEST_BUCKETS_S, registry=self.registry,
+            ["api", "version", "error"],
+            buckets=REQUEST_BUCKETS_S,
+            registry=self.registry,
         )
         self.protocol_errors = Counter(
             "kafka_group_coordinator_protocol_errors",
@@ -55,11 +76,14 @@ class ServerMetrics:
         self.log_append_duration = Histogram(
             "kafka_group_coordinator_log_append_duration_seconds",
             "Time from appending records to the group log to their being durable (linger, write and fsync).",
-            buckets=STORAGE_BUCKETS_S, registry=self.registry,
+            buckets=STORAGE_BUCKETS_S,
+            registry=self.registry,
         )
         self.log_compaction_duration = Histogram(
-            "kafka_group_coordinator_log_compaction_duration_seconds", "Duration of group log compactions.",
-            buckets=COMPACTION_BUCKETS_S, registry=self.registry,
+            "kafka_group_coordinator_log_compaction_duration_seconds",
+            "Duration of group log compactions.",
+            buckets=COMPACTION_BUCKETS_S,
+            registry=self.registry,
         )
         self._collectors: list[Collector] = []
         self._children: dict[tuple[int, int, int], tuple[Any, Any]] = {}
@@ -78,7 +102,10 @@ class ServerMetrics:
         children = self._children.get(key)
         if children is None:  # labels() costs a lock and a dict walk per call: once per label set is enough
             labels = (api_name(api_key), str(api_version), error_name(key[2]))
-            children = self._children[key] = (self.requests.labels(*labels), self.request_duration.labels(*labels))
+            children = self._children[key] = (
+                self.requests.labels(*labels),
+                self.request_duration.labels(*labels),
+            )
         children[0].inc()
         children[1].observe(seconds)
 
@@ -109,8 +136,11 @@ def _error_in(obj: Any, depth: int, budget: list[int]) -> int | None:
         return int(code)
     if depth == 0:
         return None
-    fields = obj.values() if isinstance(obj, dict) else (
-        getattr(obj, name, None) for name in getattr(obj, "__dataclass_fields__", ()))
+    fields = (
+        obj.values()
+        if isinstance(obj, dict)
+        else (getattr(obj, name, None) for name in getattr(obj, "__dataclass_fields__", ()))
+    )
     for value in fields:
         if isinstance(value, (list, tuple)):
             for item in value:
@@ -135,15 +165,20 @@ class ShardCollector(Collector):
     def collect(self) -> Any:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        shards = GaugeMetricFamily("kafka_group_coordinator_group_shards",
-                                   "Group shards this server owns, by state (stalled: its log fails or times out; "
-                                   "failed: given up and reloading).", labels=["state"])
+        shards = GaugeMetricFamily(
+            "kafka_group_coordinator_group_shards",
+            "Group shards this server owns, by state (stalled: its log fails or times out; "
+            "failed: given up and reloading).",
+            labels=["state"],
+        )
         counts = dict.fromkeys(self.STATES, 0)
         for shard in list(self._shards.by_index.values()):
             counts[shard.state.value] = counts.get(shard.state.value, 0) + 1
         for state, count in counts.items():
             shards.add_metric([state], count)
         yield shards
-        yield CounterMetricFamily("kafka_group_coordinator_group_shard_failures",
-                                  "Times a group shard was marked failed and reloaded from its log.",
-                                  value=self._shards.failures)
+        yield CounterMetricFamily(
+            "kafka_group_coordinator_group_shard_failures",
+            "Times a group shard was marked failed and reloaded from its log.",
+            value=self._shards.failures,
+        )

@@ -144,8 +144,13 @@ class ShardRuntime:
     heartbeats of the other groups of its shard.
     """
 
-    def __init__(self, log: Any = None, timeout_ms: int = 5000, failure_error: int = 15,
-                 on_append: Callable[[float], None] | None = None) -> None:
+    def __init__(
+        self,
+        log: Any = None,
+        timeout_ms: int = 5000,
+        failure_error: int = 15,
+        on_append: Callable[[float], None] | None = None,
+    ) -> None:
         """`on_append(seconds)`: how long each successful append took, from queueing to durable (the log's
         group-commit linger, the write and the fsync: what a request waiting for its records pays)."""
         self.machine: Any = None  # the state machine; set once it is built (it needs our timer)
@@ -185,7 +190,9 @@ class ShardRuntime:
                 return
             await asyncio.wait(list(pending))
 
-    async def call(self, method: Callable[..., Any], *args: Any, group: str | None = None, **kwargs: Any) -> Any:
+    async def call(
+        self, method: Callable[..., Any], *args: Any, group: str | None = None, **kwargs: Any
+    ) -> Any:
         """Run one request through the state machine and wait for its answer (perhaps parked for a while).
         `group`: the one group the request is about, if it is about one (see `apply`).
 
@@ -249,7 +256,11 @@ class ShardRuntime:
                 del self._last_by_group[g]
 
     def _earlier_for(self, group: str) -> list[asyncio.Task[None]]:
-        return [t for t in (self._last_by_group.get(group), self._last_ungrouped) if t is not None and not t.done()]
+        return [
+            t
+            for t in (self._last_by_group.get(group), self._last_ungrouped)
+            if t is not None and not t.done()
+        ]
 
     def _barrier_done(self, groups: set[str], task: asyncio.Task[None]) -> None:
         for group in groups:

@@ -66,8 +66,9 @@ class ShardState(enum.Enum):
 class Shard:
     """One shard: a state machine, its runtime, clock, timer and log."""
 
-    def __init__(self, index: int, config: Config, data_dir: str | None, fs: FS,
-                 on_append: Observer | None = None) -> None:
+    def __init__(
+        self, index: int, config: Config, data_dir: str | None, fs: FS, on_append: Observer | None = None
+    ) -> None:
         self.index = index
         self.config = config
         self.fs = fs
@@ -91,7 +92,10 @@ class Shard:
         if self.directory is not None:
             directory = self.directory
             the_log = await asyncio.to_thread(
-                Log.open, directory, fs=self.fs, segment_bytes=self.config["offsets.topic.segment.bytes"],
+                Log.open,
+                directory,
+                fs=self.fs,
+                segment_bytes=self.config["offsets.topic.segment.bytes"],
                 linger_ms=self.config["group.coordinator.append.linger.ms"],
             )
             recovery = the_log.recovery
@@ -119,9 +123,15 @@ class Shard:
             now = time.monotonic()
             if now - last[0] >= LOAD_PROGRESS_INTERVAL_S:
                 last[0] = now
-                log.info("loading group shard %d: %d records, %d of %d bytes (%.0f%%), %.0f records/s", self.index,
-                         entries, bytes_done, bytes_total, 100 * bytes_done / max(bytes_total, 1),
-                         entries / (now - started))
+                log.info(
+                    "loading group shard %d: %d records, %d of %d bytes (%.0f%%), %.0f records/s",
+                    self.index,
+                    entries,
+                    bytes_done,
+                    bytes_total,
+                    100 * bytes_done / max(bytes_total, 1),
+                    entries / (now - started),
+                )
 
         count = 0
         replay = self.machine.replay_entry
@@ -163,9 +173,16 @@ class Shard:
 class Shards:
     """The shards a server owns: loading, stall monitoring, failure and reload, compaction, unloading."""
 
-    def __init__(self, config: Config, data_dir: str | None, owned: frozenset[int] | None = None, *,
-                 fs: FS | None = None, on_append: Observer | None = None,
-                 on_compaction: Observer | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        data_dir: str | None,
+        owned: frozenset[int] | None = None,
+        *,
+        fs: FS | None = None,
+        on_append: Observer | None = None,
+        on_compaction: Observer | None = None,
+    ) -> None:
         """`owned`: the shard indexes to serve (default: all); `on_append` / `on_compaction`: told how long each
         successful append (until durable) and compaction took, in seconds."""
         self.config = config
@@ -249,7 +266,8 @@ class Shards:
         if layout.get("shards") != self.num_shards:
             raise SystemExit(
                 f"{directory} holds groups in {layout.get('shards')} shards, but offsets.topic.num.partitions is "
-                f"{self.num_shards}; the shard count of a data directory cannot change (as in Kafka)")
+                f"{self.num_shards}; the shard count of a data directory cannot change (as in Kafka)"
+            )
 
     def unload(self) -> None:
         """Shutdown, as Kafka unloads its shards (see the module doc). What was written stays written; the groups
@@ -268,8 +286,10 @@ class Shards:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
-        await asyncio.gather(*(shard.close() for shard in self.by_index.values() if shard.state is not
-                               ShardState.FAILED), return_exceptions=True)
+        await asyncio.gather(
+            *(shard.close() for shard in self.by_index.values() if shard.state is not ShardState.FAILED),
+            return_exceptions=True,
+        )
 
     async def _load(self) -> None:
         started = time.monotonic()
@@ -312,8 +332,9 @@ class Shards:
                         shard.state = ShardState.ACTIVE
                     continue
                 if shard.state is ShardState.ACTIVE:
-                    log.warning("group shard %d: its log fails or stalls; answering COORDINATOR_NOT_AVAILABLE",
-                                index)
+                    log.warning(
+                        "group shard %d: its log fails or stalls; answering COORDINATOR_NOT_AVAILABLE", index
+                    )
                     shard.state = ShardState.STALLED
                 if stalled_for >= self.failure_timeout_s:
                     self._fail(index, f"its log failed or stalled for {stalled_for:.1f}s")
@@ -340,12 +361,20 @@ class Shards:
                     raise
                 except Exception as exc:
                     shard.state = ShardState.FAILED
-                    log.error("group shard %d: reload failed (%r); retrying in %.1fs", shard.index, exc,
-                              self.failure_timeout_s)
+                    log.error(
+                        "group shard %d: reload failed (%r); retrying in %.1fs",
+                        shard.index,
+                        exc,
+                        self.failure_timeout_s,
+                    )
                     await asyncio.sleep(self.failure_timeout_s)
                     continue
-                log.info("group shard %d reloaded in %.2fs: %s", shard.index, shard.load_stats["seconds"],
-                         shard.load_stats)
+                log.info(
+                    "group shard %d reloaded in %.2fs: %s",
+                    shard.index,
+                    shard.load_stats["seconds"],
+                    shard.load_stats,
+                )
                 return
         finally:
             self._reloads.pop(shard.index, None)
@@ -364,15 +393,19 @@ class Shards:
                     continue
                 try:
                     started = time.perf_counter()
-                    shard.compaction = asyncio.wrap_future(shard.runtime.log.compact(shard.clock.wall_ms(),
-                                                                                     retention))
+                    shard.compaction = asyncio.wrap_future(
+                        shard.runtime.log.compact(shard.clock.wall_ms(), retention)
+                    )
                     result = await asyncio.wait_for(asyncio.shield(shard.compaction), budget_s)
                     if self._on_compaction is not None:
                         self._on_compaction(time.perf_counter() - started)
                     log.info("group shard %d compacted: %s", index, result)
-                except asyncio.TimeoutError:
-                    log.warning("group shard %d: compaction went past its %.0fs budget; not waiting for it",
-                                index, budget_s)
+                except TimeoutError:
+                    log.warning(
+                        "group shard %d: compaction went past its %.0fs budget; not waiting for it",
+                        index,
+                        budget_s,
+                    )
                 except Exception:
                     log.exception("group shard %d: compaction failed; will retry", index)
 
@@ -410,7 +443,11 @@ class _MergedGroups(Mapping[str, ClassicGroup]):
         return sum(len(s.machine.groups) for s in self._s.by_index.values())
 
     def values(self) -> Any:
-        return [group for shard in list(self._s.by_index.values()) for group in list(shard.machine.groups.values())]
+        return [
+            group
+            for shard in list(self._s.by_index.values())
+            for group in list(shard.machine.groups.values())
+        ]
 
 
 class _MergedStore:

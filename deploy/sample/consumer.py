@@ -25,17 +25,23 @@ def stop(*_):
 def main() -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    consumer = Consumer({
-        "bootstrap.servers": BOOTSTRAP,
-        "group.id": GROUP,
-        "client.id": f"{GROUP}-{socket.gethostname()}",
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": True,
-        "auto.commit.interval.ms": 1000,
-        "partition.assignment.strategy": "range",
-    })
-    consumer.subscribe([TOPIC], on_assign=lambda _c, parts: print(
-        "assigned", [f"{p.topic}:{p.partition}" for p in parts], flush=True))
+    consumer = Consumer(
+        {
+            "bootstrap.servers": BOOTSTRAP,
+            "group.id": GROUP,
+            "client.id": f"{GROUP}-{socket.gethostname()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+            "auto.commit.interval.ms": 1000,
+            "partition.assignment.strategy": "range",
+        }
+    )
+    consumer.subscribe(
+        [TOPIC],
+        on_assign=lambda _c, parts: print(
+            "assigned", [f"{p.topic}:{p.partition}" for p in parts], flush=True
+        ),
+    )
     consumed = 0
     try:
         while running:

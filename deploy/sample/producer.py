@@ -24,12 +24,22 @@ def stop(*_):
 def main() -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    producer = Producer({"bootstrap.servers": BOOTSTRAP, "client.id": "sample-producer", "linger.ms": 20,
-                         "enable.idempotence": True})
+    producer = Producer(
+        {
+            "bootstrap.servers": BOOTSTRAP,
+            "client.id": "sample-producer",
+            "linger.ms": 20,
+            "enable.idempotence": True,
+        }
+    )
     sent = 0
     while running:
-        order = {"id": sent, "customer": f"c{random.randrange(100)}",
-                 "amount": round(random.uniform(1, 500), 2), "ts": time.time()}
+        order = {
+            "id": sent,
+            "customer": f"c{random.randrange(100)}",
+            "amount": round(random.uniform(1, 500), 2),
+            "ts": time.time(),
+        }
         producer.produce(TOPIC, key=order["customer"].encode(), value=json.dumps(order).encode())
         producer.poll(0)
         sent += 1

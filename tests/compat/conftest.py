@@ -30,10 +30,9 @@ for _p in (COMPAT, TESTS / "e2e", TESTS / "e2e" / "groups"):
         sys.path.insert(0, str(_p))
 
 import compat_matrix  # noqa: E402
-from e2e_support import load_conftest  # noqa: E402
 from compat_support import CLIENT_SETS, JAVA_SOURCES, JavaClients, fetch_jar_set, need_tools  # noqa: E402
+from e2e_support import load_conftest  # noqa: E402
 from groups_support import Members  # noqa: E402
-
 
 _e2e = load_conftest(TESTS / "e2e" / "conftest.py")
 server_factory = _e2e.server_factory

@@ -56,8 +56,13 @@ def test_coordinator_environment_is_valid_configuration():
     coordinator = SERVICES["coordinator"]
     env = {k: str(v) for k, v in coordinator["environment"].items()}
     known = {ENV_PREFIX + s.name.upper().replace(".", "_") for s in SETTINGS} | {
-        "KGC_LISTEN", "KGC_ADVERTISED_LISTENER", "KGC_DATA_DIR", "KGC_ADMIN_LISTEN", "KGC_CONFIG",
-        "KGC_LOG_LEVEL"}
+        "KGC_LISTEN",
+        "KGC_ADVERTISED_LISTENER",
+        "KGC_DATA_DIR",
+        "KGC_ADMIN_LISTEN",
+        "KGC_CONFIG",
+        "KGC_LOG_LEVEL",
+    }
     for name in env:
         assert name in known, f"the server does not read {name}"
     # KGC_CONFIG points at a mounted file; the file plus the variables make a configuration the server takes.
@@ -97,12 +102,14 @@ def test_grafana_provisions_the_datasource_and_the_dashboard():
     mounts = {t: (DEPLOY / s).resolve() for s, t, _ in _mounts(grafana) if _bind(s)}
     datasources = mounts["/etc/grafana/provisioning/datasources"]
     dashboards = mounts["/etc/grafana/provisioning/dashboards"]
-    sources = [d for f in sorted(datasources.glob("*.yaml"))
-               for d in yaml.safe_load(f.read_text())["datasources"]]
+    sources = [
+        d for f in sorted(datasources.glob("*.yaml")) for d in yaml.safe_load(f.read_text())["datasources"]
+    ]
     assert [d["type"] for d in sources] == ["prometheus"] and sources[0]["isDefault"] is True
     assert sources[0]["url"].split("//")[1].split(":")[0] == "coordinator"
-    providers = [p for f in sorted(dashboards.glob("*.yaml"))
-                 for p in yaml.safe_load(f.read_text())["providers"]]
+    providers = [
+        p for f in sorted(dashboards.glob("*.yaml")) for p in yaml.safe_load(f.read_text())["providers"]
+    ]
     assert len(providers) == 1
     path = providers[0]["options"]["path"]
     json_mounts = [src for target, src in mounts.items() if target.startswith(path + "/")]

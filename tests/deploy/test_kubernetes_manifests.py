@@ -58,8 +58,11 @@ def test_every_manifest_file_is_in_the_kustomization():
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 @pytest.mark.parametrize(
     "resource,doc",
-    [pytest.param(r, d, id=f"{r}:{d['kind']}/{d['metadata']['name']}") for r, d in OBJECTS
-     if d["apiVersion"] != "monitoring.coreos.com/v1"],
+    [
+        pytest.param(r, d, id=f"{r}:{d['kind']}/{d['metadata']['name']}")
+        for r, d in OBJECTS
+        if d["apiVersion"] != "monitoring.coreos.com/v1"
+    ],
 )
 def test_core_objects_validate_against_kubernetes_schemas(resource, doc, version):
     try:
@@ -67,8 +70,11 @@ def test_core_objects_validate_against_kubernetes_schemas(resource, doc, version
     except kubernetes_validate.ValidationError as exc:
         message = str(exc).split("\n\nFailed validating", 1)[0]
         name = f"{doc['kind']}/{doc['metadata']['name']}"
-        pytest.fail(f"{resource} {name} is invalid for Kubernetes {version}: "
-                    f"{message} (at {list(getattr(exc, 'path', []))})", pytrace=False)
+        pytest.fail(
+            f"{resource} {name} is invalid for Kubernetes {version}: "
+            f"{message} (at {list(getattr(exc, 'path', []))})",
+            pytrace=False,
+        )
 
 
 def test_expected_objects_exist():
@@ -192,15 +198,30 @@ def test_servicemonitor_structure():
     assert set(monitor) <= {"apiVersion", "kind", "metadata", "spec"}
     assert monitor["metadata"]["name"]
     spec = monitor["spec"]
-    assert set(spec) <= {"selector", "endpoints", "namespaceSelector", "jobLabel", "targetLabels",
-                         "podTargetLabels", "sampleLimit"}
+    assert set(spec) <= {
+        "selector",
+        "endpoints",
+        "namespaceSelector",
+        "jobLabel",
+        "targetLabels",
+        "podTargetLabels",
+        "sampleLimit",
+    }
     _, client = _services()
     assert spec["selector"]["matchLabels"].items() <= client["metadata"]["labels"].items()
     assert spec["endpoints"], "a ServiceMonitor needs at least one endpoint"
     client_port_names = {p["name"] for p in client["spec"]["ports"]}
     for endpoint in spec["endpoints"]:
-        assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout", "scheme", "honorLabels",
-                                 "relabelings", "metricRelabelings"}
+        assert set(endpoint) <= {
+            "port",
+            "path",
+            "interval",
+            "scrapeTimeout",
+            "scheme",
+            "honorLabels",
+            "relabelings",
+            "metricRelabelings",
+        }
         assert endpoint["port"] in client_port_names
         assert endpoint.get("path", "/metrics") == "/metrics"
         for key in ("interval", "scrapeTimeout"):

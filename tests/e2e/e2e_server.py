@@ -75,8 +75,8 @@ class ServerProcess:
     def workers(self) -> int:
         """How many worker processes (brokers in Metadata) the server runs: its `coordinator.workers`, else one
         per core (`serve`'s default), one when security settings rule several out."""
-        from coordinator.config import Config
         from coordinator.cluster.topology import resolve_workers
+        from coordinator.config import Config
 
         config = Config.load(environ={}, overrides=[f"{k}={v}" for k, v in self.settings.items()])
         return resolve_workers(None, config)

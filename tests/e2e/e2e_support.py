@@ -6,9 +6,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
-import sys
 import shutil
 import subprocess
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path

@@ -81,7 +81,11 @@ def test_metadata_every_version(sweep):
     }
     for v in versions(ranges, 3):
         resp = client.request(make(request_class(3, v), values))
-        assert (resp.brokers[0].node_id, resp.brokers[0].host, resp.brokers[0].port) == (1, server.host, server.port), v
+        assert (resp.brokers[0].node_id, resp.brokers[0].host, resp.brokers[0].port) == (
+            1,
+            server.host,
+            server.port,
+        ), v
         assert [b.node_id for b in resp.brokers] == server.node_ids, v
         assert [t.name for t in resp.topics] == ["sweep"], v
         t = resp.topics[0]

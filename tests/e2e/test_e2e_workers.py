@@ -75,8 +75,16 @@ def find_coordinator(host: str, port: int, group: str) -> tuple[int, int, int]:
 
 def metadata_brokers(host: str, port: int) -> list[tuple[int, str, int]]:
     with RawClient(host, port) as client:
-        answer = client.request(make(request_class(METADATA, 12), {
-            "topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}))
+        answer = client.request(
+            make(
+                request_class(METADATA, 12),
+                {
+                    "topics": None,
+                    "allow_auto_topic_creation": False,
+                    "include_topic_authorized_operations": False,
+                },
+            )
+        )
     return sorted((b.node_id, b.host, b.port) for b in answer.brokers)
 
 
@@ -140,8 +148,12 @@ def worker_pid(server, worker: int) -> int:
 
 
 def wait_ready(server, timeout: float = 60) -> None:
-    wait_for(lambda: http_text(server.admin_url + "/readyz")[0] == 200, timeout, "/readyz to answer 200",
-             server.output)
+    wait_for(
+        lambda: http_text(server.admin_url + "/readyz")[0] == 200,
+        timeout,
+        "/readyz to answer 200",
+        server.output,
+    )
 
 
 def committed(server, group: str, topic: str) -> dict[int, int]:
@@ -177,13 +189,21 @@ def test_groups_of_two_workers_consume_commit_and_are_listed(server_factory, mem
     aio_group = group_on(1, "workers-aio")
     aio = members.start("aio", "aio-1", server, aio_group, topic)
     for member in (ck, kp, aio):
-        wait_for(lambda m=member: consumed_all([m], placed), 90, f"{member.name} to consume everything",
-                 members.describe)
+        wait_for(
+            lambda m=member: consumed_all([m], placed),
+            90,
+            f"{member.name} to consume everything",
+            members.describe,
+        )
         check_exactly_once([member], placed)
     want = high_watermarks(placed, PARTITIONS)
     for group in (ck_group, kp_group, aio_group):
-        wait_for(lambda g=group: committed(server, g, topic) == want, 60, f"{group} to commit {want}",
-                 members.describe)
+        wait_for(
+            lambda g=group: committed(server, g, topic) == want,
+            60,
+            f"{group} to commit {want}",
+            members.describe,
+        )
     assert member_errors([ck, kp, aio]) == []
 
     # The AdminClient lists every worker's groups and describes each at its coordinator.
@@ -211,7 +231,9 @@ def test_groups_of_two_workers_consume_commit_and_are_listed(server_factory, mem
     status, text = http_text(server.admin_url + "/metrics")
     assert status == 200
     for worker, group in ((0, kp_group), (1, ck_group)):
-        assert f'kafka_consumergroup_members{{consumergroup="{group}",worker="{worker}"}} 1.0' in text, text[:3000]
+        assert f'kafka_consumergroup_members{{consumergroup="{group}",worker="{worker}"}} 1.0' in text, text[
+            :3000
+        ]
     assert text.count("# TYPE kafka_consumergroup_members gauge") == 1
 
     for member in (ck, kp, aio):
@@ -231,44 +253,108 @@ def test_group_requests_sent_to_any_worker_are_answered_by_the_owner(server_fact
     protocols = [{"name": "range", "metadata": b"\x00\x01"}]
     with RawClient(server.host, server.port) as c:
         for group in (remote, local):
-            join = {"group_id": group, "session_timeout": 30000, "rebalance_timeout": 30000, "member_id": "",
-                    "group_instance_id": None, "protocol_type": "consumer", "protocols": protocols, "reason": None}
+            join = {
+                "group_id": group,
+                "session_timeout": 30000,
+                "rebalance_timeout": 30000,
+                "member_id": "",
+                "group_instance_id": None,
+                "protocol_type": "consumer",
+                "protocols": protocols,
+                "reason": None,
+            }
             first = c.request(make(request_class(JOIN_GROUP, 9), join))
             assert first.error_code == 79, first  # MEMBER_ID_REQUIRED, from the owner
             joined = c.request(make(request_class(JOIN_GROUP, 9), {**join, "member_id": first.member_id}))
             assert joined.error_code == 0 and joined.leader == first.member_id, joined
-            synced = c.request(make(request_class(SYNC_GROUP, 5), {
-                "group_id": group, "generation_id": joined.generation_id, "member_id": joined.member_id,
-                "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
-                "assignments": [{"member_id": joined.member_id, "assignment": b"a"}]}))
+            synced = c.request(
+                make(
+                    request_class(SYNC_GROUP, 5),
+                    {
+                        "group_id": group,
+                        "generation_id": joined.generation_id,
+                        "member_id": joined.member_id,
+                        "group_instance_id": None,
+                        "protocol_type": "consumer",
+                        "protocol_name": "range",
+                        "assignments": [{"member_id": joined.member_id, "assignment": b"a"}],
+                    },
+                )
+            )
             assert (synced.error_code, synced.assignment) == (0, b"a"), synced
-            beat = c.request(make(request_class(HEARTBEAT, 4), {
-                "group_id": group, "generation_id": joined.generation_id, "member_id": joined.member_id,
-                "group_instance_id": None}))
+            beat = c.request(
+                make(
+                    request_class(HEARTBEAT, 4),
+                    {
+                        "group_id": group,
+                        "generation_id": joined.generation_id,
+                        "member_id": joined.member_id,
+                        "group_instance_id": None,
+                    },
+                )
+            )
             assert beat.error_code == 0, beat
-            commit = c.request(make(request_class(OFFSET_COMMIT, 8), {
-                "group_id": group, "generation_id_or_member_epoch": joined.generation_id,
-                "member_id": joined.member_id, "group_instance_id": None,
-                "topics": [{"name": "relay-topic", "partitions": [
-                    {"partition_index": 0, "committed_offset": 42 if group == remote else 7,
-                     "committed_leader_epoch": -1, "committed_metadata": group}]}]}))
+            commit = c.request(
+                make(
+                    request_class(OFFSET_COMMIT, 8),
+                    {
+                        "group_id": group,
+                        "generation_id_or_member_epoch": joined.generation_id,
+                        "member_id": joined.member_id,
+                        "group_instance_id": None,
+                        "topics": [
+                            {
+                                "name": "relay-topic",
+                                "partitions": [
+                                    {
+                                        "partition_index": 0,
+                                        "committed_offset": 42 if group == remote else 7,
+                                        "committed_leader_epoch": -1,
+                                        "committed_metadata": group,
+                                    }
+                                ],
+                            }
+                        ],
+                    },
+                )
+            )
             assert [p.error_code for t in commit.topics for p in t.partitions] == [0], commit
 
-        described = c.request(make(request_class(DESCRIBE_GROUPS, 5), {
-            "groups": [remote, "relay-missing", local], "include_authorized_operations": False}))
+        described = c.request(
+            make(
+                request_class(DESCRIBE_GROUPS, 5),
+                {"groups": [remote, "relay-missing", local], "include_authorized_operations": False},
+            )
+        )
         assert [(g.group_id, g.error_code, g.group_state, len(g.members)) for g in described.groups] == [
-            (remote, 0, "Stable", 1), ("relay-missing", 0, "Dead", 0), (local, 0, "Stable", 1)], described
+            (remote, 0, "Stable", 1),
+            ("relay-missing", 0, "Dead", 0),
+            (local, 0, "Stable", 1),
+        ], described
 
-        fetched = c.request(make(request_class(OFFSET_FETCH, 8), {
-            "groups": [{"group_id": g, "topics": None} for g in (local, remote)], "require_stable": False}))
-        got = {g.group_id: [(p.committed_offset, p.metadata) for t in g.topics for p in t.partitions]
-               for g in fetched.groups}
+        fetched = c.request(
+            make(
+                request_class(OFFSET_FETCH, 8),
+                {
+                    "groups": [{"group_id": g, "topics": None} for g in (local, remote)],
+                    "require_stable": False,
+                },
+            )
+        )
+        got = {
+            g.group_id: [(p.committed_offset, p.metadata) for t in g.topics for p in t.partitions]
+            for g in fetched.groups
+        }
         assert got == {local: [(7, local)], remote: [(42, remote)]}, fetched
     # Worker 1 holds the remote group: asked directly, it tells the same.
     port1 = metadata_brokers(server.host, server.port)[1][2]
     with RawClient(server.host, port1) as c:
-        fetched = c.request(make(request_class(OFFSET_FETCH, 8), {
-            "groups": [{"group_id": remote, "topics": None}], "require_stable": False}))
+        fetched = c.request(
+            make(
+                request_class(OFFSET_FETCH, 8),
+                {"groups": [{"group_id": remote, "topics": None}], "require_stable": False},
+            )
+        )
         assert [p.committed_offset for g in fetched.groups for t in g.topics for p in t.partitions] == [42]
 
 
@@ -288,8 +374,12 @@ def test_a_killed_worker_is_restarted_and_its_groups_keep_their_offsets(server_f
     other = worker_pid(server, 0)
     os.kill(old, signal.SIGKILL)
     wait_for(lambda: not running(old), 10, f"worker 1 (pid {old}) to die")
-    wait_for(lambda: [p for p in worker_pids(server.proc.pid) if p not in (old, other)], 30,
-             "the supervisor to start worker 1 again", server.output)
+    wait_for(
+        lambda: [p for p in worker_pids(server.proc.pid) if p not in (old, other)],
+        30,
+        "the supervisor to start worker 1 again",
+        server.output,
+    )
     wait_ready(server)
     assert server.alive() and worker_pid(server, 0) == other
     assert committed(server, group, topic) == want
@@ -327,9 +417,16 @@ def test_sigterm_answers_parked_and_relayed_joins_and_stops_at_once(server_facto
         cid = 7
         for w, c in enumerate(clients):
             # Static members join without MEMBER_ID_REQUIRED: both are parked in the 30 s delay at once.
-            join = {"group_id": group, "session_timeout": 30000, "rebalance_timeout": 30000, "member_id": "",
-                    "group_instance_id": f"static-{w}", "protocol_type": "consumer",
-                    "protocols": [{"name": "range", "metadata": b"\x00\x01"}], "reason": None}
+            join = {
+                "group_id": group,
+                "session_timeout": 30000,
+                "rebalance_timeout": 30000,
+                "member_id": "",
+                "group_instance_id": f"static-{w}",
+                "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": b"\x00\x01"}],
+                "reason": None,
+            }
             c.sock.sendall(encode_request(make(request_class(JOIN_GROUP, 9), join), cid))
         time.sleep(0.5)
         pids = worker_pids(server.proc.pid)

@@ -17,7 +17,6 @@ for folder in (TESTS / "e2e", TESTS / "e2e" / "groups", TESTS / "crash", TESTS /
 
 from e2e_support import load_conftest  # noqa: E402
 
-
 _e2e = load_conftest(TESTS / "e2e" / "conftest.py")
 _groups = load_conftest(TESTS / "e2e" / "groups" / "conftest.py")
 

@@ -426,7 +426,9 @@ def test_mutated_frames_over_the_wire(live):
         f"{len(killers)} held back because decoding them aborts the process (kio allocation bug, see "
         f"test_fuzz.py)"
     )
-    assert not killers, f"{len(killers)} frames abort the process when decoded (protocol.shape should refuse them)"
+    assert not killers, (
+        f"{len(killers)} frames abort the process when decoded (protocol.shape should refuse them)"
+    )
     assert alive, f"the server died under mutated frames\n{server.output()}"
     assert outcomes["connect_failed"] == 0
     api_versions_ok(server)

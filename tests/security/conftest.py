@@ -1,7 +1,7 @@
 """Fixtures for the security tests (helpers in security_support.py):
 
-    pki              CA, server certificate (127.0.0.1 / localhost) and alice's client certificate (PEM files)
-    secure_servers   start(settings, data_dir=None) -> SecureServer; stopped (SIGTERM) at teardown
+pki              CA, server certificate (127.0.0.1 / localhost) and alice's client certificate (PEM files)
+secure_servers   start(settings, data_dir=None) -> SecureServer; stopped (SIGTERM) at teardown
 """
 
 from __future__ import annotations

@@ -20,11 +20,21 @@ from security_support import USERS, SecureServer
 WAIT_S = 30.0
 
 
-def sasl(server: SecureServer, user: str, password: str | None = None, mechanism: str = "SCRAM-SHA-256",
-         listener: str = "SASL_PLAINTEXT", **extra: Any) -> dict[str, Any]:
-    conf = {"bootstrap.servers": server.listeners[listener], "security.protocol": listener,
-            "sasl.mechanism": mechanism, "sasl.username": user,
-            "sasl.password": USERS[user] if password is None else password}
+def sasl(
+    server: SecureServer,
+    user: str,
+    password: str | None = None,
+    mechanism: str = "SCRAM-SHA-256",
+    listener: str = "SASL_PLAINTEXT",
+    **extra: Any,
+) -> dict[str, Any]:
+    conf = {
+        "bootstrap.servers": server.listeners[listener],
+        "security.protocol": listener,
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": USERS[user] if password is None else password,
+    }
     conf.update(extra)
     return conf
 
@@ -37,9 +47,14 @@ def admin(server: SecureServer) -> AdminClient:
     return AdminClient(sasl(server, "admin"))
 
 
-def binding(rtype: ResourceType, name: str, principal: str, op: AclOperation,
-            perm: AclPermissionType = AclPermissionType.ALLOW,
-            pattern: ResourcePatternType = ResourcePatternType.LITERAL) -> AclBinding:
+def binding(
+    rtype: ResourceType,
+    name: str,
+    principal: str,
+    op: AclOperation,
+    perm: AclPermissionType = AclPermissionType.ALLOW,
+    pattern: ResourcePatternType = ResourcePatternType.LITERAL,
+) -> AclBinding:
     return AclBinding(rtype, name, pattern, principal, "*", op, perm)
 
 
@@ -49,8 +64,9 @@ def create_acls(client: AdminClient, *bindings: AclBinding) -> None:
 
 
 def all_acls(client: AdminClient) -> list[AclBinding]:
-    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
-                                  AclPermissionType.ANY)
+    everything = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
     return list(client.describe_acls(everything, request_timeout=WAIT_S).result())
 
 
@@ -71,11 +87,19 @@ def produce(conf: dict[str, Any], topic: str, count: int = 3) -> list[KafkaError
     return results
 
 
-def consume(conf: dict[str, Any], group: str, topic: str, want: int, timeout_s: float = WAIT_S
-            ) -> tuple[list[bytes], list[KafkaError]]:
+def consume(
+    conf: dict[str, Any], group: str, topic: str, want: int, timeout_s: float = WAIT_S
+) -> tuple[list[bytes], list[KafkaError]]:
     """Join `group`, subscribe to `topic` and read until `want` records or an error; commit what was read."""
-    consumer = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False, "session.timeout.ms": 10000})
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10000,
+        }
+    )
     values: list[bytes] = []
     errors: list[KafkaError] = []
     try:

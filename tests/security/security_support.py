@@ -90,15 +90,63 @@ def make_pki(base: Path) -> Pki:
     if shutil.which("openssl") is None:
         pytest.fail("the security tests make their CA with the openssl command-line tool, which is missing")
     d = base
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-             "-subj", "/CN=kgc-test-ca", cwd=d)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=kgc-test-ca",
+        cwd=d,
+    )
     (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name, subject, ext in (("server", "/CN=localhost", ["-extfile", "server.ext"]),
-                               ("alice", ALICE_SUBJECT, [])):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                 "-subj", subject, cwd=d)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-out", f"{name}.pem", "-days", "2", *ext, cwd=d)
+    for name, subject, ext in (
+        ("server", "/CN=localhost", ["-extfile", "server.ext"]),
+        ("alice", ALICE_SUBJECT, []),
+    ):
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            subject,
+            cwd=d,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "2",
+            *ext,
+            cwd=d,
+        )
     (d / "server-keystore.pem").write_text((d / "server.key").read_text() + (d / "server.pem").read_text())
-    return Pki(d / "ca.pem", d / "server.key", d / "server.pem", d / "server-keystore.pem", d / "alice.key",
-               d / "alice.pem")
+    return Pki(
+        d / "ca.pem",
+        d / "server.key",
+        d / "server.pem",
+        d / "server-keystore.pem",
+        d / "alice.key",
+        d / "alice.pem",
+    )

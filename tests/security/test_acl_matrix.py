@@ -51,10 +51,12 @@ def test_matrix_without_and_with_acls(secure_servers: SecureServers) -> None:
         assert codes(errors) == {KafkaError.GROUP_AUTHORIZATION_FAILED}
 
     # Grants: WRITE on orders; READ on groups prefixed spark-kafka-source- (Spark's generated ids) and on orders.
-    create_acls(root,
-                binding(TOPIC, "orders", "User:alice", WRITE),
-                binding(TOPIC, "orders", "User:alice", READ),
-                binding(GROUP, "spark-kafka-source-", "User:alice", READ, pattern=PREFIXED))
+    create_acls(
+        root,
+        binding(TOPIC, "orders", "User:alice", WRITE),
+        binding(TOPIC, "orders", "User:alice", READ),
+        binding(GROUP, "spark-kafka-source-", "User:alice", READ, pattern=PREFIXED),
+    )
     alice = sasl(server, "alice")
     assert codes(produce(alice, "orders", 2)) == {None}
     spark_group = "spark-kafka-source-4b1d-driver-0"
@@ -68,21 +70,24 @@ def test_matrix_without_and_with_acls(secure_servers: SecureServers) -> None:
     assert codes(produce(anonymous(server), "orders")) == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
 
     # OffsetCommit: GROUP READ is there, TOPIC READ on `secret` is not: per-partition TOPIC_AUTHORIZATION_FAILED.
-    assert commit_error_codes(alice, spark_group, [TopicPartition("orders", 0, 1), TopicPartition("secret", 0, 1)]
-                              ) == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    assert commit_error_codes(
+        alice, spark_group, [TopicPartition("orders", 0, 1), TopicPartition("secret", 0, 1)]
+    ) == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
     # Without GROUP DESCRIBE, FindCoordinator already refuses the group (librdkafka then never finds a
     # coordinator); with DESCRIBE but not READ, OffsetCommit itself answers GROUP_AUTHORIZATION_FAILED.
     assert commit_error_codes(alice, "not-hers", [TopicPartition("orders", 0, 1)]) == [KafkaError._WAIT_COORD]
     create_acls(root, binding(GROUP, "describe-only", "User:alice", DESCRIBE))
     assert commit_error_codes(alice, "describe-only", [TopicPartition("orders", 0, 1)]) == [
-        KafkaError.GROUP_AUTHORIZATION_FAILED]
+        KafkaError.GROUP_AUTHORIZATION_FAILED
+    ]
 
     # DENY beats ALLOW: a DENY READ on orders for everyone stops alice's fetch, her commits too.
     create_acls(root, binding(TOPIC, "orders", "User:*", READ, DENY))
     _, errors = consume(alice, "spark-kafka-source-other", "orders", 1, timeout_s=20)
     assert codes(errors) == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
     assert commit_error_codes(alice, spark_group, [TopicPartition("orders", 0, 2)]) == [
-        KafkaError.TOPIC_AUTHORIZATION_FAILED]
+        KafkaError.TOPIC_AUTHORIZATION_FAILED
+    ]
     assert codes(produce(alice, "orders", 1)) == {None}  # WRITE is not denied
 
 
@@ -98,8 +103,11 @@ def test_list_groups_is_filtered_to_what_the_principal_may_describe(secure_serve
     alice = admin_for(server, "alice")
     assert group_ids(alice) == set()
     # DESCRIBE via a PREFIXED ACL shows exactly those groups; READ implies DESCRIBE (billing, LITERAL).
-    create_acls(root, binding(GROUP, "spark-kafka-source-", "User:alice", DESCRIBE, pattern=PREFIXED),
-                binding(GROUP, "billing", "User:bob", READ))
+    create_acls(
+        root,
+        binding(GROUP, "spark-kafka-source-", "User:alice", DESCRIBE, pattern=PREFIXED),
+        binding(GROUP, "billing", "User:bob", READ),
+    )
     assert group_ids(alice) == {"spark-kafka-source-a", "spark-kafka-source-b"}
     assert group_ids(admin_for(server, "bob")) == {"billing"}
     # describe_consumer_groups: GROUP_AUTHORIZATION_FAILED for a group alice may not describe.
@@ -119,9 +127,11 @@ def admin_for(server, user: str):  # type: ignore[no-untyped-def]
 def test_acl_admin_needs_cluster_alter_and_acls_survive_restart(secure_servers: SecureServers) -> None:
     server = secure_servers(acl_server_settings())
     root = admin(server)
-    wanted = [binding(GROUP, "spark-kafka-source-", "User:alice", READ, pattern=PREFIXED),
-              binding(TOPIC, "orders", "User:alice", READ),
-              binding(TOPIC, "orders", "User:*", WRITE, DENY)]
+    wanted = [
+        binding(GROUP, "spark-kafka-source-", "User:alice", READ, pattern=PREFIXED),
+        binding(TOPIC, "orders", "User:alice", READ),
+        binding(TOPIC, "orders", "User:*", WRITE, DENY),
+    ]
     create_acls(root, *wanted)
     # alice may not manage ACLs: CLUSTER_AUTHORIZATION_FAILED, as Kafka.
     alice = admin_for(server, "alice")

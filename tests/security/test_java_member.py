@@ -34,23 +34,61 @@ def java_member(tmp_path_factory: pytest.TempPathFactory) -> str:
     need_tools("java", "javac")
     jars = fetch_jar_set("kafka-clients-4")
     classes = tmp_path_factory.mktemp("java-member")
-    proc = subprocess.run(["javac", "-nowarn", "-Xlint:none", "-d", str(classes), "-cp", str(jars / "*"),
-                           *sorted(str(p) for p in JAVA_SOURCES.glob("*.java"))],
-                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [
+            "javac",
+            "-nowarn",
+            "-Xlint:none",
+            "-d",
+            str(classes),
+            "-cp",
+            str(jars / "*"),
+            *sorted(str(p) for p in JAVA_SOURCES.glob("*.java")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     if proc.returncode != 0:
         pytest.fail(f"javac failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
     return classpath(classes, jars)
 
 
-def run_member(cp: str, run_dir: Path, bootstrap: str, group: str, topic: str, want: str) -> list[dict[str, Any]]:
+def run_member(
+    cp: str, run_dir: Path, bootstrap: str, group: str, topic: str, want: str
+) -> list[dict[str, Any]]:
     """Run a member until it emits an event named `want` (or an error), then close it; return its events."""
     events_path, log_path = run_dir / f"{group}.events", run_dir / f"{group}.log"
-    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" '
-            f'password="{USERS["alice"]}";')
-    cmd = ["java", *JAVA_OPTS, "-cp", cp, "GroupMember", "--bootstrap", bootstrap, "--topic", topic,
-           "--group", group, "--name", group, "--max-runtime", str(WAIT_S),
-           "--set", "security.protocol=SASL_PLAINTEXT", "--set", "sasl.mechanism=SCRAM-SHA-512",
-           "--set", f"sasl.jaas.config={jaas}", "--set", "auto.offset.reset=earliest"]
+    jaas = (
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" '
+        f'password="{USERS["alice"]}";'
+    )
+    cmd = [
+        "java",
+        *JAVA_OPTS,
+        "-cp",
+        cp,
+        "GroupMember",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--name",
+        group,
+        "--max-runtime",
+        str(WAIT_S),
+        "--set",
+        "security.protocol=SASL_PLAINTEXT",
+        "--set",
+        "sasl.mechanism=SCRAM-SHA-512",
+        "--set",
+        f"sasl.jaas.config={jaas}",
+        "--set",
+        "auto.offset.reset=earliest",
+    ]
     with open(events_path, "wb") as out, open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=out, stderr=log)
     events: list[dict[str, Any]] = []
@@ -95,14 +133,23 @@ def test_java_member_against_acls(secure_servers: SecureServers, java_member: st
     events = run_member(java_member, tmp_path, bootstrap, "spark-kafka-source-j1", "payments", "commit")
     assert "GroupAuthorizationException" in errors(events), events
 
-    create_acls(root, binding(ResourceType.GROUP, "spark-kafka-source-", "User:alice", AclOperation.READ,
-                              pattern=ResourcePatternType.PREFIXED))
+    create_acls(
+        root,
+        binding(
+            ResourceType.GROUP,
+            "spark-kafka-source-",
+            "User:alice",
+            AclOperation.READ,
+            pattern=ResourcePatternType.PREFIXED,
+        ),
+    )
     events = run_member(java_member, tmp_path, bootstrap, "spark-kafka-source-j2", "payments", "commit")
     assert errors(events) == set(), events
     assert sum(len(e["recs"]) for e in events if e["ev"] == "records") == 4
     assert any(e["ev"] == "commit" for e in events)
 
-    create_acls(root, binding(ResourceType.TOPIC, "payments", "User:*", AclOperation.READ,
-                              AclPermissionType.DENY))
+    create_acls(
+        root, binding(ResourceType.TOPIC, "payments", "User:*", AclOperation.READ, AclPermissionType.DENY)
+    )
     events = run_member(java_member, tmp_path, bootstrap, "spark-kafka-source-j3", "payments", "commit")
     assert "TopicAuthorizationException" in errors(events), events

@@ -31,7 +31,9 @@ from tests.wire import WireClient  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
-SCRAM_FAILURE = "Authentication failed during authentication due to invalid credentials with SASL mechanism {}"
+SCRAM_FAILURE = (
+    "Authentication failed during authentication due to invalid credentials with SASL mechanism {}"
+)
 
 
 def auth_errors(conf: dict, wait_s: float = 20.0) -> list[KafkaError]:
@@ -51,11 +53,16 @@ def server(secure_servers: SecureServers):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
 def test_good_and_bad_passwords(server, mechanism: str) -> None:  # type: ignore[no-untyped-def]
-    assert {e for e in produce(sasl(server, "alice", mechanism=mechanism), "t-" + mechanism.lower(), 2)} == {None}
+    assert {e for e in produce(sasl(server, "alice", mechanism=mechanism), "t-" + mechanism.lower(), 2)} == {
+        None
+    }
     errors = auth_errors(sasl(server, "alice", "wrong-password", mechanism=mechanism))
     assert errors and errors[0].code() == KafkaError._AUTHENTICATION
-    expected = ("Authentication failed: Invalid username or password" if mechanism == "PLAIN"
-                else SCRAM_FAILURE.format(mechanism))
+    expected = (
+        "Authentication failed: Invalid username or password"
+        if mechanism == "PLAIN"
+        else SCRAM_FAILURE.format(mechanism)
+    )
     assert expected in errors[0].str()
     unknown = auth_errors(sasl(server, "alice", mechanism=mechanism) | {"sasl.username": "mallory"})
     assert unknown and unknown[0].code() == KafkaError._AUTHENTICATION
@@ -81,13 +88,20 @@ def test_wire_sasl_errors_and_pre_auth_gate(server) -> None:  # type: ignore[no-
         versions = client.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
         keys = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
         assert keys[17] == (1, 1) and keys[36] == (0, 2) and keys[50] == (0, 0) and keys[51] == (0, 0)
-        client.send(MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                                    include_topic_authorized_operations=False))
+        client.send(
+            MetadataRequest(
+                topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+            )
+        )
         assert _closed(client.sock)
     # An unknown mechanism: UNSUPPORTED_SASL_MECHANISM with the enabled list, then closed.
     with WireClient(host, port) as client:
         answer = client.call(SaslHandshakeRequest(mechanism="GSSAPI"))
-        assert answer.error_code == 33 and set(answer.mechanisms) == {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+        assert answer.error_code == 33 and set(answer.mechanisms) == {
+            "PLAIN",
+            "SCRAM-SHA-256",
+            "SCRAM-SHA-512",
+        }
         assert _closed(client.sock)
     # A bad PLAIN password: SASL_AUTHENTICATION_FAILED (58) with Kafka's message, then closed.
     with WireClient(host, port) as client:
@@ -100,8 +114,11 @@ def test_wire_sasl_errors_and_pre_auth_gate(server) -> None:  # type: ignore[no-
     with WireClient(host, port) as client:
         assert client.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
         assert client.call(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret")).error_code == 0
-        meta = client.call(MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                                           include_topic_authorized_operations=False))
+        meta = client.call(
+            MetadataRequest(
+                topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+            )
+        )
         assert meta.brokers[0].port == port  # the listener the client came in on
         # SASL again after authenticating: ILLEGAL_SASL_STATE (34).
         assert client.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code == 34
@@ -109,35 +126,60 @@ def test_wire_sasl_errors_and_pre_auth_gate(server) -> None:  # type: ignore[no-
     phost, pport = _host_port(server.listeners["PLAINTEXT"])
     with WireClient(phost, pport) as client:
         assert client.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code == 34
-        meta = client.call(MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                                           include_topic_authorized_operations=False))
+        meta = client.call(
+            MetadataRequest(
+                topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+            )
+        )
         assert meta.brokers[0].port == pport
 
 
 def test_scram_users_created_with_admin_client(secure_servers: SecureServers) -> None:
     server = secure_servers(acl_server_settings(**{"allow.everyone.if.no.acl.found": "true"}))
     root = admin(server)
-    results = root.alter_user_scram_credentials([
-        UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"c-pw"),
-        UserScramCredentialUpsertion("dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"d-pw"),
-    ], request_timeout=30)
+    results = root.alter_user_scram_credentials(
+        [
+            UserScramCredentialUpsertion(
+                "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"c-pw"
+            ),
+            UserScramCredentialUpsertion(
+                "dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"d-pw"
+            ),
+        ],
+        request_timeout=30,
+    )
     for future in results.values():
         assert future.result() is None
     described = root.describe_user_scram_credentials(["carol", "dave"], request_timeout=30)
-    infos = {u: [(i.mechanism, i.iterations) for i in f.result().scram_credential_infos]
-             for u, f in described.items()}
-    assert infos == {"carol": [(ScramMechanism.SCRAM_SHA_256, 4096)], "dave": [(ScramMechanism.SCRAM_SHA_512, 8192)]}
-    assert set(produce(sasl(server, "alice", "c-pw", "SCRAM-SHA-256") | {"sasl.username": "carol"}, "c", 1)) == {None}
-    assert set(produce(sasl(server, "alice", "d-pw", "SCRAM-SHA-512") | {"sasl.username": "dave"}, "d", 1)) == {None}
+    infos = {
+        u: [(i.mechanism, i.iterations) for i in f.result().scram_credential_infos]
+        for u, f in described.items()
+    }
+    assert infos == {
+        "carol": [(ScramMechanism.SCRAM_SHA_256, 4096)],
+        "dave": [(ScramMechanism.SCRAM_SHA_512, 8192)],
+    }
+    assert set(
+        produce(sasl(server, "alice", "c-pw", "SCRAM-SHA-256") | {"sasl.username": "carol"}, "c", 1)
+    ) == {None}
+    assert set(
+        produce(sasl(server, "alice", "d-pw", "SCRAM-SHA-512") | {"sasl.username": "dave"}, "d", 1)
+    ) == {None}
     # PLAIN checks against the same salted credentials.
     assert set(produce(sasl(server, "alice", "d-pw", "PLAIN") | {"sasl.username": "dave"}, "d", 1)) == {None}
     # carol has no SHA-512 credential.
     errors = auth_errors(sasl(server, "alice", "c-pw", "SCRAM-SHA-512") | {"sasl.username": "carol"})
     assert errors and errors[0].code() == KafkaError._AUTHENTICATION
     # Too few iterations: UNACCEPTABLE_CREDENTIAL; deleting a missing credential: RESOURCE_NOT_FOUND.
-    bad = root.alter_user_scram_credentials([
-        UserScramCredentialUpsertion("erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 1000), b"e"),
-        UserScramCredentialDeletion("nobody", ScramMechanism.SCRAM_SHA_256)], request_timeout=30)
+    bad = root.alter_user_scram_credentials(
+        [
+            UserScramCredentialUpsertion(
+                "erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 1000), b"e"
+            ),
+            UserScramCredentialDeletion("nobody", ScramMechanism.SCRAM_SHA_256),
+        ],
+        request_timeout=30,
+    )
     with pytest.raises(Exception) as excinfo:
         bad["erin"].result()
     assert excinfo.value.args[0].code() == KafkaError.UNACCEPTABLE_CREDENTIAL
@@ -148,15 +190,21 @@ def test_scram_users_created_with_admin_client(secure_servers: SecureServers) ->
     # no ACL names the cluster; once one does, alice gets CLUSTER_AUTHORIZATION_FAILED ...
     create_acls(root, binding(ResourceType.BROKER, "kafka-cluster", "User:ops", AclOperation.ALTER))
     alice = AdminClient(sasl(server, "alice"))
-    denied = alice.alter_user_scram_credentials([
-        UserScramCredentialUpsertion("alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"x")],
-        request_timeout=30)
+    denied = alice.alter_user_scram_credentials(
+        [
+            UserScramCredentialUpsertion(
+                "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"x"
+            )
+        ],
+        request_timeout=30,
+    )
     with pytest.raises(Exception) as excinfo:
         denied["alice"].result()
     assert excinfo.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     # ... and a deletion by the super user takes effect at once.
     for future in root.alter_user_scram_credentials(
-            [UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)], request_timeout=30).values():
+        [UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)], request_timeout=30
+    ).values():
         assert future.result() is None
     errors = auth_errors(sasl(server, "alice", "c-pw", "SCRAM-SHA-256") | {"sasl.username": "carol"})
     assert errors and errors[0].code() == KafkaError._AUTHENTICATION
@@ -165,8 +213,12 @@ def test_scram_users_created_with_admin_client(secure_servers: SecureServers) ->
     secure_servers.stop(server)
     raw = b"".join(p.read_bytes() for p in (data_dir / "security").glob("*.log"))
     assert b"d-pw" not in raw and b"alice-secret" not in raw
-    again = secure_servers(acl_server_settings(**{"allow.everyone.if.no.acl.found": "true"}), data_dir=data_dir)
-    assert set(produce(sasl(again, "alice", "d-pw", "SCRAM-SHA-512") | {"sasl.username": "dave"}, "d", 1)) == {None}
+    again = secure_servers(
+        acl_server_settings(**{"allow.everyone.if.no.acl.found": "true"}), data_dir=data_dir
+    )
+    assert set(
+        produce(sasl(again, "alice", "d-pw", "SCRAM-SHA-512") | {"sasl.username": "dave"}, "d", 1)
+    ) == {None}
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python's own use of importlib.resources
@@ -178,9 +230,13 @@ def test_kafka_python_and_aiokafka_log_in_with_scram_and_plain(server) -> None: 
 
     bootstrap = server.listeners["SASL_PLAINTEXT"]
     for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"):
-        producer = KafkaProducer(bootstrap_servers=bootstrap, security_protocol="SASL_PLAINTEXT",
-                                 sasl_mechanism=mechanism, sasl_plain_username="bob",
-                                 sasl_plain_password="bob-secret")
+        producer = KafkaProducer(
+            bootstrap_servers=bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism=mechanism,
+            sasl_plain_username="bob",
+            sasl_plain_password="bob-secret",
+        )
         try:
             metadata = producer.send("kp-" + mechanism.lower(), b"x").get(timeout=30)
             assert metadata.offset == 0
@@ -188,9 +244,13 @@ def test_kafka_python_and_aiokafka_log_in_with_scram_and_plain(server) -> None: 
             producer.close()
 
     async def aio(mechanism: str) -> int:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, security_protocol="SASL_PLAINTEXT",
-                                    sasl_mechanism=mechanism, sasl_plain_username="bob",
-                                    sasl_plain_password="bob-secret")
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism=mechanism,
+            sasl_plain_username="bob",
+            sasl_plain_password="bob-secret",
+        )
         await producer.start()
         try:
             return (await producer.send_and_wait("aio-" + mechanism.lower(), b"x")).offset
@@ -202,11 +262,17 @@ def test_kafka_python_and_aiokafka_log_in_with_scram_and_plain(server) -> None: 
 
 
 def test_advertised_listeners_per_listener(secure_servers: SecureServers) -> None:
-    server = secure_servers(acl_server_settings(**{
-        "advertised.listeners": "SASL_PLAINTEXT://kafka.example:9999,PLAINTEXT://localhost:0",
-        "allow.everyone.if.no.acl.found": "true"}))
-    meta_request = MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                                   include_topic_authorized_operations=False)
+    server = secure_servers(
+        acl_server_settings(
+            **{
+                "advertised.listeners": "SASL_PLAINTEXT://kafka.example:9999,PLAINTEXT://localhost:0",
+                "allow.everyone.if.no.acl.found": "true",
+            }
+        )
+    )
+    meta_request = MetadataRequest(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
     phost, pport = _host_port(server.listeners["PLAINTEXT"])
     with WireClient(phost, pport) as client:
         broker = client.call(meta_request).brokers[0]

@@ -20,27 +20,39 @@ pytestmark = pytest.mark.e2e
 
 
 def tls_settings(pki: Pki, client_auth: str, **extra: Any) -> dict[str, Any]:
-    return acl_server_settings(**{
-        "listeners": "SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
-        "ssl.keystore.location": str(pki.server_pem),
-        "ssl.truststore.location": str(pki.ca),
-        "ssl.client.auth": client_auth,
-        **extra,
-    })
+    return acl_server_settings(
+        **{
+            "listeners": "SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+            "ssl.keystore.location": str(pki.server_pem),
+            "ssl.truststore.location": str(pki.ca),
+            "ssl.client.auth": client_auth,
+            **extra,
+        }
+    )
 
 
 def ssl_conf(server: Any, pki: Pki, with_cert: bool) -> dict[str, Any]:
-    conf = {"bootstrap.servers": server.listeners["SSL"], "security.protocol": "SSL",
-            "ssl.ca.location": str(pki.ca)}
+    conf = {
+        "bootstrap.servers": server.listeners["SSL"],
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(pki.ca),
+    }
     if with_cert:
         conf |= {"ssl.certificate.location": str(pki.client_cert), "ssl.key.location": str(pki.client_key)}
     return conf
 
 
 def sasl_ssl_admin(server: Any, pki: Pki) -> AdminClient:
-    return AdminClient({"bootstrap.servers": server.listeners["SASL_SSL"], "security.protocol": "SASL_SSL",
-                        "ssl.ca.location": str(pki.ca), "sasl.mechanism": "SCRAM-SHA-512",
-                        "sasl.username": "admin", "sasl.password": USERS["admin"]})
+    return AdminClient(
+        {
+            "bootstrap.servers": server.listeners["SASL_SSL"],
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(pki.ca),
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "admin",
+            "sasl.password": USERS["admin"],
+        }
+    )
 
 
 def first_error(conf: dict[str, Any], wait_s: float = 20.0) -> KafkaError | None:
@@ -66,25 +78,44 @@ def test_client_certificate_principal_with_requested_auth(secure_servers: Secure
     # A client that does not trust the server's CA cannot connect at all.
     untrusted = {"bootstrap.servers": server.listeners["SSL"], "security.protocol": "SSL"}
     err = first_error(untrusted)
-    assert err is not None and err.code() in (KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+    assert err is not None and err.code() in (
+        KafkaError._SSL,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+    )
 
 
 def test_required_client_auth_and_inline_pem(secure_servers: SecureServers, pki: Pki) -> None:
-    server = secure_servers(tls_settings(pki, "required", **{
-        "ssl.keystore.location": "",
-        "ssl.keystore.certificate.chain": pki.server_cert.read_text(),
-        "ssl.keystore.key": pki.server_key.read_text(),
-        "allow.everyone.if.no.acl.found": "true",
-    }))
+    server = secure_servers(
+        tls_settings(
+            pki,
+            "required",
+            **{
+                "ssl.keystore.location": "",
+                "ssl.keystore.certificate.chain": pki.server_cert.read_text(),
+                "ssl.keystore.key": pki.server_key.read_text(),
+                "allow.everyone.if.no.acl.found": "true",
+            },
+        )
+    )
     assert set(produce(ssl_conf(server, pki, with_cert=True), "open-topic", 2)) == {None}
     err = first_error(ssl_conf(server, pki, with_cert=False))
-    assert err is not None and err.code() in (KafkaError._SSL, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+    assert err is not None and err.code() in (
+        KafkaError._SSL,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+    )
 
 
-def _request(url: str, method: str, token: str | None = None, context: ssl.SSLContext | None = None
-             ) -> tuple[int, Any]:
-    req = urllib.request.Request(url, method=method, data=b"{}" if method != "GET" else None,
-                                 headers={"Content-Type": "application/json"})
+def _request(
+    url: str, method: str, token: str | None = None, context: ssl.SSLContext | None = None
+) -> tuple[int, Any]:
+    req = urllib.request.Request(
+        url,
+        method=method,
+        data=b"{}" if method != "GET" else None,
+        headers={"Content-Type": "application/json"},
+    )
     if token is not None:
         req.add_header("Authorization", f"Bearer {token}")
     try:
@@ -108,7 +139,9 @@ def test_admin_http_writes_need_token_or_certificate(secure_servers: SecureServe
     assert status not in (401, 403)  # reaches the endpoint (the group does not exist)
 
     # Over TLS, a verified client certificate stands in for the token.
-    tls = secure_servers(tls_settings(pki, "requested", **{"admin.ssl.enabled": "true", "admin.auth.token": ""}))
+    tls = secure_servers(
+        tls_settings(pki, "requested", **{"admin.ssl.enabled": "true", "admin.auth.token": ""})
+    )
     https = tls.admin_url.replace("http://", "https://")
     anonymous_ctx = ssl.create_default_context(cafile=str(pki.ca))
     assert _request(https + "/v1/groups/g1", "DELETE", context=anonymous_ctx)[0] == 401

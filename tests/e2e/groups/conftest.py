@@ -1,7 +1,7 @@
 """Fixtures for the consumer-group e2e tests (the server fixtures come from tests/e2e/conftest.py).
 
-    members   a groups_support.Members: start(lib, name, server, group, topic, ...) runs one group member in its
-              own process; members still running at teardown are killed (before the server is stopped)
+members   a groups_support.Members: start(lib, name, server, group, topic, ...) runs one group member in its
+          own process; members still running at teardown are killed (before the server is stopped)
 """
 
 from __future__ import annotations

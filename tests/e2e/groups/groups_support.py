@@ -45,7 +45,9 @@ class Member:
     def start(self) -> Member:
         self.events_path.touch()
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                self.cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT
+            )
         self.started_at = time.time()
         return self
 
@@ -152,12 +154,36 @@ class Members:
         self.all: list[Member] = []
         self.server: ServerProcess | None = None
 
-    def start(self, lib: str, name: str, server: ServerProcess, group: str, topic: str, *,
-              instance_id: str | None = None, client_id: str | None = None,
-              settings: dict[str, object] | None = None, max_runtime: float = 150.0) -> Member:
+    def start(
+        self,
+        lib: str,
+        name: str,
+        server: ServerProcess,
+        group: str,
+        topic: str,
+        *,
+        instance_id: str | None = None,
+        client_id: str | None = None,
+        settings: dict[str, object] | None = None,
+        max_runtime: float = 150.0,
+    ) -> Member:
         self.server = server
-        cmd = [PYTHON, str(GROUP_CLIENTS / MEMBER_SCRIPTS[lib]), "--bootstrap", server.bootstrap, "--group", group,
-               "--topic", topic, "--events", "", "--name", name, "--max-runtime", str(max_runtime)]
+        cmd = [
+            PYTHON,
+            str(GROUP_CLIENTS / MEMBER_SCRIPTS[lib]),
+            "--bootstrap",
+            server.bootstrap,
+            "--group",
+            group,
+            "--topic",
+            topic,
+            "--events",
+            "",
+            "--name",
+            name,
+            "--max-runtime",
+            str(max_runtime),
+        ]
         if instance_id:
             cmd += ["--instance-id", instance_id]
         if client_id:
@@ -182,8 +208,14 @@ class Members:
 
 # -- waiting ----------------------------------------------------------------------------------------
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, diagnose: Callable[[], str] = lambda: "",
-             interval: float = 0.1) -> Any:
+
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float,
+    what: str,
+    diagnose: Callable[[], str] = lambda: "",
+    interval: float = 0.1,
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -202,8 +234,14 @@ def split_ok(members: list[Member], partitions: int, sizes: list[int] | None = N
     return sizes is None or sorted(len(h) for h in held) == sorted(sizes)
 
 
-def wait_split(pool: Members, members: list[Member], partitions: int, sizes: list[int] | None, timeout: float,
-               stable_for: float = 0.5) -> dict[str, frozenset[int]]:
+def wait_split(
+    pool: Members,
+    members: list[Member],
+    partitions: int,
+    sizes: list[int] | None,
+    timeout: float,
+    stable_for: float = 0.5,
+) -> dict[str, frozenset[int]]:
     """Wait until split_ok() has held continuously for `stable_for` seconds; return {name: partitions}."""
     since: list[float | None] = [None]
 
@@ -218,8 +256,12 @@ def wait_split(pool: Members, members: list[Member], partitions: int, sizes: lis
             since[0] = time.monotonic()
         return time.monotonic() - since[0] >= stable_for
 
-    wait_for(settled, timeout, f"{[m.name for m in members]} to split {partitions} partitions as {sizes}",
-             lambda: pool.describe())
+    wait_for(
+        settled,
+        timeout,
+        f"{[m.name for m in members]} to split {partitions} partitions as {sizes}",
+        lambda: pool.describe(),
+    )
     return {m.name: m.held() for m in members}
 
 
@@ -229,13 +271,15 @@ def even_sizes(partitions: int, n: int) -> list[int]:
 
 # -- producing and checking ---------------------------------------------------------------------------
 
+
 def create_topic(server: ServerProcess, topic: str, partitions: int) -> None:
     result = run_client("ck", "create-topic", server, "--topic", topic, "--partitions", str(partitions))
     assert result["error"] is None, f"{result}\n{server.output()}"
 
 
-def produce_batch(server: ServerProcess, topic: str, n: int, seed: int, tmp_path: Path,
-                  partitions: int | None = None) -> dict[tuple[int, int], str]:
+def produce_batch(
+    server: ServerProcess, topic: str, n: int, seed: int, tmp_path: Path, partitions: int | None = None
+) -> dict[tuple[int, int], str]:
     """Produce n keyed messages with confluent-kafka (acks=all) in a separate process;
     return {(partition, offset): key_hex}. With `partitions`, message i goes to partition i % partitions."""
     messages = make_messages(n, seed)
@@ -294,6 +338,7 @@ def member_errors(members: Iterable[Member]) -> list[dict[str, Any]]:
 
 # -- admin --------------------------------------------------------------------------------------------
 
+
 def admin(server: ServerProcess, command: str, *args: str, timeout: float = 40.0) -> dict[str, Any]:
     """Run clients/ck_admin.py COMMAND in its own process; return its JSON answer."""
     cmd = [PYTHON, str(GROUP_CLIENTS / "ck_admin.py"), command, "--bootstrap", server.bootstrap, *args]
@@ -301,8 +346,10 @@ def admin(server: ServerProcess, command: str, *args: str, timeout: float = 40.0
     try:
         return json.loads(proc.stdout)
     except json.JSONDecodeError:
-        pytest.fail(f"ck_admin printed no JSON: {' '.join(cmd)}\nstdout: {proc.stdout[-3000:]!r}\n"
-                    f"stderr: {proc.stderr[-3000:]!r}")
+        pytest.fail(
+            f"ck_admin printed no JSON: {' '.join(cmd)}\nstdout: {proc.stdout[-3000:]!r}\n"
+            f"stderr: {proc.stderr[-3000:]!r}"
+        )
 
 
 def committed_offsets(server: ServerProcess, group: str, topic: str, partitions: int) -> dict[int, int]:
@@ -315,8 +362,9 @@ def committed_offsets(server: ServerProcess, group: str, topic: str, partitions:
 def admin_http(server: Any, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
     """A JSON request to the server's admin API: (HTTP status, JSON body)."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(server.admin_url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        server.admin_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.load(response)
@@ -327,6 +375,7 @@ def admin_http(server: Any, method: str, path: str, body: Any = None) -> tuple[i
 
 def wait_ready(server: Any) -> None:
     """The admin API answers 503 while the group log loads."""
+
     def ready() -> bool:
         try:
             with urllib.request.urlopen(server.admin_url + "/readyz", timeout=10) as response:

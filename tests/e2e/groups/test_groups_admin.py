@@ -29,8 +29,10 @@ def test_admin_list_describe_offsets_delete(members, server, tmp_path):
     group, topic = "admin-group", "admin-topic"
     create_topic(server, topic, PARTITIONS)
     placed = produce_batch(server, topic, 120, 600, tmp_path)
-    ms = [members.start("ck", f"c{i}", server, group, topic, client_id=f"admin-client-{i}", settings=SETTINGS)
-          for i in range(3)]
+    ms = [
+        members.start("ck", f"c{i}", server, group, topic, client_id=f"admin-client-{i}", settings=SETTINGS)
+        for i in range(3)
+    ]
     split = wait_split(members, ms, PARTITIONS, [2, 2, 2], timeout=40)
     wait_for(lambda: consumed_all(ms, placed), 30, "everything consumed", members.describe)
 
@@ -50,7 +52,12 @@ def test_admin_list_describe_offsets_delete(members, server, tmp_path):
         assert m["instance_id"] is None
     with RawClient(server.host, server.port) as c:
         raw = c.request(DescribeGroupsRequest(groups=(group,), include_authorized_operations=False)).groups[0]
-    assert (raw.error_code, raw.group_state, raw.protocol_type, raw.protocol_data) == (0, "Stable", "consumer", "range")
+    assert (raw.error_code, raw.group_state, raw.protocol_type, raw.protocol_data) == (
+        0,
+        "Stable",
+        "consumer",
+        "range",
+    )
     assert sorted(m.member_id for m in raw.members) == sorted(m["member_id"] for m in d["members"])
 
     refused = admin(server, "delete", "--group", group)
@@ -71,8 +78,9 @@ def test_admin_list_describe_offsets_delete(members, server, tmp_path):
     assert everything["offsets"] == {f"{topic}:{p}": o for p, o in hw.items()}, everything
 
     rewind = {p: 1 + p % 2 for p in range(PARTITIONS)}
-    altered = admin(server, "alter", "--group", group, "--topic", topic,
-                    *[f"--offset={p}={o}" for p, o in rewind.items()])
+    altered = admin(
+        server, "alter", "--group", group, "--topic", topic, *[f"--offset={p}={o}" for p, o in rewind.items()]
+    )
     assert altered["error"] is None and not altered["partition_errors"], altered
     assert committed_offsets(server, group, topic, PARTITIONS) == rewind
 

@@ -38,7 +38,9 @@ def even_split_scenario(members, server, tmp_path, lib: str, group: str, setting
     the committed offsets are the end offsets. Returns the settled split and the group as DescribeGroups sees it."""
     topic = f"{group}-topic"
     create_topic(server, topic, PARTITIONS)
-    placed = produce_batch(server, topic, 300, seed, tmp_path)  # before: the first member starts on a full topic
+    placed = produce_batch(
+        server, topic, 300, seed, tmp_path
+    )  # before: the first member starts on a full topic
     ms = [members.start(lib, f"m{i}", server, group, topic, settings=settings) for i in range(3)]
     split = wait_split(members, ms, PARTITIONS, [2, 2, 2], timeout=40)
     described = describe_raw(server, group)
@@ -49,8 +51,12 @@ def even_split_scenario(members, server, tmp_path, lib: str, group: str, setting
     # After the split settled, each member read the new records of its own partitions only.
     for m in ms:
         stray = [(p, o) for p, o, _k in m.records() if (p, o) in after and p not in split[m.name]]
-        assert not stray, f"{m.name} holding {sorted(split[m.name])} consumed records of other partitions: {stray[:5]}"
-    assert {m.name: m.held() for m in ms} == split, "the assignment changed while consuming\n" + members.describe()
+        assert not stray, (
+            f"{m.name} holding {sorted(split[m.name])} consumed records of other partitions: {stray[:5]}"
+        )
+    assert {m.name: m.held() for m in ms} == split, (
+        "the assignment changed while consuming\n" + members.describe()
+    )
 
     for m in ms:
         assert m.close() == 0, members.describe([m])
@@ -63,14 +69,26 @@ def even_split_scenario(members, server, tmp_path, lib: str, group: str, setting
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_confluent_even_split_exactly_once(members, server, tmp_path, strategy):
     group = f"ck-split-{strategy}"
-    out = even_split_scenario(members, server, tmp_path, "ck", group,
-                              {"partition.assignment.strategy": strategy, "heartbeat.interval.ms": 1000}, seed=100)
+    out = even_split_scenario(
+        members,
+        server,
+        tmp_path,
+        "ck",
+        group,
+        {"partition.assignment.strategy": strategy, "heartbeat.interval.ms": 1000},
+        seed=100,
+    )
     protocols = {e["protocol"] for m in out["members"] for e in m.rebalance_events()}
     assert protocols == {"EAGER" if strategy == "range" else "COOPERATIVE"}, protocols
     if strategy == "range":
         assert sorted(sorted(s) for s in out["split"].values()) == [[0, 1], [2, 3], [4, 5]], out["split"]
     d = out["described"]
-    assert (d.error_code, d.group_state, d.protocol_type, d.protocol_data) == (0, "Stable", "consumer", strategy), d
+    assert (d.error_code, d.group_state, d.protocol_type, d.protocol_data) == (
+        0,
+        "Stable",
+        "consumer",
+        strategy,
+    ), d
     assert sorted(m.client_id for m in d.members) == ["ck-m0", "ck-m1", "ck-m2"], d
     assert member_errors(out["members"]) == [], members.describe()
 
@@ -79,9 +97,16 @@ def test_confluent_even_split_exactly_once(members, server, tmp_path, strategy):
 def test_python_clients_even_split_exactly_once(members, server, tmp_path, lib, protocol):
     # Default assignors: kafka-python offers range then roundrobin, aiokafka roundrobin. No api_version pin.
     group = f"{lib}-split"
-    out = even_split_scenario(members, server, tmp_path, lib, group, {"heartbeat_interval_ms": 1000}, seed=200)
+    out = even_split_scenario(
+        members, server, tmp_path, lib, group, {"heartbeat_interval_ms": 1000}, seed=200
+    )
     d = out["described"]
-    assert (d.error_code, d.group_state, d.protocol_type, d.protocol_data) == (0, "Stable", "consumer", protocol), d
+    assert (d.error_code, d.group_state, d.protocol_type, d.protocol_data) == (
+        0,
+        "Stable",
+        "consumer",
+        protocol,
+    ), d
     assert sorted(m.client_id for m in d.members) == [f"{lib}-m{i}" for i in range(3)], d
     # After everybody left, the group is empty and still known.
     listing = admin(server, "list")

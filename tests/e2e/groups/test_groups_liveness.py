@@ -12,7 +12,11 @@ pytestmark = pytest.mark.e2e
 
 PARTITIONS = 6
 SESSION_MS = 6000
-BASE = {"partition.assignment.strategy": "range", "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 1000}
+BASE = {
+    "partition.assignment.strategy": "range",
+    "session.timeout.ms": SESSION_MS,
+    "heartbeat.interval.ms": 1000,
+}
 
 
 def test_killed_member_partitions_move_within_session_timeout(members, server):
@@ -45,16 +49,22 @@ def test_member_past_max_poll_interval_loses_then_regains_partitions(members, se
     wait_split(members, [a, b], PARTITIONS, [3, 3], timeout=max_poll_s + SESSION_MS / 1000 + 3, stable_for=0)
     took = max(m.rebalance_events()[-1]["t"] for m in (a, b)) - t_stall
     print(f"the stalled member's partitions reached the others {took:.2f}s after it stopped polling")
-    assert took >= max_poll_s - 1.5, f"partitions moved after {took:.2f}s, before max.poll.interval.ms expired"
+    assert took >= max_poll_s - 1.5, (
+        f"partitions moved after {took:.2f}s, before max.poll.interval.ms expired"
+    )
     assert c.alive()
 
     # c polls again (at t_stall + 12 s): it rejoins and gets partitions; the group settles on 2/2/2 again.
-    wait_for(lambda: c.events("resumed"), stall_s + 5, "the stalled member to resume polling", members.describe)
+    wait_for(
+        lambda: c.events("resumed"), stall_s + 5, "the stalled member to resume polling", members.describe
+    )
     t_resumed = c.events("resumed")[0]["t"]
     wait_split(members, [a, b, c], PARTITIONS, [2, 2, 2], timeout=30)
     regained = [e for e in c.events("assigned") if e["t"] > t_resumed and e["partitions"]]
     assert regained, "the member that came back was not assigned partitions again\n" + members.describe()
-    print(f"rejoined and assigned {regained[-1]['t'] - t_resumed:.2f}s after polling again; "
-          f"errors it saw: {[(e['name'], e['str']) for e in c.errors()]}")
+    print(
+        f"rejoined and assigned {regained[-1]['t'] - t_resumed:.2f}s after polling again; "
+        f"errors it saw: {[(e['name'], e['str']) for e in c.errors()]}"
+    )
     for m in (a, b, c):
         assert m.close() == 0, members.describe([m])

@@ -22,7 +22,11 @@ pytestmark = pytest.mark.e2e
 
 PARTITIONS = 6
 # Long enough that only a LeaveGroup (never a session expiry) can explain a quick reassignment.
-SETTINGS = {"partition.assignment.strategy": "range", "session.timeout.ms": 30000, "heartbeat.interval.ms": 1000}
+SETTINGS = {
+    "partition.assignment.strategy": "range",
+    "session.timeout.ms": 30000,
+    "heartbeat.interval.ms": 1000,
+}
 
 
 def test_leave_moves_partitions_and_offsets_survive_restarts(members, server, tmp_path):
@@ -72,7 +76,9 @@ def test_leave_moves_partitions_and_offsets_survive_restarts(members, server, tm
             first.setdefault(p, o)
         resumed_wrong = {p: (o, hw_before_restart[p]) for p, o in first.items() if o != hw_before_restart[p]}
         assert not resumed_wrong, f"{m.name} resumed at (first offset, committed) {resumed_wrong}"
-        assert all((p, o) in batch4 for p, o, _k in m.records()), f"{m.name} re-read records committed earlier"
+        assert all((p, o) in batch4 for p, o, _k in m.records()), (
+            f"{m.name} re-read records committed earlier"
+        )
     check_exactly_once(everyone, placed)
     assert commit_errors(everyone) == [], members.describe()
     assert committed_offsets(server, group, topic, PARTITIONS) == high_watermarks(placed, PARTITIONS)

@@ -34,8 +34,12 @@ from groups_support import (
 pytestmark = pytest.mark.e2e
 
 PARTITIONS = 3
-CLIENT = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "reconnect.backoff.max.ms": 1000,
-          "topic.metadata.refresh.interval.ms": 2000}
+CLIENT = {
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 500,
+    "reconnect.backoff.max.ms": 1000,
+    "topic.metadata.refresh.interval.ms": 2000,
+}
 QUIET_S = 3.0  # a paused topic's records would have been fetched by then (the members poll every 0.2 s)
 
 
@@ -47,15 +51,43 @@ http = admin_http
 
 def cli(server: Any, *args: str) -> subprocess.CompletedProcess:
     """`python -m coordinator groups --admin URL ARGS...` in its own process."""
-    return subprocess.run([PYTHON, "-m", "coordinator", "groups", "--admin", server.admin_url, *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [PYTHON, "-m", "coordinator", "groups", "--admin", server.admin_url, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-def start_member(pool: Members, name: str, server: Any, group: str, topic: str, settings: dict[str, Any],
-                 commit: str = "sync") -> Member:
+def start_member(
+    pool: Members,
+    name: str,
+    server: Any,
+    group: str,
+    topic: str,
+    settings: dict[str, Any],
+    commit: str = "sync",
+) -> Member:
     """A ck_member.py process; `topic` may be a librdkafka regex ("^..."), then offsets are auto-committed."""
-    cmd = [PYTHON, str(GROUP_CLIENTS / MEMBER_SCRIPTS["ck"]), "--bootstrap", server.bootstrap, "--group", group,
-           "--topic", topic, "--events", "", "--name", name, "--max-runtime", "240", "--commit", commit]
+    cmd = [
+        PYTHON,
+        str(GROUP_CLIENTS / MEMBER_SCRIPTS["ck"]),
+        "--bootstrap",
+        server.bootstrap,
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--events",
+        "",
+        "--name",
+        name,
+        "--max-runtime",
+        "240",
+        "--commit",
+        commit,
+    ]
     for k, v in settings.items():
         cmd += ["--set", f"{k}={v}"]
     member = Member("ck", name, cmd, pool.run_dir)
@@ -87,9 +119,12 @@ def restart_on_same_port(server_factory: Any, server: Any) -> Any:
     server_factory.stop(server)
     for attempt in range(20):
         try:
-            again = start_server(Path(server.run_dir).parent / f"{Path(server.run_dir).name}-again{attempt}",
-                                 server.settings, data_dir=server.data_dir,
-                                 extra_args=["--listen", server.bootstrap])
+            again = start_server(
+                Path(server.run_dir).parent / f"{Path(server.run_dir).name}-again{attempt}",
+                server.settings,
+                data_dir=server.data_dir,
+                extra_args=["--listen", server.bootstrap],
+            )
         except ServerStartError:
             time.sleep(0.5)  # the port may still be held for a moment
             continue
@@ -111,18 +146,27 @@ def consumed_keys(members: list[Member]) -> set[str]:
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_pausing_one_of_two_topics_stops_only_that_topic_across_a_restart(
-        members, server_factory, tmp_path, strategy):
+    members, server_factory, tmp_path, strategy
+):
     server = server_factory()
     group = f"pause-topic-{strategy}"
     paused, other = f"pz-{strategy}-orders", f"pz-{strategy}-audit"
     for topic in (paused, other):
         create_topic(server, topic, PARTITIONS)
-    settings = {**CLIENT, "partition.assignment.strategy": strategy, "enable.auto.commit": "true",
-                "auto.commit.interval.ms": 200}
+    settings = {
+        **CLIENT,
+        "partition.assignment.strategy": strategy,
+        "enable.auto.commit": "true",
+        "auto.commit.interval.ms": 200,
+    }
     pattern = f"^pz-{strategy}-(orders|audit)$"
     ms = [start_member(members, f"m{i}", server, group, pattern, settings, commit="none") for i in range(2)]
-    batch1 = produce_batch(server, paused, 60, 500, tmp_path) | produce_batch(server, other, 60, 501, tmp_path)
-    wait_for(lambda: consumed_keys(ms) >= keys(batch1), 60, "batch 1 of both topics consumed", members.describe)
+    batch1 = produce_batch(server, paused, 60, 500, tmp_path) | produce_batch(
+        server, other, 60, 501, tmp_path
+    )
+    wait_for(
+        lambda: consumed_keys(ms) >= keys(batch1), 60, "batch 1 of both topics consumed", members.describe
+    )
     wait_settled(server, group, members)
 
     result = cli(server, "pause", group, "--topic", paused)
@@ -137,11 +181,16 @@ def test_pausing_one_of_two_topics_stops_only_that_topic_across_a_restart(
 
     held_paused = produce_batch(server, paused, 60, 502, tmp_path)
     batch2 = produce_batch(server, other, 60, 503, tmp_path)
-    wait_for(lambda: consumed_keys(ms) >= keys(batch2), 60, "the other topic consumed while paused",
-             members.describe)
+    wait_for(
+        lambda: consumed_keys(ms) >= keys(batch2),
+        60,
+        "the other topic consumed while paused",
+        members.describe,
+    )
     time.sleep(QUIET_S)
-    assert not consumed_keys(ms) & keys(held_paused), "records of the paused topic were consumed\n" + \
-        members.describe()
+    assert not consumed_keys(ms) & keys(held_paused), (
+        "records of the paused topic were consumed\n" + members.describe()
+    )
 
     server = restart_on_same_port(server_factory, server)
     wait_ready(server)
@@ -149,17 +198,26 @@ def test_pausing_one_of_two_topics_stops_only_that_topic_across_a_restart(
     assert described["paused"] == {"group": False, "topics": [paused]}
     held_paused |= produce_batch(server, paused, 60, 504, tmp_path)
     batch3 = produce_batch(server, other, 60, 505, tmp_path)
-    wait_for(lambda: consumed_keys(ms) >= keys(batch3), 90, "the other topic consumed after the restart",
-             members.describe)
+    wait_for(
+        lambda: consumed_keys(ms) >= keys(batch3),
+        90,
+        "the other topic consumed after the restart",
+        members.describe,
+    )
     time.sleep(QUIET_S)
-    assert not consumed_keys(ms) & keys(held_paused), "records of the paused topic were consumed after the " \
-        "coordinator restarted\n" + members.describe()
+    assert not consumed_keys(ms) & keys(held_paused), (
+        "records of the paused topic were consumed after the coordinator restarted\n" + members.describe()
+    )
     assert all(m.alive() for m in ms), members.describe()
 
     result = cli(server, "resume", group, "--topic", paused)
     assert result.returncode == 0, result.stderr
-    wait_for(lambda: consumed_keys(ms) >= keys(held_paused), 90,
-             "everything produced to the paused topic consumed after resume", members.describe)
+    wait_for(
+        lambda: consumed_keys(ms) >= keys(held_paused),
+        90,
+        "everything produced to the paused topic consumed after resume",
+        members.describe,
+    )
     described = wait_settled(server, group, members)
     assert described["paused"] == {"group": False, "topics": []}
     assert len(described["members"]) == 2
@@ -169,7 +227,8 @@ def test_pausing_one_of_two_topics_stops_only_that_topic_across_a_restart(
 
 
 def test_pausing_a_whole_group_stops_it_across_a_restart_and_resume_consumes_exactly_once(
-        members, server_factory, tmp_path):
+    members, server_factory, tmp_path
+):
     server = server_factory()
     group, topic = "pause-whole", "pause-whole-topic"
     create_topic(server, topic, 4)
@@ -181,8 +240,12 @@ def test_pausing_a_whole_group_stops_it_across_a_restart_and_resume_consumes_exa
 
     status, answer = http(server, "POST", f"/v1/groups/{group}/pause")
     assert status == 200 and answer["paused"] == {"group": True, "topics": []}, answer
-    wait_for(lambda: all(m.held() == frozenset() and m.events("assigned") for m in ms), 60,
-             "both members to hold nothing", members.describe)
+    wait_for(
+        lambda: all(m.held() == frozenset() and m.events("assigned") for m in ms),
+        60,
+        "both members to hold nothing",
+        members.describe,
+    )
     wait_settled(server, group, members)
     during = produce_batch(server, topic, 200, 511, tmp_path)
     time.sleep(QUIET_S)
@@ -196,8 +259,9 @@ def test_pausing_a_whole_group_stops_it_across_a_restart_and_resume_consumes_exa
     during |= produce_batch(server, topic, 100, 512, tmp_path)
     time.sleep(QUIET_S)
     consumed = {(p, o) for m in ms for p, o, _k in m.records()}
-    assert not consumed & during.keys(), "a paused group consumed after the coordinator restarted\n" + \
-        members.describe()
+    assert not consumed & during.keys(), (
+        "a paused group consumed after the coordinator restarted\n" + members.describe()
+    )
 
     status, answer = http(server, "POST", f"/v1/groups/{group}/resume", {})
     assert status == 200 and answer["paused"] == {"group": False, "topics": []}, answer
@@ -216,10 +280,19 @@ def test_a_group_of_another_protocol_type_cannot_be_paused(server):
 
     wait_ready(server)
     host, port = server.bootstrap.rsplit(":", 1)
-    join = build(load_request_schema(11, 5), {
-        "group_id": "connect-like", "session_timeout": 10000, "rebalance_timeout": 10000, "member_id": "",
-        "group_instance_id": "worker-1", "protocol_type": "connect",
-        "protocols": [{"name": "default", "metadata": b"\x00\x01"}], "reason": None})
+    join = build(
+        load_request_schema(11, 5),
+        {
+            "group_id": "connect-like",
+            "session_timeout": 10000,
+            "rebalance_timeout": 10000,
+            "member_id": "",
+            "group_instance_id": "worker-1",
+            "protocol_type": "connect",
+            "protocols": [{"name": "default", "metadata": b"\x00\x01"}],
+            "reason": None,
+        },
+    )
     with WireClient(host, int(port)) as client:
         answer = client.call(join)
     assert answer.error_code == 0, answer

@@ -24,8 +24,11 @@ PARTITIONS = 6
 SESSION_MS = 6000
 REGISTRATION_MS = 20000
 EXPANSION_MS = 10000
-CLIENT = {"partition.assignment.strategy": "range", "session.timeout.ms": SESSION_MS,
-          "heartbeat.interval.ms": 500}
+CLIENT = {
+    "partition.assignment.strategy": "range",
+    "session.timeout.ms": SESSION_MS,
+    "heartbeat.interval.ms": 500,
+}
 QUIET_S = 3.0
 
 
@@ -45,17 +48,26 @@ def describe(server: Any, group: str) -> dict[str, Any]:
 
 
 def test_registration_window_keeps_a_static_members_place_and_removes_the_absent_in_one_rebalance(
-        members, server, tmp_path):
+    members, server, tmp_path
+):
     group, topic = "window-registration", "window-registration-topic"
     wait_ready(server)
-    status, answer = http(server, "PUT", f"/v1/groups/{group}/settings",
-                          {"group.static.registration.timeout.ms": REGISTRATION_MS})
-    assert status == 200 and answer["effective_settings"]["group.static.registration.timeout.ms"] == \
-        REGISTRATION_MS, answer
+    status, answer = http(
+        server,
+        "PUT",
+        f"/v1/groups/{group}/settings",
+        {"group.static.registration.timeout.ms": REGISTRATION_MS},
+    )
+    assert (
+        status == 200
+        and answer["effective_settings"]["group.static.registration.timeout.ms"] == REGISTRATION_MS
+    ), answer
     create_topic(server, topic, PARTITIONS)
     ms = []
     for i in range(3):
-        ms.append(members.start("ck", f"s{i}", server, group, topic, instance_id=f"{group}-{i}", settings=CLIENT))
+        ms.append(
+            members.start("ck", f"s{i}", server, group, topic, instance_id=f"{group}-{i}", settings=CLIENT)
+        )
         if i == 0:
             wait_split(members, ms, PARTITIONS, [6], timeout=30, stable_for=0)
     split = wait_split(members, ms, PARTITIONS, [2, 2, 2], timeout=60, stable_for=QUIET_S)
@@ -65,8 +77,12 @@ def test_registration_window_keeps_a_static_members_place_and_removes_the_absent
 
     # s1 dies and comes back after its session timeout, inside the registration window.
     s1.kill()
-    wait_for(lambda: describe(server, group)["offline_members"] == [f"{group}-1"], SESSION_MS / 1000 + 10,
-             "s1 to be marked offline (session expired)", members.describe)
+    wait_for(
+        lambda: describe(server, group)["offline_members"] == [f"{group}-1"],
+        SESSION_MS / 1000 + 10,
+        "s1 to be marked offline (session expired)",
+        members.describe,
+    )
     time.sleep(2)
     back = members.start("ck", "s1-again", server, group, topic, instance_id=f"{group}-1", settings=CLIENT)
     wait_for(lambda: back.held(), 30, "the returning static member to be assigned", members.describe)
@@ -81,11 +97,17 @@ def test_registration_window_keeps_a_static_members_place_and_removes_the_absent
     # s2 dies and stays away: one rebalance when the window ends removes it; s0 and s1 share its partitions.
     s2.kill()
     t_killed = time.monotonic()
-    wait_for(lambda: describe(server, group)["offline_members"] == [f"{group}-2"], SESSION_MS / 1000 + 10,
-             "s2 to be marked offline", members.describe)
+    wait_for(
+        lambda: describe(server, group)["offline_members"] == [f"{group}-2"],
+        SESSION_MS / 1000 + 10,
+        "s2 to be marked offline",
+        members.describe,
+    )
     time.sleep(5)
     assert len(timeline(server, group)) == rebalances_before, "a rebalance inside the registration window"
-    split2 = wait_split(members, [s0, back], PARTITIONS, [3, 3], timeout=(SESSION_MS + REGISTRATION_MS) / 1000 + 30)
+    split2 = wait_split(
+        members, [s0, back], PARTITIONS, [3, 3], timeout=(SESSION_MS + REGISTRATION_MS) / 1000 + 30
+    )
     gone_s = time.monotonic() - t_killed
     assert gone_s >= (SESSION_MS + REGISTRATION_MS) / 1000 - 2, f"s2 was removed after only {gone_s:.1f}s"
     time.sleep(QUIET_S)
@@ -99,19 +121,23 @@ def test_registration_window_keeps_a_static_members_place_and_removes_the_absent
 
 
 def test_rolling_restart_of_five_static_members_under_the_registration_window_costs_no_rebalance(
-        members, server, tmp_path):
+    members, server, tmp_path
+):
     """The issue's rolling restart: 5 static members with session.timeout.ms=6000, each down for 10 s (longer
     than its session) under a 60 s registration timeout: zero rebalances, by the coordinator's timeline and by
     the clients' rebalance callbacks alike."""
     group, topic = "window-rolling", "window-rolling-topic"
     wait_ready(server)
-    status, answer = http(server, "PUT", f"/v1/groups/{group}/settings",
-                          {"group.static.registration.timeout.ms": 60000})
+    status, answer = http(
+        server, "PUT", f"/v1/groups/{group}/settings", {"group.static.registration.timeout.ms": 60000}
+    )
     assert status == 200, answer
     create_topic(server, topic, 10)
     ms = []
     for i in range(5):
-        ms.append(members.start("ck", f"r{i}", server, group, topic, instance_id=f"{group}-{i}", settings=CLIENT))
+        ms.append(
+            members.start("ck", f"r{i}", server, group, topic, instance_id=f"{group}-{i}", settings=CLIENT)
+        )
         if i == 0:
             wait_split(members, ms, 10, [10], timeout=30, stable_for=0)
     split = wait_split(members, ms, 10, [2] * 5, timeout=90, stable_for=QUIET_S)
@@ -124,8 +150,9 @@ def test_rolling_restart_of_five_static_members_under_the_registration_window_co
         current[i].kill()
         time.sleep(10)
         assert describe(server, group)["offline_members"] == [f"{group}-{i}"], members.describe()
-        current[i] = members.start("ck", f"r{i}-again", server, group, topic, instance_id=f"{group}-{i}",
-                                   settings=CLIENT)
+        current[i] = members.start(
+            "ck", f"r{i}-again", server, group, topic, instance_id=f"{group}-{i}", settings=CLIENT
+        )
         wait_for(lambda: current[i].held(), 30, f"r{i} to be back with its partitions", members.describe)
         assert current[i].held() == split[f"r{i}"], members.describe()
     time.sleep(QUIET_S)
@@ -141,7 +168,9 @@ def test_rolling_restart_of_five_static_members_under_the_registration_window_co
 def test_expansion_window_admits_four_new_members_in_one_rebalance(members, server, tmp_path):
     group, topic = "window-expansion", "window-expansion-topic"
     wait_ready(server)
-    status, answer = http(server, "PUT", f"/v1/groups/{group}/settings", {"group.expansion.timeout.ms": EXPANSION_MS})
+    status, answer = http(
+        server, "PUT", f"/v1/groups/{group}/settings", {"group.expansion.timeout.ms": EXPANSION_MS}
+    )
     assert status == 200, answer
     create_topic(server, topic, PARTITIONS)
     first = [members.start("ck", f"e{i}", server, group, topic, settings=CLIENT) for i in range(2)]
@@ -151,8 +180,12 @@ def test_expansion_window_admits_four_new_members_in_one_rebalance(members, serv
 
     t0 = time.monotonic()
     more = [members.start("ck", f"e{i}", server, group, topic, settings=CLIENT) for i in range(2, 6)]
-    wait_for(lambda: len(describe(server, group)["held_back_joiners"]) == 4, EXPANSION_MS / 1000,
-             "the four new members to be held back", members.describe)
+    wait_for(
+        lambda: len(describe(server, group)["held_back_joiners"]) == 4,
+        EXPANSION_MS / 1000,
+        "the four new members to be held back",
+        members.describe,
+    )
     assert describe(server, group)["state"] == "Stable"
     everyone = first + more
     wait_split(members, everyone, PARTITIONS, [1] * 6, timeout=EXPANSION_MS / 1000 + 60, stable_for=QUIET_S)
@@ -170,9 +203,15 @@ def test_expansion_window_admits_four_new_members_in_one_rebalance(members, serv
     assert shown.returncode == 0, shown
     assert [line.split() for line in shown.stdout.splitlines() if "timeout" in line] == [
         ["group.expansion.timeout.ms", str(EXPANSION_MS), "group"],
-        ["group.static.registration.timeout.ms", "0", "server"]], shown.stdout
-    changed = subprocess.run([*groups_cli, "--unset", "group.expansion.timeout.ms", "--json"], cwd=REPO,
-                             capture_output=True, text=True, timeout=60)
+        ["group.static.registration.timeout.ms", "0", "server"],
+    ], shown.stdout
+    changed = subprocess.run(
+        [*groups_cli, "--unset", "group.expansion.timeout.ms", "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert changed.returncode == 0, changed
     assert json.loads(changed.stdout)["settings"] == {}, changed.stdout
     for m in everyone:

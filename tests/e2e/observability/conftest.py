@@ -1,7 +1,7 @@
 """Fixtures for the observability e2e tests (the server fixtures come from tests/e2e/conftest.py).
 
-    members   an obs_support.Members: start(name, server, group, topic, *member_args) runs clients/member.py in
-              its own process; members still running at teardown are killed before the server stops
+members   an obs_support.Members: start(name, server, group, topic, *member_args) runs clients/member.py in
+          its own process; members still running at teardown are killed before the server stops
 """
 
 from __future__ import annotations

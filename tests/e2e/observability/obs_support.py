@@ -24,9 +24,22 @@ CLIENTS = Path(__file__).resolve().parent / "clients"
 def produce(server: ServerProcess, topic: str, partitions: int, per_partition: int) -> dict[int, int]:
     """Create `topic` and write `per_partition` records to each partition; returns partition -> log-end offset."""
     proc = subprocess.run(
-        [PYTHON, str(CLIENTS / "produce.py"), "--bootstrap", server.bootstrap, "--topic", topic,
-         "--partitions", str(partitions), "--per-partition", str(per_partition)],
-        capture_output=True, timeout=60, cwd=REPO, stdin=subprocess.DEVNULL,
+        [
+            PYTHON,
+            str(CLIENTS / "produce.py"),
+            "--bootstrap",
+            server.bootstrap,
+            "--topic",
+            topic,
+            "--partitions",
+            str(partitions),
+            "--per-partition",
+            str(per_partition),
+        ],
+        capture_output=True,
+        timeout=60,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
     )
     if proc.returncode != 0:
         pytest.fail(f"producer failed: {proc.stderr.decode()[-3000:]}\n{server.output()}")
@@ -37,16 +50,31 @@ def produce(server: ServerProcess, topic: str, partitions: int, per_partition: i
 class Member:
     """One member process (clients/member.py); see that file for events and commands."""
 
-    def __init__(self, base: Path, name: str, server: ServerProcess, group: str, topic: str,
-                 *extra: str) -> None:
+    def __init__(
+        self, base: Path, name: str, server: ServerProcess, group: str, topic: str, *extra: str
+    ) -> None:
         self.name = name
         self.events_path = base / f"{name}.events"
         self.stderr_path = base / f"{name}.stderr"
-        cmd = [PYTHON, str(CLIENTS / "member.py"), "--bootstrap", server.bootstrap, "--group", group,
-               "--topic", topic, "--events", str(self.events_path), "--client-id", name, *extra]
+        cmd = [
+            PYTHON,
+            str(CLIENTS / "member.py"),
+            "--bootstrap",
+            server.bootstrap,
+            "--group",
+            group,
+            "--topic",
+            topic,
+            "--events",
+            str(self.events_path),
+            "--client-id",
+            name,
+            *extra,
+        ]
         with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                         stderr=err)
+            self.proc = subprocess.Popen(
+                cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err
+            )
 
     def events(self, ev: str | None = None) -> list[dict[str, Any]]:
         try:
@@ -100,8 +128,12 @@ class Member:
                 pass
 
     def describe(self) -> str:
-        return f"--- {self.name} events ---\n" + "\n".join(json.dumps(e) for e in self.events()[-30:]) + \
-            f"\n--- {self.name} stderr ---\n" + _tail(self.stderr_path)
+        return (
+            f"--- {self.name} events ---\n"
+            + "\n".join(json.dumps(e) for e in self.events()[-30:])
+            + f"\n--- {self.name} stderr ---\n"
+            + _tail(self.stderr_path)
+        )
 
 
 def _tail(path: Path, limit: int = 3000) -> str:

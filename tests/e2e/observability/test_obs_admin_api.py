@@ -61,8 +61,15 @@ def test_reset_offsets_and_delete(server_factory, members):
     assert status == 200, body
     assert committed(server, GROUP) == {0: 10, 1: 10}  # the first record of the second batch
 
-    status, body = reset(server, GROUP, to="explicit", offsets=[
-        {"topic": TOPIC, "partition": 0, "offset": 3}, {"topic": TOPIC, "partition": 1, "offset": 999}])
+    status, body = reset(
+        server,
+        GROUP,
+        to="explicit",
+        offsets=[
+            {"topic": TOPIC, "partition": 0, "offset": 3},
+            {"topic": TOPIC, "partition": 1, "offset": 999},
+        ],
+    )
     assert status == 200, body
     assert [(o["requested"], o["offset"]) for o in body["offsets"]] == [(3, 3), (999, 20)]  # clamped
     assert committed(server, GROUP) == {0: 3, 1: 20}
@@ -80,7 +87,10 @@ def test_reset_offsets_and_delete(server_factory, members):
     status, body = reset(server, "obs-simple", to="offset", offset=4, topics=[TOPIC])
     assert status == 200, body
     samples = metrics(server)
-    assert value(samples, "kafka_consumergroup_lag", consumergroup="obs-simple", topic=TOPIC, partition="1") == 16
+    assert (
+        value(samples, "kafka_consumergroup_lag", consumergroup="obs-simple", topic=TOPIC, partition="1")
+        == 16
+    )
 
     # The answers were sent after the records were durable: a restart on the same log keeps them.
     server_factory.stop(server)

@@ -24,8 +24,9 @@ def cli(server, *args: str, env_url: bool = False) -> subprocess.CompletedProces
         env["KGC_ADMIN_URL"] = server.admin_url
     else:
         cmd += ["--admin", server.admin_url]
-    proc = subprocess.run(cmd + list(args), capture_output=True, timeout=60, cwd=REPO, env=env,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        cmd + list(args), capture_output=True, timeout=60, cwd=REPO, env=env, stdin=subprocess.DEVNULL
+    )
     shown = " ".join(["kafka-group-coordinator", "groups", *args])
     print(f"$ {shown}\n{proc.stdout.decode()}{proc.stderr.decode()}")
     return proc
@@ -38,14 +39,22 @@ def test_cli_on_a_live_group(server_factory, members):
     b = members.start("billing-2", server, GROUP, TOPIC, "--quota", "30")
     # With data already there, the first member could consume the second's share before the second joined
     # (its join waits for the first member's next heartbeat), leaving it nothing to reach its quota with.
-    wait_until(lambda: all(m.events("assigned") for m in (a, b)) and len(
-        get_json(server, f"/v1/groups/{GROUP}")[1].get("members", [])) == 2, 60, "both members assigned",
-        members.describe)
+    wait_until(
+        lambda: (
+            all(m.events("assigned") for m in (a, b))
+            and len(get_json(server, f"/v1/groups/{GROUP}")[1].get("members", [])) == 2
+        ),
+        60,
+        "both members assigned",
+        members.describe,
+    )
     produce(server, TOPIC, 3, 40)
 
     def stable_and_committed() -> bool:
         _, body = get_json(server, f"/v1/groups/{GROUP}")
-        done = all(m.events("commit") and m.events("commit")[-1]["processed"] == q for m, q in ((a, 50), (b, 30)))
+        done = all(
+            m.events("commit") and m.events("commit")[-1]["processed"] == q for m, q in ((a, 50), (b, 30))
+        )
         return done and body.get("state") == "Stable" and len(body["members"]) == 2
 
     wait_until(stable_and_committed, 60, "a Stable group of two that committed", members.describe)
@@ -54,10 +63,21 @@ def test_cli_on_a_live_group(server_factory, members):
     assert listing.returncode == 0
     lines = listing.stdout.decode().splitlines()
     header = next(line for line in lines if "GROUP" in line)
-    assert header.split() == ["GROUP", "STATE", "TYPE", "PROTOCOL", "GENERATION", "MEMBERS", "LAG", "UNCOMMITTED"]
+    assert header.split() == [
+        "GROUP",
+        "STATE",
+        "TYPE",
+        "PROTOCOL",
+        "GENERATION",
+        "MEMBERS",
+        "LAG",
+        "UNCOMMITTED",
+    ]
     row = next(line for line in lines if line.strip().startswith(GROUP)).split()
     assert row[:4] == [GROUP, "Stable", "consumer", "range"] and row[5] == "2"
-    assert header.index("LAG") + len("LAG") == lines[lines.index(header) + 2].index(row[6]) + len(row[6])  # aligned
+    assert header.index("LAG") + len("LAG") == lines[lines.index(header) + 2].index(row[6]) + len(
+        row[6]
+    )  # aligned
 
     described = cli(server, "describe", GROUP)
     text = described.stdout.decode()
@@ -73,8 +93,14 @@ def test_cli_on_a_live_group(server_factory, members):
     assert refused.returncode == 1 and b"NON_EMPTY_GROUP" in refused.stderr
 
     b.close()
-    wait_until(lambda: get_json(server, f"/v1/groups/{GROUP}")[1]["state"] == "Stable" and
-               len(get_json(server, f"/v1/groups/{GROUP}")[1]["members"]) == 1, 30, "a alone and Stable")
+    wait_until(
+        lambda: (
+            get_json(server, f"/v1/groups/{GROUP}")[1]["state"] == "Stable"
+            and len(get_json(server, f"/v1/groups/{GROUP}")[1]["members"]) == 1
+        ),
+        30,
+        "a alone and Stable",
+    )
     timeline = cli(server, "timeline", GROUP)
     text = timeline.stdout.decode()
     assert timeline.returncode == 0 and "new_member" in text and "leave" in text and "(left)" in text
@@ -84,10 +110,20 @@ def test_cli_on_a_live_group(server_factory, members):
     dry = cli(server, "reset-offsets", GROUP, "--to-earliest")
     assert dry.returncode == 0 and b"Dry run" in dry.stdout
     assert all(o["committed_offset"] > 0 for o in get_json(server, f"/v1/groups/{GROUP}")[1]["offsets"])
-    done = cli(server, "reset-offsets", GROUP, "--to-datetime", "2000-01-01T00:00:00Z", "--topic", f"{TOPIC}:0",
-               "--execute")
+    done = cli(
+        server,
+        "reset-offsets",
+        GROUP,
+        "--to-datetime",
+        "2000-01-01T00:00:00Z",
+        "--topic",
+        f"{TOPIC}:0",
+        "--execute",
+    )
     assert done.returncode == 0
-    offsets = {o["partition"]: o["committed_offset"] for o in get_json(server, f"/v1/groups/{GROUP}")[1]["offsets"]}
+    offsets = {
+        o["partition"]: o["committed_offset"] for o in get_json(server, f"/v1/groups/{GROUP}")[1]["offsets"]
+    }
     assert offsets[0] == 0 and all(offsets[p] > 0 for p in offsets if p != 0)
 
     assert cli(server, "delete", GROUP).returncode == 0
@@ -95,6 +131,11 @@ def test_cli_on_a_live_group(server_factory, members):
     assert missing.returncode == 1 and b"GROUP_ID_NOT_FOUND" in missing.stderr
     assert cli(server, "list").returncode == 0
 
-    unreachable = subprocess.run([PYTHON, "-m", "coordinator", "groups", "--admin", "http://127.0.0.1:1", "list"],
-                                 capture_output=True, timeout=60, cwd=REPO, stdin=subprocess.DEVNULL)
+    unreachable = subprocess.run(
+        [PYTHON, "-m", "coordinator", "groups", "--admin", "http://127.0.0.1:1", "list"],
+        capture_output=True,
+        timeout=60,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
     assert unreachable.returncode == 2 and b"cannot reach" in unreachable.stderr

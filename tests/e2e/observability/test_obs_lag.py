@@ -29,24 +29,35 @@ def committed_offsets(*members) -> dict[int, int]:
 def check_lag(server, ends: dict[int, int], committed: dict[int, int], members: int, state: str) -> None:
     samples = metrics(server)
     labels = {"consumergroup": GROUP, "topic": TOPIC}
-    lag_samples = {int(lbl["partition"]): v for lbl, v in samples.get("kafka_consumergroup_lag", [])
-                   if lbl["consumergroup"] == GROUP}
+    lag_samples = {
+        int(lbl["partition"]): v
+        for lbl, v in samples.get("kafka_consumergroup_lag", [])
+        if lbl["consumergroup"] == GROUP
+    }
     # Every sample is log-end offset minus committed offset; partitions without a commit have none (no -1).
     assert lag_samples == {p: ends[p] - o for p, o in committed.items()}, (lag_samples, ends, committed)
-    offset_samples = {int(lbl["partition"]): v for lbl, v in samples.get("kafka_consumergroup_current_offset", [])
-                      if lbl["consumergroup"] == GROUP}
+    offset_samples = {
+        int(lbl["partition"]): v
+        for lbl, v in samples.get("kafka_consumergroup_current_offset", [])
+        if lbl["consumergroup"] == GROUP
+    }
     assert offset_samples == committed
-    assert value(samples, "kafka_consumergroup_lag_sum", **labels) == sum(ends[p] - o for p, o in committed.items())
+    assert value(samples, "kafka_consumergroup_lag_sum", **labels) == sum(
+        ends[p] - o for p, o in committed.items()
+    )
     assert value(samples, "kafka_consumergroup_current_offset_sum", **labels) == sum(committed.values())
-    assert value(samples, "kafka_consumergroup_uncommitted_partitions", **labels) == PARTITIONS - len(committed)
+    assert value(samples, "kafka_consumergroup_uncommitted_partitions", **labels) == PARTITIONS - len(
+        committed
+    )
     assert value(samples, "kafka_consumergroup_members", consumergroup=GROUP) == members
     assert value(samples, "kafka_consumergroup_state", consumergroup=GROUP, state=state) == 1
     assert all(v >= 0 for vs in samples.values() for _, v in vs if _.get("consumergroup") == GROUP)
 
     status, described = get_json(server, f"/v1/groups/{GROUP}")
     assert status == 200
-    assert {o["partition"]: (o["committed_offset"], o["log_end_offset"], o["lag"]) for o in described["offsets"]} \
-        == {p: (o, ends[p], ends[p] - o) for p, o in committed.items()}
+    assert {
+        o["partition"]: (o["committed_offset"], o["log_end_offset"], o["lag"]) for o in described["offsets"]
+    } == {p: (o, ends[p], ends[p] - o) for p, o in committed.items()}
     assert described["state"] == state
 
 
@@ -74,7 +85,9 @@ def test_lag_equals_log_end_minus_committed_live_and_empty(server_factory, membe
     b = members.start("lag-b", server, GROUP, TOPIC, "--quota", "17")
 
     def done() -> bool:
-        return all(m.events("commit") and m.events("commit")[-1]["processed"] == q for m, q in ((a, 30), (b, 17)))
+        return all(
+            m.events("commit") and m.events("commit")[-1]["processed"] == q for m, q in ((a, 30), (b, 17))
+        )
 
     wait_until(done, 60, "both members to process and commit their quotas", members.describe)
 

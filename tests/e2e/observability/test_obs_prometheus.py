@@ -27,8 +27,10 @@ TOPIC, GROUP = "obs-prom", "obs-prom-group"
 def need(tool: str) -> str:
     path = shutil.which(tool)
     if path is None:
-        pytest.fail(f"{tool} is not installed: run scripts/install-system-deps.sh (Debian's prometheus package)",
-                    pytrace=False)
+        pytest.fail(
+            f"{tool} is not installed: run scripts/install-system-deps.sh (Debian's prometheus package)",
+            pytrace=False,
+        )
     return path
 
 
@@ -52,9 +54,16 @@ class Prometheus:
         self.log = base / "prometheus.log"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [need("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={base / 'data'}",
-                 "--web.listen-address=127.0.0.1:0"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=base,
+                [
+                    need("prometheus"),
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={base / 'data'}",
+                    "--web.listen-address=127.0.0.1:0",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=base,
             )
 
     @property
@@ -118,14 +127,20 @@ def prometheus_factory(tmp_path: Path) -> Iterator:
         prom.stop()
 
 
-def test_prometheus_scrapes_lag_and_promtool_accepts_the_exposition(server_factory, members, prometheus_factory):
+def test_prometheus_scrapes_lag_and_promtool_accepts_the_exposition(
+    server_factory, members, prometheus_factory
+):
     need("prometheus")
     promtool = need("promtool")
     server = server_factory({"metrics.lag.sample.interval.ms": 200})
     ends = produce(server, TOPIC, 2, 10)
     member = members.start("prom-a", server, GROUP, TOPIC, "--quota", "7")
-    wait_until(lambda: member.events("commit") and member.events("commit")[-1]["processed"] == 7, 60,
-               "the member to commit 7 records", members.describe)
+    wait_until(
+        lambda: member.events("commit") and member.events("commit")[-1]["processed"] == 7,
+        60,
+        "the member to commit 7 records",
+        members.describe,
+    )
     member.close()
     committed = member.committed()
     expected = {str(p): float(ends[p] - o) for p, o in committed.items()}
@@ -145,15 +160,20 @@ def test_prometheus_scrapes_lag_and_promtool_accepts_the_exposition(server_facto
     status, _ = get_json(server, f"/v1/groups/{GROUP}")
     assert status == 200
 
-    check = subprocess.run([promtool, "check", "metrics"], input=metrics_text(server).encode(),
-                           capture_output=True, timeout=30)
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=metrics_text(server).encode(), capture_output=True, timeout=30
+    )
     assert check.returncode == 0 and not check.stdout.strip() and not check.stderr.strip(), (
-        check.returncode, check.stdout.decode(), check.stderr.decode())
+        check.returncode,
+        check.stdout.decode(),
+        check.stderr.decode(),
+    )
 
     # The shipped scrape config and alert rules are valid, and every dashboard and alert expression runs.
     deploy = REPO / "deploy"
-    config = subprocess.run([promtool, "check", "config", str(deploy / "prometheus.yml")], capture_output=True,
-                            timeout=30)
+    config = subprocess.run(
+        [promtool, "check", "config", str(deploy / "prometheus.yml")], capture_output=True, timeout=30
+    )
     assert config.returncode == 0, config.stdout.decode() + config.stderr.decode()
     dashboard = json.loads((deploy / "grafana" / "kafka-group-coordinator.json").read_text())
     expressions = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", ())]
@@ -163,5 +183,7 @@ def test_prometheus_scrapes_lag_and_promtool_accepts_the_exposition(server_facto
     for expr in expressions:
         promql = expr.replace("$__rate_interval", "1m").replace("$group", ".*")
         assert prom.query_strict(promql)["status"] == "success", promql
-    lag_panel = prom.query_strict(f'sum by (consumergroup, topic) (kafka_consumergroup_lag_sum{{consumergroup=~"{GROUP}"}})')
+    lag_panel = prom.query_strict(
+        f'sum by (consumergroup, topic) (kafka_consumergroup_lag_sum{{consumergroup=~"{GROUP}"}})'
+    )
     assert float(lag_panel["data"]["result"][0]["value"][1]) == sum(expected.values())

@@ -19,8 +19,14 @@ from obs_support import get_json, metrics, produce, value, wait_until
 
 pytestmark = pytest.mark.e2e
 
-FAST = ["--set", "session.timeout.ms=3000", "--set", "heartbeat.interval.ms=500",
-        "--set", "max.poll.interval.ms=5000"]
+FAST = [
+    "--set",
+    "session.timeout.ms=3000",
+    "--set",
+    "heartbeat.interval.ms=500",
+    "--set",
+    "max.poll.interval.ms=5000",
+]
 SETTINGS = {"group.min.session.timeout.ms": 1000, "metrics.lag.sample.interval.ms": 500}
 TOPIC = "obs-reasons"
 
@@ -31,7 +37,10 @@ def timeline(server, group: str) -> list[dict]:
 
 
 def rebalances(server, group: str, reason: str) -> float:
-    return value(metrics(server), "kafka_consumergroup_rebalances_total", consumergroup=group, reason=reason) or 0
+    return (
+        value(metrics(server), "kafka_consumergroup_rebalances_total", consumergroup=group, reason=reason)
+        or 0
+    )
 
 
 def stable(server, group: str, members: int) -> bool:
@@ -52,6 +61,7 @@ def last_with(server, group: str, reason: str, explain) -> dict:
     def find() -> dict | None:
         done = [r for r in timeline(server, group) if r["reason"] == reason and r["outcome"] != "in_progress"]
         return done[-1] if done else None
+
     return wait_until(find, 30, f"{group}: a finished `{reason}` rebalance in the timeline", explain)
 
 
@@ -93,9 +103,19 @@ def test_a_member_is_killed(server, members):
     assert entry["triggered_by"]["client_id"] == f"{group}-b"
     assert [(m["client_id"], m["cause"]) for m in entry["members_out"]] == [(f"{group}-b", "session_timeout")]
     samples = metrics(server)
-    assert value(samples, "kafka_consumergroup_rebalances_total", consumergroup=group, reason="session_expiry") == 1
-    assert value(samples, "kafka_consumergroup_member_expirations_total", consumergroup=group,
-                 cause="session_timeout") == 1
+    assert (
+        value(samples, "kafka_consumergroup_rebalances_total", consumergroup=group, reason="session_expiry")
+        == 1
+    )
+    assert (
+        value(
+            samples,
+            "kafka_consumergroup_member_expirations_total",
+            consumergroup=group,
+            cause="session_timeout",
+        )
+        == 1
+    )
 
 
 def test_a_member_stalls_past_max_poll_interval(server, members):
@@ -106,8 +126,12 @@ def test_a_member_stalls_past_max_poll_interval(server, members):
     entry = last_with(server, group, "leave", members.describe)
     assert entry["triggered_by"]["client_id"] == f"{group}-b"
     assert entry["client_reason"] is None  # librdkafka's LeaveGroup v1 carries no reason
-    wait_until(lambda: any(e["name"] == "_MAX_POLL_EXCEEDED" for e in b.events("error")), 30,
-               "librdkafka to report the poll interval it exceeded", members.describe)
+    wait_until(
+        lambda: any(e["name"] == "_MAX_POLL_EXCEEDED" for e in b.events("error")),
+        30,
+        "librdkafka to report the poll interval it exceeded",
+        members.describe,
+    )
     # Once it polls again it rejoins as a new member.
     wait_until(lambda: stable(server, group, 2), 30, "b back in the group", members.describe)
     assert rebalances(server, group, "leave") == 1
@@ -121,7 +145,9 @@ def test_a_member_stalls_past_max_poll_interval(server, members):
 
     def evicted() -> dict | None:
         for r in timeline(server, group):
-            if r["outcome"] != "in_progress" and any(m["cause"] == "rebalance_timeout" for m in r["members_out"]):
+            if r["outcome"] != "in_progress" and any(
+                m["cause"] == "rebalance_timeout" for m in r["members_out"]
+            ):
                 return r
         return None
 
@@ -129,8 +155,15 @@ def test_a_member_stalls_past_max_poll_interval(server, members):
     assert entry["reason"] == "new_member" and entry["triggered_by"]["client_id"] == f"{group}-d"
     assert [m["client_id"] for m in entry["members_out"]] == [f"{group}-c"]
     assert entry["duration_ms"] >= 4500  # the group waited out the whole rebalance timeout
-    assert value(metrics(server), "kafka_consumergroup_member_expirations_total", consumergroup=group,
-                 cause="rebalance_timeout") == 1
+    assert (
+        value(
+            metrics(server),
+            "kafka_consumergroup_member_expirations_total",
+            consumergroup=group,
+            cause="rebalance_timeout",
+        )
+        == 1
+    )
     assert entry["members"] == 1 and entry["outcome"] == "stable"
     for m in (c, d):
         m.kill()
@@ -147,14 +180,38 @@ def test_a_static_member_is_replaced(server, members):
     # without a rebalance, and s1 (still running) is fenced.
     s2 = members.start(f"{group}-s2", server, group, TOPIC, *FAST, *range_first)
     wait_until(lambda: s2.events("assigned"), 30, "s2 assigned", members.describe)
-    wait_until(lambda: (value(metrics(server), "kafka_consumergroup_fenced_total", consumergroup=group,
-                              error="FENCED_INSTANCE_ID") or 0) >= 1, 30, "s1 fenced", members.describe)
+    wait_until(
+        lambda: (
+            (
+                value(
+                    metrics(server),
+                    "kafka_consumergroup_fenced_total",
+                    consumergroup=group,
+                    error="FENCED_INSTANCE_ID",
+                )
+                or 0
+            )
+            >= 1
+        ),
+        30,
+        "s1 fenced",
+        members.describe,
+    )
     assert len(timeline(server, group)) == before
     s1.kill()
 
     # The same instance again, now preferring another assignor: the selected protocol changes, so it rebalances.
-    s3 = members.start(f"{group}-s3", server, group, TOPIC, *FAST, "--instance-id", "node-1",
-                       "--set", "partition.assignment.strategy=roundrobin,range")
+    s3 = members.start(
+        f"{group}-s3",
+        server,
+        group,
+        TOPIC,
+        *FAST,
+        "--instance-id",
+        "node-1",
+        "--set",
+        "partition.assignment.strategy=roundrobin,range",
+    )
     entry = last_with(server, group, "static_replacement", members.describe)
     assert entry["triggered_by"]["group_instance_id"] == "node-1"
     assert entry["triggered_by"]["client_id"] == f"{group}-s3"
@@ -171,28 +228,57 @@ def test_kip800_reason_text_is_categorised_and_shown(server):
     group = "reason-kip800"
     host, port = server.bootstrap.rsplit(":", 1)
     with RawClient(host, int(port), client_id="java-like") as client:
+
         def join(member_id: str):
-            return client.request(make(request_class(11, 9), {
-                "group_id": group, "session_timeout": 10000, "rebalance_timeout": 5000,
-                "member_id": member_id, "group_instance_id": None, "protocol_type": "consumer",
-                "protocols": [{"name": "range", "metadata": b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"}],
-                "reason": "need to re-join with the given member-id",
-            }))
+            return client.request(
+                make(
+                    request_class(11, 9),
+                    {
+                        "group_id": group,
+                        "session_timeout": 10000,
+                        "rebalance_timeout": 5000,
+                        "member_id": member_id,
+                        "group_instance_id": None,
+                        "protocol_type": "consumer",
+                        "protocols": [
+                            {"name": "range", "metadata": b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"}
+                        ],
+                        "reason": "need to re-join with the given member-id",
+                    },
+                )
+            )
 
         member_id = join("").member_id
         joined = join(member_id)
         assert joined.error_code == 0, joined
-        synced = client.request(make(request_class(14, 5), {
-            "group_id": group, "generation_id": joined.generation_id, "member_id": member_id,
-            "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
-            "assignments": [{"member_id": member_id, "assignment": b""}],
-        }))
+        synced = client.request(
+            make(
+                request_class(14, 5),
+                {
+                    "group_id": group,
+                    "generation_id": joined.generation_id,
+                    "member_id": member_id,
+                    "group_instance_id": None,
+                    "protocol_type": "consumer",
+                    "protocol_name": "range",
+                    "assignments": [{"member_id": member_id, "assignment": b""}],
+                },
+            )
+        )
         assert synced.error_code == 0, synced
-        reason = ("consumer poll timeout has expired. This means the time between subsequent calls to poll() "
-                  "was longer than the configured max.poll.interval.ms")
-        left = client.request(make(request_class(13, 5), {
-            "group_id": group, "members": [{"member_id": member_id, "group_instance_id": None, "reason": reason}],
-        }))
+        reason = (
+            "consumer poll timeout has expired. This means the time between subsequent calls to poll() "
+            "was longer than the configured max.poll.interval.ms"
+        )
+        left = client.request(
+            make(
+                request_class(13, 5),
+                {
+                    "group_id": group,
+                    "members": [{"member_id": member_id, "group_instance_id": None, "reason": reason}],
+                },
+            )
+        )
         assert left.error_code == 0, left
     deadline = time.monotonic() + 10
     while not timeline(server, group)[-1:] or timeline(server, group)[-1]["outcome"] == "in_progress":

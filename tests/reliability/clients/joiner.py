@@ -100,7 +100,9 @@ def main() -> None:
                     admitted.append((body.member_id, body.generation_id))
             state["buf"] = buf
             if not state["left"]:
-                sel.unregister(sock)  # all answered: what the server does with it now (idle expiry) is no concern
+                sel.unregister(
+                    sock
+                )  # all answered: what the server does with it now (idle expiry) is no concern
     for sock in pending:
         sock.close()
     unanswered = sum(p["left"] for p in pending.values())

@@ -24,8 +24,9 @@ def run_on(server: Server, coro: Coroutine[Any, Any, T], timeout_s: float = 10.0
 
 
 @contextlib.contextmanager
-def _on_its_own_loop(server: Server, start: Callable[[], Awaitable[None]],
-                     close: Callable[[], Awaitable[None]]) -> Iterator[None]:
+def _on_its_own_loop(
+    server: Server, start: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]]
+) -> Iterator[None]:
     loop = asyncio.new_event_loop()
     _loops[server] = loop
     started = threading.Event()

@@ -29,8 +29,9 @@ def test_the_serve_command_is_unchanged():
 
 def test_reset_bodies():
     assert cli.reset_body(parse("reset-offsets", "g", "--to-earliest")) == {"dry_run": True, "to": "earliest"}
-    assert cli.reset_body(parse("reset-offsets", "g", "--to-offset", "7", "--topic", "t:0,1", "--execute")) == {
-        "dry_run": False, "to": "offset", "offset": 7, "topics": ["t:0,1"]}
+    assert cli.reset_body(
+        parse("reset-offsets", "g", "--to-offset", "7", "--topic", "t:0,1", "--execute")
+    ) == {"dry_run": False, "to": "offset", "offset": 7, "topics": ["t:0,1"]}
     body = cli.reset_body(parse("reset-offsets", "g", "--to-datetime", "2024-05-01T12:00:00Z"))
     assert body["timestamp_ms"] == 1714564800000
     with pytest.raises(cli.CliError):
@@ -42,16 +43,43 @@ def test_reset_bodies():
 def test_tables_are_aligned(capsys):
     import argparse
 
-    data = {"groups": [
-        {"group_id": "billing", "state": "Stable", "protocol_type": "consumer", "protocol": "range",
-         "generation": 12, "members": 3, "lag": 1234, "uncommitted_partitions": 0},
-        {"group_id": "etl", "state": "Empty", "protocol_type": "", "protocol": "", "generation": 0,
-         "members": 0, "lag": None, "uncommitted_partitions": 2},
-    ]}
+    data = {
+        "groups": [
+            {
+                "group_id": "billing",
+                "state": "Stable",
+                "protocol_type": "consumer",
+                "protocol": "range",
+                "generation": 12,
+                "members": 3,
+                "lag": 1234,
+                "uncommitted_partitions": 0,
+            },
+            {
+                "group_id": "etl",
+                "state": "Empty",
+                "protocol_type": "",
+                "protocol": "",
+                "generation": 0,
+                "members": 0,
+                "lag": None,
+                "uncommitted_partitions": 2,
+            },
+        ]
+    }
     cli.emit(argparse.Namespace(json=False), data, lambda: cli.render_list(data))
     lines = [line.rstrip() for line in capsys.readouterr().out.splitlines() if line.strip()]
     header, _, first, second = lines
-    assert header.split() == ["GROUP", "STATE", "TYPE", "PROTOCOL", "GENERATION", "MEMBERS", "LAG", "UNCOMMITTED"]
+    assert header.split() == [
+        "GROUP",
+        "STATE",
+        "TYPE",
+        "PROTOCOL",
+        "GENERATION",
+        "MEMBERS",
+        "LAG",
+        "UNCOMMITTED",
+    ]
     assert first.index("Stable") == second.index("Empty") == header.index("STATE")
     assert len(first) == len(second) == len(header)  # right-aligned numbers end under their headers
     assert second.split()[2:4] == ["-", "-"]

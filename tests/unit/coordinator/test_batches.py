@@ -40,18 +40,40 @@ def ts(milliseconds: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(milliseconds / 1000, datetime.UTC)
 
 
-def kio_batch(values: list[bytes], *, first_ts: int = BASE_TS, step_ms: int = 1000, producer_id: int = -1,
-              producer_epoch: int = -1, base_sequence: int = -1, attributes: int = 0,
-              headers: tuple[RecordHeader, ...] = ()) -> bytes:
+def kio_batch(
+    values: list[bytes],
+    *,
+    first_ts: int = BASE_TS,
+    step_ms: int = 1000,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    attributes: int = 0,
+    headers: tuple[RecordHeader, ...] = (),
+) -> bytes:
     records = tuple(
-        Record(attributes=i8(0), timestamp=ts(first_ts + i * step_ms), offset=i64(i), key=b"key-%d" % i,
-               value=v, headers=headers)
+        Record(
+            attributes=i8(0),
+            timestamp=ts(first_ts + i * step_ms),
+            offset=i64(i),
+            key=b"key-%d" % i,
+            value=v,
+            headers=headers,
+        )
         for i, v in enumerate(values)
     )
     buf = io.BytesIO()
-    write_new_batch(buf, NewRecordBatch(producer_id=i64(producer_id), producer_epoch=i16(producer_epoch),
-                                        base_sequence=i32(base_sequence), records=records,
-                                        attributes=i16(attributes), partition_leader_epoch=i32(-1)))
+    write_new_batch(
+        buf,
+        NewRecordBatch(
+            producer_id=i64(producer_id),
+            producer_epoch=i16(producer_epoch),
+            base_sequence=i32(base_sequence),
+            records=records,
+            attributes=i16(attributes),
+            partition_leader_epoch=i32(-1),
+        ),
+    )
     return buf.getvalue()
 
 
@@ -68,9 +90,15 @@ def zigzag(value: int) -> bytes:
             return bytes(out)
 
 
-def encode_record(offset_delta: int, ts_delta: int = 0, key: bytes | None = b"k", value: bytes | None = b"v",
-                  headers: list[tuple[bytes, bytes | None]] | None = None, extra: bytes = b"",
-                  length_adjust: int = 0) -> bytes:
+def encode_record(
+    offset_delta: int,
+    ts_delta: int = 0,
+    key: bytes | None = b"k",
+    value: bytes | None = b"v",
+    headers: list[tuple[bytes, bytes | None]] | None = None,
+    extra: bytes = b"",
+    length_adjust: int = 0,
+) -> bytes:
     def blob(b: bytes | None) -> bytes:
         return zigzag(-1) if b is None else zigzag(len(b)) + b
 
@@ -80,16 +108,36 @@ def encode_record(offset_delta: int, ts_delta: int = 0, key: bytes | None = b"k"
     return zigzag(len(body) + length_adjust) + body
 
 
-def raw_batch(payload: bytes, *, count: int, last_offset_delta: int | None = None, base_offset: int = 0,
-              attributes: int = 0, magic: int = 2, base_ts: int = BASE_TS, max_ts: int | None = None,
-              producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-              leader_epoch: int = -1) -> bytes:
+def raw_batch(
+    payload: bytes,
+    *,
+    count: int,
+    last_offset_delta: int | None = None,
+    base_offset: int = 0,
+    attributes: int = 0,
+    magic: int = 2,
+    base_ts: int = BASE_TS,
+    max_ts: int | None = None,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    leader_epoch: int = -1,
+) -> bytes:
     """A batch with any header values, and a CRC that matches them."""
     if last_offset_delta is None:
         last_offset_delta = count - 1
     max_ts = base_ts if max_ts is None else max_ts
-    body = struct.pack(">hiqqqhii", attributes, last_offset_delta, base_ts, max_ts, producer_id,
-                       producer_epoch, base_sequence, count)
+    body = struct.pack(
+        ">hiqqqhii",
+        attributes,
+        last_offset_delta,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
     body += payload
     return struct.pack(">qiibI", base_offset, 9 + len(body), leader_epoch, magic, crc32c(body)) + body
 
@@ -97,10 +145,18 @@ def raw_batch(payload: bytes, *, count: int, last_offset_delta: int | None = Non
 def recompressed(batch: bytes, codec: int, payload: bytes) -> bytes:
     """The same header fields with another codec and payload, CRC and length fixed up."""
     h = read_header(batch)
-    return raw_batch(payload, count=h.records_count, last_offset_delta=h.last_offset_delta,
-                     attributes=(h.attributes & ~7) | codec, base_ts=h.base_timestamp, max_ts=h.max_timestamp,
-                     producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-                     base_sequence=h.base_sequence, leader_epoch=h.partition_leader_epoch)
+    return raw_batch(
+        payload,
+        count=h.records_count,
+        last_offset_delta=h.last_offset_delta,
+        attributes=(h.attributes & ~7) | codec,
+        base_ts=h.base_timestamp,
+        max_ts=h.max_timestamp,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        leader_epoch=h.partition_leader_epoch,
+    )
 
 
 def with_crc_fixed(batch: bytes) -> bytes:
@@ -193,18 +249,24 @@ def test_max_timestamp_comes_from_the_records_not_the_header() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(
-    st.tuples(
-        st.one_of(st.none(), st.binary(max_size=40)),
-        st.one_of(st.none(), st.binary(max_size=300)),
-        st.lists(st.tuples(st.binary(max_size=10), st.one_of(st.none(), st.binary(max_size=10))), max_size=3),
-        st.integers(-(2**40), 2**40),
-    ),
-    min_size=1, max_size=20,
-))
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.binary(max_size=40)),
+            st.one_of(st.none(), st.binary(max_size=300)),
+            st.lists(
+                st.tuples(st.binary(max_size=10), st.one_of(st.none(), st.binary(max_size=10))), max_size=3
+            ),
+            st.integers(-(2**40), 2**40),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
 def test_any_well_formed_batch_is_accepted(records: list) -> None:
-    payload = b"".join(encode_record(i, ts_delta=d, key=k, value=v, headers=h)
-                       for i, (k, v, h, d) in enumerate(records))
+    payload = b"".join(
+        encode_record(i, ts_delta=d, key=k, value=v, headers=h) for i, (k, v, h, d) in enumerate(records)
+    )
     data = raw_batch(payload, count=len(records))
     (batch,) = validate_batches(data, max_batch_bytes=1 << 30)
     assert batch.max_timestamp == BASE_TS + max(d for *_, d in records)
@@ -285,16 +347,19 @@ def test_garbage_after_the_last_record() -> None:
     assert rejected(raw_batch(payload, count=1)) == ErrorCode.corrupt_message
 
 
-@pytest.mark.parametrize("record", [
-    b"\x00",  # zero-length record
-    b"\x01",  # negative length (-1)
-    zigzag(3) + b"\x00\x00\x00",  # attributes, ts, offset, then no key length
-    zigzag(5) + b"\x00\x00\x00" + zigzag(-2) + b"\x00",  # key length -2
-    zigzag(6) + b"\x00\x00\x00\x00\x00" + zigzag(-1),  # negative header count
-    zigzag(8) + b"\x00\x00\x00\x00\x00\x02" + zigzag(-1) + b"\x00",  # null header key
-    zigzag(8) + b"\x00\x00\x00\x00\x00" + b"\xff\xff\xff",  # unterminated varint
-    zigzag(12) + b"\x00\x00\x00" + b"\xff\xff\xff\xff\xff\xff" + b"\x00\x00\x00",  # over-long varint
-])
+@pytest.mark.parametrize(
+    "record",
+    [
+        b"\x00",  # zero-length record
+        b"\x01",  # negative length (-1)
+        zigzag(3) + b"\x00\x00\x00",  # attributes, ts, offset, then no key length
+        zigzag(5) + b"\x00\x00\x00" + zigzag(-2) + b"\x00",  # key length -2
+        zigzag(6) + b"\x00\x00\x00\x00\x00" + zigzag(-1),  # negative header count
+        zigzag(8) + b"\x00\x00\x00\x00\x00\x02" + zigzag(-1) + b"\x00",  # null header key
+        zigzag(8) + b"\x00\x00\x00\x00\x00" + b"\xff\xff\xff",  # unterminated varint
+        zigzag(12) + b"\x00\x00\x00" + b"\xff\xff\xff\xff\xff\xff" + b"\x00\x00\x00",  # over-long varint
+    ],
+)
 def test_malformed_records(record: bytes) -> None:
     assert rejected(raw_batch(record, count=1)) == ErrorCode.corrupt_message
 

@@ -9,9 +9,9 @@ import socket
 import threading
 
 import pytest
-from coordinator.cluster.supervisor import _bind_block
 
 from coordinator.brokers import ListenError, bind_listener
+from coordinator.cluster.supervisor import _bind_block
 
 
 def _taken() -> socket.socket:

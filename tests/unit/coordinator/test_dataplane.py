@@ -96,47 +96,95 @@ class Harness:
     # -- shortcuts ---------------------------------------------------------------------------------
 
     async def create(self, name: str, partitions: int = 1, version: int = 7, **extra: Any) -> Any:
-        topic = {"name": name, "num_partitions": partitions, "replication_factor": -1, "assignments": (),
-                 "configs": ()}
+        topic = {
+            "name": name,
+            "num_partitions": partitions,
+            "replication_factor": -1,
+            "assignments": (),
+            "configs": (),
+        }
         topic.update(extra)
         response = await self.call(ApiKey.CREATE_TOPICS, version, {"topics": [topic], "timeout": 1000})
         return response.topics[0]
 
-    async def produce(self, topic: str, partition: int, records: bytes | None, version: int = 9,
-                      acks: int = -1) -> Any:
-        response = await self.call(ApiKey.PRODUCE, version, {
-            "acks": acks, "timeout": 1000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}],
-        })
+    async def produce(
+        self, topic: str, partition: int, records: bytes | None, version: int = 9, acks: int = -1
+    ) -> Any:
+        response = await self.call(
+            ApiKey.PRODUCE,
+            version,
+            {
+                "acks": acks,
+                "timeout": 1000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}],
+            },
+        )
         return None if response is None else response.responses[0].partition_responses[0]
 
-    async def fetch(self, topic: str, partition: int, offset: int, version: int = 12, max_wait: int = 0,
-                    min_bytes: int = 1, max_bytes: int = 2**31 - 1, partition_max_bytes: int = 1 << 20,
-                    **extra: Any) -> Any:
-        partition_data = {"partition": partition, "fetch_offset": offset,
-                          "partition_max_bytes": partition_max_bytes}
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        version: int = 12,
+        max_wait: int = 0,
+        min_bytes: int = 1,
+        max_bytes: int = 2**31 - 1,
+        partition_max_bytes: int = 1 << 20,
+        **extra: Any,
+    ) -> Any:
+        partition_data = {
+            "partition": partition,
+            "fetch_offset": offset,
+            "partition_max_bytes": partition_max_bytes,
+        }
         partition_data.update(extra.pop("partition_extra", {}))
         topic_id = self.plane.topic_id(topic)
-        request = {"max_wait": max_wait, "min_bytes": min_bytes, "max_bytes": max_bytes, "isolation_level": 0,
-                   "topics": [{"topic": topic, "topic_id": topic_id, "partitions": [partition_data]}],
-                   "forgotten_topics_data": ()}
+        request = {
+            "max_wait": max_wait,
+            "min_bytes": min_bytes,
+            "max_bytes": max_bytes,
+            "isolation_level": 0,
+            "topics": [{"topic": topic, "topic_id": topic_id, "partitions": [partition_data]}],
+            "forgotten_topics_data": (),
+        }
         request.update(extra)
         response = await self.call(ApiKey.FETCH, version, request)
         return response.responses[0].partitions[0]
 
-    async def list_offset(self, topic: str, partition: int, timestamp: int, version: int = 9,
-                          leader_epoch: int = -1) -> Any:
-        response = await self.call(ApiKey.LIST_OFFSETS, version, {
-            "replica_id": -1, "isolation_level": 0, "timeout": 0,
-            "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": timestamp,
-                                                        "current_leader_epoch": leader_epoch}]}],
-        })
+    async def list_offset(
+        self, topic: str, partition: int, timestamp: int, version: int = 9, leader_epoch: int = -1
+    ) -> Any:
+        response = await self.call(
+            ApiKey.LIST_OFFSETS,
+            version,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "timeout": 0,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {
+                                "partition_index": partition,
+                                "timestamp": timestamp,
+                                "current_leader_epoch": leader_epoch,
+                            }
+                        ],
+                    }
+                ],
+            },
+        )
         return response.topics[0].partitions[0]
 
     async def metadata(self, topics: list[str] | None, version: int = 12, **extra: Any) -> Any:
-        request = {"topics": None if topics is None else [{"name": t} for t in topics],
-                   "allow_auto_topic_creation": True, "include_topic_authorized_operations": False,
-                   "include_cluster_authorized_operations": False}
+        request = {
+            "topics": None if topics is None else [{"name": t} for t in topics],
+            "allow_auto_topic_creation": True,
+            "include_topic_authorized_operations": False,
+            "include_cluster_authorized_operations": False,
+        }
         request.update(extra)
         return await self.call(ApiKey.METADATA, version, request)
 
@@ -145,18 +193,39 @@ def ts(milliseconds: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(milliseconds / 1000, datetime.UTC)
 
 
-def batch(*values: bytes, first_ts: int = BASE_TS, step_ms: int = 1000, producer_id: int = -1,
-          producer_epoch: int = -1, base_sequence: int = -1, attributes: int = 0) -> bytes:
+def batch(
+    *values: bytes,
+    first_ts: int = BASE_TS,
+    step_ms: int = 1000,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    attributes: int = 0,
+) -> bytes:
     """A real RecordBatch v2 from kio's writer; whole-second timestamps survive its float arithmetic."""
     records = tuple(
-        Record(attributes=i8(0), timestamp=ts(first_ts + n * step_ms), offset=i64(n), key=b"k%d" % n, value=v,
-               headers=(RecordHeader(key=b"h", value=b"%d" % n),))
+        Record(
+            attributes=i8(0),
+            timestamp=ts(first_ts + n * step_ms),
+            offset=i64(n),
+            key=b"k%d" % n,
+            value=v,
+            headers=(RecordHeader(key=b"h", value=b"%d" % n),),
+        )
         for n, v in enumerate(values)
     )
     buf = io.BytesIO()
-    write_new_batch(buf, NewRecordBatch(producer_id=i64(producer_id), producer_epoch=i16(producer_epoch),
-                                        base_sequence=i32(base_sequence), records=records,
-                                        attributes=i16(attributes), partition_leader_epoch=i32(-1)))
+    write_new_batch(
+        buf,
+        NewRecordBatch(
+            producer_id=i64(producer_id),
+            producer_epoch=i16(producer_epoch),
+            base_sequence=i32(base_sequence),
+            records=records,
+            attributes=i16(attributes),
+            partition_leader_epoch=i32(-1),
+        ),
+    )
     return buf.getvalue()
 
 
@@ -165,7 +234,7 @@ def split_batches(data: bytes) -> list[bytes]:
     position = 0
     while position < len(data):
         size = read_header(data, position).size
-        out.append(data[position:position + size])
+        out.append(data[position : position + size])
         position += size
     return out
 
@@ -211,10 +280,22 @@ def test_create_topic_method(h: Harness) -> None:
     assert info.value.error_code == ErrorCode.topic_already_exists
 
 
-@pytest.mark.parametrize("name, legal", [
-    ("a", True), ("A-z_0.9", True), ("x" * 249, True), ("", False), (".", False), ("..", False),
-    ("x" * 250, False), ("has space", False), ("slash/", False), ("ünï", False), ("...", True),
-])
+@pytest.mark.parametrize(
+    "name, legal",
+    [
+        ("a", True),
+        ("A-z_0.9", True),
+        ("x" * 249, True),
+        ("", False),
+        (".", False),
+        ("..", False),
+        ("x" * 250, False),
+        ("has space", False),
+        ("slash/", False),
+        ("ünï", False),
+        ("...", True),
+    ],
+)
 def test_topic_name_rules(name: str, legal: bool) -> None:
     assert (topic_name_error(name) is None) is legal
 
@@ -225,10 +306,12 @@ def test_topic_name_rules(name: str, legal: bool) -> None:
 @pytest.mark.parametrize("version", versions(ApiKey.METADATA))
 async def test_metadata_every_version(h: Harness, version: int) -> None:
     created = await h.create("orders", 2)
-    request: dict[str, Any] = {"topics": [{"name": "orders", "topic_id": None}],
-                               "allow_auto_topic_creation": False,
-                               "include_topic_authorized_operations": False,
-                               "include_cluster_authorized_operations": False}
+    request: dict[str, Any] = {
+        "topics": [{"name": "orders", "topic_id": None}],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+        "include_cluster_authorized_operations": False,
+    }
     response = await h.call_wire(ApiKey.METADATA, version, request)
     (broker,) = response.brokers
     assert (broker.node_id, broker.host, broker.port) == (7, "broker.example", 19092)
@@ -301,9 +384,15 @@ async def test_metadata_auto_creation_collision(h: Harness) -> None:
 async def test_metadata_by_topic_id(h: Harness) -> None:
     created = await h.create("by-id", 2)
     unknown = uuid.uuid4()
-    response = await h.call_wire(ApiKey.METADATA, 12, {
-        "topics": [{"name": None, "topic_id": created.topic_id}, {"name": None, "topic_id": unknown}],
-        "allow_auto_topic_creation": True, "include_topic_authorized_operations": False})
+    response = await h.call_wire(
+        ApiKey.METADATA,
+        12,
+        {
+            "topics": [{"name": None, "topic_id": created.topic_id}, {"name": None, "topic_id": unknown}],
+            "allow_auto_topic_creation": True,
+            "include_topic_authorized_operations": False,
+        },
+    )
     found, missing = response.topics
     assert (found.error_code, found.name, found.topic_id) == (ErrorCode.none, "by-id", created.topic_id)
     assert (missing.error_code, missing.name, missing.topic_id) == (ErrorCode.unknown_topic_id, None, unknown)
@@ -311,17 +400,29 @@ async def test_metadata_by_topic_id(h: Harness) -> None:
 
 async def test_metadata_topic_id_before_v12_is_invalid(h: Harness) -> None:
     created = await h.create("t")
-    response = await h.call(ApiKey.METADATA, 10, {"topics": [{"name": "t", "topic_id": created.topic_id}],
-                                           "allow_auto_topic_creation": True,
-                                           "include_cluster_authorized_operations": False,
-                                           "include_topic_authorized_operations": False})
+    response = await h.call(
+        ApiKey.METADATA,
+        10,
+        {
+            "topics": [{"name": "t", "topic_id": created.topic_id}],
+            "allow_auto_topic_creation": True,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
     assert response.topics[0].error_code == ErrorCode.invalid_request
 
 
 async def test_metadata_null_name_without_id_is_invalid(h: Harness) -> None:
-    response = await h.call(ApiKey.METADATA, 12, {"topics": [{"name": None, "topic_id": None}],
-                                           "allow_auto_topic_creation": True,
-                                           "include_topic_authorized_operations": False})
+    response = await h.call(
+        ApiKey.METADATA,
+        12,
+        {
+            "topics": [{"name": None, "topic_id": None}],
+            "allow_auto_topic_creation": True,
+            "include_topic_authorized_operations": False,
+        },
+    )
     assert response.topics[0].error_code == ErrorCode.invalid_request
 
 
@@ -331,8 +432,12 @@ async def test_metadata_duplicate_names_answer_once(h: Harness) -> None:
 
 async def test_metadata_authorized_operations(h: Harness) -> None:
     await h.create("ops")
-    asked = await h.metadata(["ops"], version=10, include_topic_authorized_operations=True,
-                             include_cluster_authorized_operations=True)
+    asked = await h.metadata(
+        ["ops"],
+        version=10,
+        include_topic_authorized_operations=True,
+        include_cluster_authorized_operations=True,
+    )
     assert asked.topics[0].topic_authorized_operations == TOPIC_OPERATIONS
     assert asked.cluster_authorized_operations == CLUSTER_OPERATIONS
     not_asked = await h.metadata(["ops"], version=10)
@@ -353,7 +458,9 @@ async def test_metadata_uses_the_advertised_address_per_request() -> None:
     plane.register(table)
     spec = table.spec(ApiKey.METADATA)
     assert spec is not None
-    request = build(request_class(ApiKey.METADATA, 12), {"topics": (), "include_topic_authorized_operations": False})
+    request = build(
+        request_class(ApiKey.METADATA, 12), {"topics": (), "include_topic_authorized_operations": False}
+    )
     first = await spec.handler(RequestContext(ApiKey.METADATA, 12, 1, None), request)
     second = await spec.handler(RequestContext(ApiKey.METADATA, 12, 2, None), request)
     assert [a.decode(ApiKey.METADATA, 12).brokers[0].port for a in (first, second)] == [1111, 2222]
@@ -366,13 +473,17 @@ async def test_kept_metadata_answers_follow_topic_changes(h: Harness) -> None:
     assert [(t.name, len(t.partitions)) for t in first.topics] == [("kept-a", 1)]
     await h.create("kept-b", 2)
     assert sorted((t.name, len(t.partitions)) for t in (await h.metadata(None)).topics) == [
-        ("kept-a", 1), ("kept-b", 2)]
+        ("kept-a", 1),
+        ("kept-b", 2),
+    ]
     named = await h.metadata(["kept-b"], version=9)
     assert [(t.name, len(t.partitions)) for t in named.topics] == [("kept-b", 2)]
     await h.call(ApiKey.DELETE_TOPICS, 6, {"timeout": 1000, "topics": [{"name": "kept-b", "topic_id": None}]})
     assert [t.name for t in (await h.metadata(None)).topics] == ["kept-a"]
     missing = await h.metadata(["kept-b"], version=9, allow_auto_topic_creation=False)
-    assert [(t.name, t.error_code) for t in missing.topics] == [("kept-b", ErrorCode.unknown_topic_or_partition)]
+    assert [(t.name, t.error_code) for t in missing.topics] == [
+        ("kept-b", ErrorCode.unknown_topic_or_partition)
+    ]
 
 
 # -- CreateTopics --------------------------------------------------------------------------------------------
@@ -380,10 +491,23 @@ async def test_kept_metadata_answers_follow_topic_changes(h: Harness) -> None:
 
 @pytest.mark.parametrize("version", versions(ApiKey.CREATE_TOPICS))
 async def test_create_topics_every_version(h: Harness, version: int) -> None:
-    response = await h.call_wire(ApiKey.CREATE_TOPICS, version, {"timeout": 5000, "validate_only": False, "topics": [
-        {"name": "t1", "num_partitions": 4, "replication_factor": 1, "assignments": (),
-         "configs": [{"name": "retention.ms", "value": "1000"}]},
-    ]})
+    response = await h.call_wire(
+        ApiKey.CREATE_TOPICS,
+        version,
+        {
+            "timeout": 5000,
+            "validate_only": False,
+            "topics": [
+                {
+                    "name": "t1",
+                    "num_partitions": 4,
+                    "replication_factor": 1,
+                    "assignments": (),
+                    "configs": [{"name": "retention.ms", "value": "1000"}],
+                },
+            ],
+        },
+    )
     (result,) = response.topics
     assert (result.name, result.error_code, result.error_message) == ("t1", ErrorCode.none, None)
     assert h.plane.partition_count("t1") == 4
@@ -442,10 +566,29 @@ async def test_create_topics_cluster_metadata_is_prohibited(h: Harness) -> None:
 
 
 async def test_create_topics_validate_only(h: Harness) -> None:
-    response = await h.call(ApiKey.CREATE_TOPICS, 7, {"validate_only": True, "topics": [
-        {"name": "v", "num_partitions": 2, "replication_factor": -1, "assignments": (), "configs": ()},
-        {"name": "bad", "num_partitions": 0, "replication_factor": -1, "assignments": (), "configs": ()},
-    ]})
+    response = await h.call(
+        ApiKey.CREATE_TOPICS,
+        7,
+        {
+            "validate_only": True,
+            "topics": [
+                {
+                    "name": "v",
+                    "num_partitions": 2,
+                    "replication_factor": -1,
+                    "assignments": (),
+                    "configs": (),
+                },
+                {
+                    "name": "bad",
+                    "num_partitions": 0,
+                    "replication_factor": -1,
+                    "assignments": (),
+                    "configs": (),
+                },
+            ],
+        },
+    )
     ok, bad = response.topics
     assert ok.error_code == ErrorCode.none and ok.num_partitions == 2
     assert bad.error_code == ErrorCode.invalid_partitions
@@ -473,24 +616,35 @@ async def test_create_topics_too_many_partitions(h: Harness) -> None:
 
 
 async def test_create_topics_manual_assignment(h: Harness) -> None:
-    result = await h.create("m", -1, assignments=[{"partition_index": 1, "broker_ids": [7]},
-                                                  {"partition_index": 0, "broker_ids": [7]}])
+    result = await h.create(
+        "m",
+        -1,
+        assignments=[{"partition_index": 1, "broker_ids": [7]}, {"partition_index": 0, "broker_ids": [7]}],
+    )
     assert result.error_code == ErrorCode.none and result.num_partitions == 2
     assert h.plane.partition_count("m") == 2
 
 
-@pytest.mark.parametrize("assignments, partitions, factor, code", [
-    ([{"partition_index": 0, "broker_ids": [7]}], 1, -1, ErrorCode.invalid_request),
-    ([{"partition_index": 0, "broker_ids": [7]}], -1, 1, ErrorCode.invalid_request),
-    ([{"partition_index": 0, "broker_ids": [8]}], -1, -1, ErrorCode.invalid_replica_assignment),
-    ([{"partition_index": 0, "broker_ids": []}], -1, -1, ErrorCode.invalid_replica_assignment),
-    ([{"partition_index": 0, "broker_ids": [7, 7]}], -1, -1, ErrorCode.invalid_replica_assignment),
-    ([{"partition_index": 0, "broker_ids": [7]}, {"partition_index": 0, "broker_ids": [7]}], -1, -1,
-     ErrorCode.invalid_replica_assignment),
-    ([{"partition_index": 1, "broker_ids": [7]}], -1, -1, ErrorCode.invalid_replica_assignment),
-])
-async def test_create_topics_bad_manual_assignment(h: Harness, assignments: list, partitions: int,
-                                                   factor: int, code: ErrorCode) -> None:
+@pytest.mark.parametrize(
+    "assignments, partitions, factor, code",
+    [
+        ([{"partition_index": 0, "broker_ids": [7]}], 1, -1, ErrorCode.invalid_request),
+        ([{"partition_index": 0, "broker_ids": [7]}], -1, 1, ErrorCode.invalid_request),
+        ([{"partition_index": 0, "broker_ids": [8]}], -1, -1, ErrorCode.invalid_replica_assignment),
+        ([{"partition_index": 0, "broker_ids": []}], -1, -1, ErrorCode.invalid_replica_assignment),
+        ([{"partition_index": 0, "broker_ids": [7, 7]}], -1, -1, ErrorCode.invalid_replica_assignment),
+        (
+            [{"partition_index": 0, "broker_ids": [7]}, {"partition_index": 0, "broker_ids": [7]}],
+            -1,
+            -1,
+            ErrorCode.invalid_replica_assignment,
+        ),
+        ([{"partition_index": 1, "broker_ids": [7]}], -1, -1, ErrorCode.invalid_replica_assignment),
+    ],
+)
+async def test_create_topics_bad_manual_assignment(
+    h: Harness, assignments: list, partitions: int, factor: int, code: ErrorCode
+) -> None:
     result = await h.create("m", partitions, replication_factor=factor, assignments=assignments)
     assert result.error_code == code and result.error_message
     assert h.plane.partition_count("m") is None
@@ -518,8 +672,14 @@ async def test_delete_topics_by_name_every_version(h: Harness, version: int) -> 
 async def test_delete_topics_by_id(h: Harness) -> None:
     created = await h.create("gone")
     unknown = uuid.uuid4()
-    response = await h.call_wire(ApiKey.DELETE_TOPICS, 6, {"timeout": 1000, "topics": [
-        {"name": None, "topic_id": created.topic_id}, {"name": None, "topic_id": unknown}]})
+    response = await h.call_wire(
+        ApiKey.DELETE_TOPICS,
+        6,
+        {
+            "timeout": 1000,
+            "topics": [{"name": None, "topic_id": created.topic_id}, {"name": None, "topic_id": unknown}],
+        },
+    )
     results = {r.topic_id: (r.name, r.error_code) for r in response.responses}
     assert results[created.topic_id] == ("gone", ErrorCode.none)
     assert results[unknown] == (None, ErrorCode.unknown_topic_id)
@@ -528,11 +688,18 @@ async def test_delete_topics_by_id(h: Harness) -> None:
 
 async def test_delete_topics_invalid_requests(h: Harness) -> None:
     created = await h.create("t")
-    response = await h.call(ApiKey.DELETE_TOPICS, 6, {"topics": [
-        {"name": "t", "topic_id": created.topic_id},
-        {"name": None, "topic_id": None},
-        {"name": "x", "topic_id": None}, {"name": "x", "topic_id": None},
-    ]})
+    response = await h.call(
+        ApiKey.DELETE_TOPICS,
+        6,
+        {
+            "topics": [
+                {"name": "t", "topic_id": created.topic_id},
+                {"name": None, "topic_id": None},
+                {"name": "x", "topic_id": None},
+                {"name": "x", "topic_id": None},
+            ]
+        },
+    )
     assert [r.error_code for r in response.responses] == [ErrorCode.invalid_request] * 3
     assert h.plane.partition_count("t") == 1
 
@@ -551,8 +718,12 @@ async def test_delete_then_recreate_gets_a_new_id_and_empty_log(h: Harness) -> N
 
 @pytest.mark.parametrize("version", versions(ApiKey.INIT_PRODUCER_ID))
 async def test_init_producer_id_every_version(h: Harness, version: int) -> None:
-    request = {"transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
-               "producer_epoch": -1}
+    request = {
+        "transactional_id": None,
+        "transaction_timeout": 60000,
+        "producer_id": -1,
+        "producer_epoch": -1,
+    }
     first = await h.call_wire(ApiKey.INIT_PRODUCER_ID, version, request)
     second = await h.call_wire(ApiKey.INIT_PRODUCER_ID, version, request)
     assert first.error_code == second.error_code == ErrorCode.none
@@ -561,7 +732,9 @@ async def test_init_producer_id_every_version(h: Harness, version: int) -> None:
 
 
 async def test_init_producer_id_refuses_transactions(h: Harness) -> None:
-    response = await h.call(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": "tx", "transaction_timeout": 1000})
+    response = await h.call(
+        ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": "tx", "transaction_timeout": 1000}
+    )
     assert response.error_code == ErrorCode.coordinator_not_available
     assert (response.producer_id, response.producer_epoch) == (-1, -1)
     response = await h.call(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": "", "transaction_timeout": 1000})
@@ -569,11 +742,17 @@ async def test_init_producer_id_refuses_transactions(h: Harness) -> None:
 
 
 async def test_init_producer_id_with_existing_id(h: Harness) -> None:
-    bumped = await h.call(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout": 1000,
-                                                "producer_id": 5, "producer_epoch": 0})
+    bumped = await h.call(
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        {"transactional_id": None, "transaction_timeout": 1000, "producer_id": 5, "producer_epoch": 0},
+    )
     assert bumped.error_code == ErrorCode.none and bumped.producer_epoch == 0
-    half = await h.call(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout": 1000,
-                                             "producer_id": 5, "producer_epoch": -1})
+    half = await h.call(
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        {"transactional_id": None, "transaction_timeout": 1000, "producer_id": 5, "producer_epoch": -1},
+    )
     assert half.error_code == ErrorCode.invalid_request
 
 
@@ -586,8 +765,15 @@ async def test_produce_every_version(h: Harness, version: int) -> None:
     topic_key = {"topic_id": created.topic_id} if version >= 13 else {"name": "p"}
     offsets = []
     for values in ([b"a", b"b"], [b"c"]):
-        response = await h.call_wire(ApiKey.PRODUCE, version, {"acks": -1, "timeout": 1000, "topic_data": [
-            dict(topic_key, partition_data=[{"index": 1, "records": batch(*values)}])]})
+        response = await h.call_wire(
+            ApiKey.PRODUCE,
+            version,
+            {
+                "acks": -1,
+                "timeout": 1000,
+                "topic_data": [dict(topic_key, partition_data=[{"index": 1, "records": batch(*values)}])],
+            },
+        )
         (topic,) = response.responses
         if version >= 13:
             assert topic.topic_id == created.topic_id
@@ -618,8 +804,18 @@ async def test_produce_acks_zero_sends_no_response(h: Harness) -> None:
     await h.create("z")
     assert await h.produce("z", 0, batch(b"a"), acks=0) is None
     assert h.plane.log_end_offset("z", 0) == 1
-    assert await h.call_wire(ApiKey.PRODUCE, 3, {"acks": 0, "timeout": 1, "topic_data": [
-        {"name": "z", "partition_data": [{"index": 0, "records": batch(b"b")}]}]}) is None
+    assert (
+        await h.call_wire(
+            ApiKey.PRODUCE,
+            3,
+            {
+                "acks": 0,
+                "timeout": 1,
+                "topic_data": [{"name": "z", "partition_data": [{"index": 0, "records": batch(b"b")}]}],
+            },
+        )
+        is None
+    )
     assert h.plane.log_end_offset("z", 0) == 2
 
 
@@ -647,8 +843,17 @@ async def test_produce_unknown_topic_or_partition(h: Harness) -> None:
 
 
 async def test_produce_unknown_topic_id(h: Harness) -> None:
-    response = await h.call(ApiKey.PRODUCE, 13, {"acks": -1, "timeout": 1000, "topic_data": [
-        {"topic_id": uuid.uuid4(), "partition_data": [{"index": 0, "records": batch(b"x")}]}]})
+    response = await h.call(
+        ApiKey.PRODUCE,
+        13,
+        {
+            "acks": -1,
+            "timeout": 1000,
+            "topic_data": [
+                {"topic_id": uuid.uuid4(), "partition_data": [{"index": 0, "records": batch(b"x")}]}
+            ],
+        },
+    )
     assert response.responses[0].partition_responses[0].error_code == ErrorCode.unknown_topic_id
 
 
@@ -658,12 +863,15 @@ def _flip(data: bytes, position: int) -> bytes:
     return bytes(broken)
 
 
-@pytest.mark.parametrize("records", [
-    pytest.param(_flip(batch(b"hello"), -1), id="flipped-bit"),
-    pytest.param(batch(b"hello")[:-3], id="truncated"),
-    pytest.param(bytes(batch(b"a")[:16]) + b"\x01" + batch(b"a")[17:], id="magic-1"),
-    pytest.param(batch(b"a") + _flip(batch(b"b"), 30), id="second-batch-bad"),
-])
+@pytest.mark.parametrize(
+    "records",
+    [
+        pytest.param(_flip(batch(b"hello"), -1), id="flipped-bit"),
+        pytest.param(batch(b"hello")[:-3], id="truncated"),
+        pytest.param(bytes(batch(b"a")[:16]) + b"\x01" + batch(b"a")[17:], id="magic-1"),
+        pytest.param(batch(b"a") + _flip(batch(b"b"), 30), id="second-batch-bad"),
+    ],
+)
 async def test_produce_corrupt_batches(h: Harness, records: bytes) -> None:
     await h.create("c")
     answer = await h.produce("c", 0, records, version=9)
@@ -690,10 +898,24 @@ async def test_produce_message_too_large() -> None:
 
 async def test_produce_one_partition_failing_does_not_affect_another(h: Harness) -> None:
     await h.create("two", 2)
-    response = await h.call(ApiKey.PRODUCE, 8, {"acks": 1, "timeout": 1000, "topic_data": [
-        {"name": "two", "partition_data": [{"index": 0, "records": b"garbage"},
-                                           {"index": 1, "records": batch(b"fine")}]},
-        {"name": "unknown", "partition_data": [{"index": 0, "records": batch(b"x")}]}]})
+    response = await h.call(
+        ApiKey.PRODUCE,
+        8,
+        {
+            "acks": 1,
+            "timeout": 1000,
+            "topic_data": [
+                {
+                    "name": "two",
+                    "partition_data": [
+                        {"index": 0, "records": b"garbage"},
+                        {"index": 1, "records": batch(b"fine")},
+                    ],
+                },
+                {"name": "unknown", "partition_data": [{"index": 0, "records": batch(b"x")}]},
+            ],
+        },
+    )
     two, unknown = response.responses
     assert [p.error_code for p in two.partition_responses] == [ErrorCode.corrupt_message, ErrorCode.none]
     assert unknown.partition_responses[0].error_code == ErrorCode.unknown_topic_or_partition
@@ -714,8 +936,9 @@ async def test_produce_idempotent_batch_is_kept_as_sent(h: Harness) -> None:
 
 async def test_produce_transactional_batch_is_refused(h: Harness) -> None:
     await h.create("tx")
-    answer = await h.produce("tx", 0, batch(b"a", producer_id=1, producer_epoch=0, base_sequence=0,
-                                             attributes=0x10))
+    answer = await h.produce(
+        "tx", 0, batch(b"a", producer_id=1, producer_epoch=0, base_sequence=0, attributes=0x10)
+    )
     assert answer.error_code == ErrorCode.invalid_txn_state
     assert h.plane.log_end_offset("tx", 0) == 0
 
@@ -725,8 +948,9 @@ async def test_produce_zstd_before_v7(h: Harness) -> None:
     zstd_header_only = bytearray(batch(b"a"))
     zstd_header_only[22] |= 0x04  # attributes low byte: codec 4; the CRC is then wrong, so fix it up
     struct.pack_into(">I", zstd_header_only, 17, crc32c(bytes(zstd_header_only[21:])))
-    assert (await h.produce("zs", 0, bytes(zstd_header_only), version=6)).error_code == \
-        ErrorCode.unsupported_compression_type
+    assert (
+        await h.produce("zs", 0, bytes(zstd_header_only), version=6)
+    ).error_code == ErrorCode.unsupported_compression_type
     assert (await h.produce("zs", 0, bytes(zstd_header_only), version=7)).error_code == ErrorCode.none
 
 
@@ -739,10 +963,23 @@ async def test_list_offsets_every_version(h: Harness, version: int) -> None:
     await h.produce("l", 0, batch(b"a", b"b", b"c"))
 
     async def lookup(timestamp: int) -> Any:
-        response = await h.call_wire(ApiKey.LIST_OFFSETS, version, {
-            "replica_id": -1, "isolation_level": 0, "timeout": 100,
-            "topics": [{"name": "l", "partitions": [{"partition_index": 0, "timestamp": timestamp,
-                                                      "current_leader_epoch": -1}]}]})
+        response = await h.call_wire(
+            ApiKey.LIST_OFFSETS,
+            version,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "timeout": 100,
+                "topics": [
+                    {
+                        "name": "l",
+                        "partitions": [
+                            {"partition_index": 0, "timestamp": timestamp, "current_leader_epoch": -1}
+                        ],
+                    }
+                ],
+            },
+        )
         (topic,) = response.topics
         assert topic.name == "l"
         return topic.partitions[0]
@@ -821,9 +1058,23 @@ async def test_list_offsets_errors(h: Harness) -> None:
     assert fenced.error_code == ErrorCode.fenced_leader_epoch
     assert (await h.list_offset("x", 0, -1, leader_epoch=3)).error_code == ErrorCode.unknown_leader_epoch
     assert (await h.list_offset("x", 0, -1, leader_epoch=0)).error_code == ErrorCode.none
-    response = await h.call(ApiKey.LIST_OFFSETS, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
-        {"name": "x", "partitions": [{"partition_index": 0, "timestamp": -1}, {"partition_index": 0,
-                                                                               "timestamp": -2}]}]})
+    response = await h.call(
+        ApiKey.LIST_OFFSETS,
+        5,
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": "x",
+                    "partitions": [
+                        {"partition_index": 0, "timestamp": -1},
+                        {"partition_index": 0, "timestamp": -2},
+                    ],
+                }
+            ],
+        },
+    )
     assert [p.error_code for p in response.topics[0].partitions] == [ErrorCode.invalid_request] * 2
 
 
@@ -849,12 +1100,35 @@ async def test_fetch_every_version_returns_the_produced_bytes(h: Harness, versio
     await h.produce("f", 1, first)
     await h.produce("f", 1, second)
     topic_key = {"topic_id": created.topic_id} if version >= 13 else {"topic": "f"}
-    response = await h.call_wire(ApiKey.FETCH, version, {
-        "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": (), "rack_id": "",
-        "topics": [dict(topic_key, partitions=[
-            {"partition": 1, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1},
-            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}])]})
+    response = await h.call_wire(
+        ApiKey.FETCH,
+        version,
+        {
+            "replica_id": -1,
+            "max_wait": 0,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "forgotten_topics_data": (),
+            "rack_id": "",
+            "topics": [
+                dict(
+                    topic_key,
+                    partitions=[
+                        {
+                            "partition": 1,
+                            "fetch_offset": 0,
+                            "partition_max_bytes": 1 << 20,
+                            "current_leader_epoch": -1,
+                        },
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20},
+                    ],
+                )
+            ],
+        },
+    )
     if version >= 7:
         assert (response.error_code, response.session_id) == (ErrorCode.none, 0)
     (topic,) = response.responses
@@ -872,8 +1146,12 @@ async def test_fetch_every_version_returns_the_produced_bytes(h: Harness, versio
     if version >= 11:
         assert with_data.preferred_read_replica == -1
     assert with_data.records == first + with_base_offset(second, 2)
-    assert (empty.partition_index, empty.error_code, empty.high_watermark, empty.records) == \
-        (0, ErrorCode.none, 0, b"")
+    assert (empty.partition_index, empty.error_code, empty.high_watermark, empty.records) == (
+        0,
+        ErrorCode.none,
+        0,
+        b"",
+    )
 
 
 async def test_fetch_from_the_middle_of_a_batch_returns_the_whole_batch(h: Harness) -> None:
@@ -906,8 +1184,16 @@ async def test_fetch_unknown_topic_and_partition(h: Harness) -> None:
     await h.create("one")
     assert (await h.fetch("one", 3, 0)).error_code == ErrorCode.unknown_topic_or_partition
     partitions = [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 100}]
-    response = await h.call(ApiKey.FETCH, 13, {"max_wait": 0, "min_bytes": 1, "forgotten_topics_data": (),
-                                        "topics": [{"topic_id": uuid.uuid4(), "partitions": partitions}]})
+    response = await h.call(
+        ApiKey.FETCH,
+        13,
+        {
+            "max_wait": 0,
+            "min_bytes": 1,
+            "forgotten_topics_data": (),
+            "topics": [{"topic_id": uuid.uuid4(), "partitions": partitions}],
+        },
+    )
     assert response.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_id
 
 
@@ -941,8 +1227,17 @@ async def test_fetch_max_bytes_spans_partitions(h: Harness) -> None:
     wanted = [{"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20} for p in range(3)]
     topics = [{"topic": "s", "partitions": wanted}]
     for max_bytes in (len(data) + 10, 5):  # room for one batch; room for none (KIP-74 still gives one)
-        response = await h.call(ApiKey.FETCH, 12, {"max_wait": 0, "min_bytes": 1, "max_bytes": max_bytes,
-                                            "topics": topics, "forgotten_topics_data": ()})
+        response = await h.call(
+            ApiKey.FETCH,
+            12,
+            {
+                "max_wait": 0,
+                "min_bytes": 1,
+                "max_bytes": max_bytes,
+                "topics": topics,
+                "forgotten_topics_data": (),
+            },
+        )
         partitions = response.responses[0].partitions
         assert [len(p.records) for p in partitions] == [len(data), 0, 0]
         assert all(p.high_watermark == 1 and p.error_code == ErrorCode.none for p in partitions)
@@ -957,13 +1252,33 @@ async def test_fetch_read_committed_lists_no_aborted_transactions(h: Harness) ->
 
 async def test_fetch_incremental_session_is_not_found(h: Harness) -> None:
     await h.create("s")
-    response = await h.call_wire(ApiKey.FETCH, 7, {"max_wait": 0, "min_bytes": 1, "session_id": 123,
-                                            "session_epoch": 4, "topics": (), "forgotten_topics_data": ()})
+    response = await h.call_wire(
+        ApiKey.FETCH,
+        7,
+        {
+            "max_wait": 0,
+            "min_bytes": 1,
+            "session_id": 123,
+            "session_epoch": 4,
+            "topics": (),
+            "forgotten_topics_data": (),
+        },
+    )
     assert response.error_code == ErrorCode.fetch_session_id_not_found
-    full = await h.call_wire(ApiKey.FETCH, 7, {"max_wait": 0, "min_bytes": 1, "session_id": 0, "session_epoch": 0,
-                                        "topics": [{"topic": "s", "partitions": [
-                                            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 10}]}],
-                                        "forgotten_topics_data": ()})
+    full = await h.call_wire(
+        ApiKey.FETCH,
+        7,
+        {
+            "max_wait": 0,
+            "min_bytes": 1,
+            "session_id": 0,
+            "session_epoch": 0,
+            "topics": [
+                {"topic": "s", "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 10}]}
+            ],
+            "forgotten_topics_data": (),
+        },
+    )
     assert (full.error_code, full.session_id) == (ErrorCode.none, 0)
 
 

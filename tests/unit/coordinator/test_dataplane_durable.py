@@ -47,13 +47,20 @@ class DurableHarness(Harness):
         self.plane.register(self.table)
         self._correlation = 0
 
-    async def produce_many(self, topic: str, partition: int, batches: list[bytes], acks: int = -1,
-                           timeout: int = 5000) -> Any:
-        response = await self.call(ApiKey.PRODUCE, 9, {
-            "acks": acks, "timeout": timeout,
-            "topic_data": [{"name": topic,
-                            "partition_data": [{"index": partition, "records": b"".join(batches)}]}],
-        })
+    async def produce_many(
+        self, topic: str, partition: int, batches: list[bytes], acks: int = -1, timeout: int = 5000
+    ) -> Any:
+        response = await self.call(
+            ApiKey.PRODUCE,
+            9,
+            {
+                "acks": acks,
+                "timeout": timeout,
+                "topic_data": [
+                    {"name": topic, "partition_data": [{"index": partition, "records": b"".join(batches)}]}
+                ],
+            },
+        )
         return None if response is None else response.responses[0].partition_responses[0]
 
     async def fetch_all(self, topic: str, partition: int, start: int | None = None) -> bytes:
@@ -103,15 +110,29 @@ def memfs() -> MemFS:
 
 
 def gzip_batch(*values: bytes, first_ts: int = BASE_TS) -> bytes:
-    records = tuple(Record(attributes=i8(0), timestamp=ts(first_ts + n * 1000), offset=i64(n), key=None,
-                           value=v, headers=()) for n, v in enumerate(values))
+    records = tuple(
+        Record(
+            attributes=i8(0), timestamp=ts(first_ts + n * 1000), offset=i64(n), key=None, value=v, headers=()
+        )
+        for n, v in enumerate(values)
+    )
     plain = io.BytesIO()
-    write_new_batch(plain, NewRecordBatch(producer_id=i64(-1), producer_epoch=i16(-1), base_sequence=i32(-1),
-                                          records=records, attributes=i16(0), partition_leader_epoch=i32(-1)))
+    write_new_batch(
+        plain,
+        NewRecordBatch(
+            producer_id=i64(-1),
+            producer_epoch=i16(-1),
+            base_sequence=i32(-1),
+            records=records,
+            attributes=i16(0),
+            partition_leader_epoch=i32(-1),
+        ),
+    )
     # kio writes uncompressed batches; compress by hand: same header, gzip payload, codec bit, new CRC.
     from crc32c import crc32c
 
     from coordinator.dataplane.batches import HEADER_SIZE
+
     raw = plain.getvalue()
     payload = gzip.compress(raw[HEADER_SIZE:])
     out = bytearray(raw[:HEADER_SIZE] + payload)
@@ -152,19 +173,24 @@ def rewrite(fs: FS, path: str, data: bytes) -> None:
 
 @pytest.mark.parametrize("hot", [True, False], ids=["page-cache-reads", "worker-thread-reads"])
 async def test_produce_close_reopen_fetch_is_byte_identical(
-        open_plane: Any, where: tuple[FS, str], monkeypatch: pytest.MonkeyPatch, hot: bool) -> None:
+    open_plane: Any, where: tuple[FS, str], monkeypatch: pytest.MonkeyPatch, hot: bool
+) -> None:
     fs, data_dir = where
     if not hot:
         monkeypatch.setattr(disk, "HOT_BYTES", -1)
     h = await open_plane(data_dir, fs)
-    created = await h.create("orders", 3, configs=[{"name": "segment.bytes", "value": "700"},
-                                                    {"name": "cleanup.policy", "value": "delete"}])
+    created = await h.create(
+        "orders",
+        3,
+        configs=[{"name": "segment.bytes", "value": "700"}, {"name": "cleanup.policy", "value": "delete"}],
+    )
     sent: dict[int, list[tuple[int, bytes]]] = {0: [], 1: [], 2: []}
     rng = random.Random(7)
     for n in range(40):
         partition = n % 3
-        group = [batch(*[b"v%d-%d" % (n, i) for i in range(rng.randint(1, 4))])
-                 for _ in range(rng.randint(1, 3))]
+        group = [
+            batch(*[b"v%d-%d" % (n, i) for i in range(rng.randint(1, 4))]) for _ in range(rng.randint(1, 3))
+        ]
         if n % 7 == 0:
             group.append(gzip_batch(b"gz%d" % n, b"zz"))
         acks = (-1, 1, 0)[n % 3 if n % 5 else 0]
@@ -202,14 +228,22 @@ async def test_produce_close_reopen_fetch_is_byte_identical(
     assert (await again.produce("orders", 1, batch(b"after"))).base_offset == end
 
 
-@pytest.mark.parametrize("segment_bytes, count, largest", [
-    (1500, 60, 40),  # many small segments, one index entry each
-    (60_000, 400, 40),  # a sparse index of many entries per segment
-    (1 << 30, 120, 9000),  # batches larger than the index interval
-])
+@pytest.mark.parametrize(
+    "segment_bytes, count, largest",
+    [
+        (1500, 60, 40),  # many small segments, one index entry each
+        (60_000, 400, 40),  # a sparse index of many entries per segment
+        (1 << 30, 120, 9000),  # batches larger than the index interval
+    ],
+)
 async def test_answers_match_the_in_memory_plane(
-        open_plane: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, segment_bytes: int, count: int,
-        largest: int) -> None:
+    open_plane: Any,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    segment_bytes: int,
+    count: int,
+    largest: int,
+) -> None:
     """The same produce sequence answered by a memory plane and a durable one (after a restart)."""
     monkeypatch.setattr(disk, "HOT_BYTES", -1)
     memory = Harness(**{"message.max.bytes": 1 << 20})
@@ -219,8 +253,11 @@ async def test_answers_match_the_in_memory_plane(
     await memory.create("m", 1)
     await durable.create("m", 1, configs=[{"name": "segment.bytes", "value": str(segment_bytes)}])
     for stamp in [BASE_TS + rng.randint(-50, 50) * 1000 for _ in range(count)]:
-        b = batch(*[b"x" * rng.randint(0, largest) for _ in range(rng.randint(1, 5))], first_ts=stamp,
-                  step_ms=rng.choice([0, 1000, 3000]))
+        b = batch(
+            *[b"x" * rng.randint(0, largest) for _ in range(rng.randint(1, 5))],
+            first_ts=stamp,
+            step_ms=rng.choice([0, 1000, 3000]),
+        )
         for h in (memory, durable):
             assert (await h.produce("m", 0, b)).error_code == ErrorCode.none
     await durable.plane.close()
@@ -230,15 +267,20 @@ async def test_answers_match_the_in_memory_plane(
     for probe in [-1, -2, -3] + [BASE_TS + k * 1000 for k in range(-60, 70, 3)]:
         want = await memory.list_offset("m", 0, probe)
         got = await reopened.list_offset("m", 0, probe)
-        assert (got.error_code, got.offset, got.timestamp) == \
-            (want.error_code, want.offset, want.timestamp), probe
+        assert (got.error_code, got.offset, got.timestamp) == (
+            want.error_code,
+            want.offset,
+            want.timestamp,
+        ), probe
     hw = memory.plane.log_end_offset("m", 0)
     for offset in range(0, hw + 1, max(hw // 80, 1)):
         for max_bytes in (1, 200, 5000, 1 << 20):
             want = await memory.fetch("m", 0, offset, partition_max_bytes=max_bytes)
             got = await reopened.fetch("m", 0, offset, partition_max_bytes=max_bytes)
-            assert (got.records, got.high_watermark) == (want.records, want.high_watermark), \
-                (offset, max_bytes)
+            assert (got.records, got.high_watermark) == (want.records, want.high_watermark), (
+                offset,
+                max_bytes,
+            )
 
 
 async def test_power_cut_keeps_every_acks_all_batch(open_plane: Any) -> None:
@@ -295,8 +337,9 @@ async def _three_batches(open_plane: Any, fs: FS, data_dir: str) -> tuple[list[b
     return stored, segment_path(data_dir, "r", 0, name)
 
 
-async def test_torn_tail_at_every_byte_of_the_last_batch(open_plane: Any, where: tuple[FS, str],
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+async def test_torn_tail_at_every_byte_of_the_last_batch(
+    open_plane: Any, where: tuple[FS, str], caplog: pytest.LogCaptureFixture
+) -> None:
     fs, data_dir = where
     stored, path = await _three_batches(open_plane, fs, data_dir)
     whole = read_bytes(fs, path)
@@ -315,21 +358,25 @@ async def test_torn_tail_at_every_byte_of_the_last_batch(open_plane: Any, where:
     assert await h.fetch_all("r", 0) == b"".join(stored)
     # after a cut, appends take the offsets the lost batch had
     await h.plane.close()
-    rewrite(fs, path, whole[:prefix + 30])
+    rewrite(fs, path, whole[: prefix + 30])
     h = await open_plane(data_dir, fs)
     assert (await h.produce("r", 0, batch(b"again"))).base_offset == 3
 
 
-@pytest.mark.parametrize("position, reason", [
-    (-1, "checksum"),  # last byte of the last record
-    (30, "checksum"),  # inside the header, covered by the CRC (baseTimestamp)
-    (17, "checksum"),  # the CRC itself
-    (16, "invalid batch header"),  # magic
-    (3, "base offset"),  # baseOffset
-    (9, "incomplete"),  # batchLength: now larger than the file
-])
-async def test_bit_flip_in_the_last_batch_cuts_it(open_plane: Any, tmp_path: Any, position: int, reason: str,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    "position, reason",
+    [
+        (-1, "checksum"),  # last byte of the last record
+        (30, "checksum"),  # inside the header, covered by the CRC (baseTimestamp)
+        (17, "checksum"),  # the CRC itself
+        (16, "invalid batch header"),  # magic
+        (3, "base offset"),  # baseOffset
+        (9, "incomplete"),  # batchLength: now larger than the file
+    ],
+)
+async def test_bit_flip_in_the_last_batch_cuts_it(
+    open_plane: Any, tmp_path: Any, position: int, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
     fs, data_dir = OsFS(), str(tmp_path / "data")
     stored, path = await _three_batches(open_plane, fs, data_dir)
     whole = bytearray(read_bytes(fs, path))
@@ -345,7 +392,8 @@ async def test_bit_flip_in_the_last_batch_cuts_it(open_plane: Any, tmp_path: Any
 
 
 async def test_damage_in_an_earlier_segment_cuts_there_and_drops_the_later_ones(
-        open_plane: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    open_plane: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     fs, data_dir = OsFS(), str(tmp_path / "data")
     h = await open_plane(data_dir, fs)
     await h.create("s", 1, configs=[{"name": "segment.bytes", "value": str(len(batch(b"0" * 20)))}])
@@ -410,8 +458,11 @@ async def test_retention_by_time(open_plane: Any, where: tuple[FS, str]) -> None
     fs, data_dir = where
     h = await open_plane(data_dir, fs)
     one_batch = str(len(batch(b"z" * 30)))  # one batch per segment
-    await h.create("old", 1, configs=[{"name": "segment.bytes", "value": one_batch},
-                                      {"name": "retention.ms", "value": "60000"}])
+    await h.create(
+        "old",
+        1,
+        configs=[{"name": "segment.bytes", "value": one_batch}, {"name": "retention.ms", "value": "60000"}],
+    )
     now = BASE_TS + 1_000_000
     for n in range(5):  # batch n's newest record is at BASE_TS + n * 200000
         await h.produce("old", 0, batch(b"z" * 30, first_ts=BASE_TS + n * 200_000))
@@ -434,8 +485,14 @@ async def test_retention_by_time(open_plane: Any, where: tuple[FS, str]) -> None
 
 async def test_retention_stops_at_the_first_segment_to_keep(open_plane: Any, tmp_path: Any) -> None:
     h = await open_plane(str(tmp_path / "data"))
-    await h.create("t", 1, configs=[{"name": "segment.bytes", "value": str(len(batch(b"q" * 30)))},
-                                    {"name": "retention.ms", "value": "1000"}])
+    await h.create(
+        "t",
+        1,
+        configs=[
+            {"name": "segment.bytes", "value": str(len(batch(b"q" * 30)))},
+            {"name": "retention.ms", "value": "1000"},
+        ],
+    )
     for stamp in (BASE_TS, BASE_TS + 10_000_000, BASE_TS, BASE_TS):
         await h.produce("t", 0, batch(b"q" * 30, first_ts=stamp))
     assert await h.plane.enforce_retention(now_ms=BASE_TS + 5_000_000) == 1  # the second one is young
@@ -461,8 +518,11 @@ async def test_retention_by_bytes(open_plane: Any, where: tuple[FS, str]) -> Non
 
 async def test_infinite_retention_keeps_everything(open_plane: Any, tmp_path: Any) -> None:
     h = await open_plane(str(tmp_path / "data"))
-    await h.create("keep", 1, configs=[{"name": "segment.bytes", "value": "100"},
-                                       {"name": "retention.ms", "value": "-1"}])
+    await h.create(
+        "keep",
+        1,
+        configs=[{"name": "segment.bytes", "value": "100"}, {"name": "retention.ms", "value": "-1"}],
+    )
     for _ in range(4):
         await h.produce("keep", 0, batch(b"k", first_ts=0))
     assert len(h.plane._topics["keep"].partitions[0].segments) == 4
@@ -470,8 +530,10 @@ async def test_infinite_retention_keeps_everything(open_plane: Any, tmp_path: An
 
 
 async def test_retention_runs_periodically(open_plane: Any, tmp_path: Any) -> None:
-    h = await open_plane(str(tmp_path / "data"), **{"log.retention.check.interval.ms": 20,
-                                                    "log.retention.ms": 1000, "log.segment.bytes": 100})
+    h = await open_plane(
+        str(tmp_path / "data"),
+        **{"log.retention.check.interval.ms": 20, "log.retention.ms": 1000, "log.segment.bytes": 100},
+    )
     await h.create("p", 1)
     for _ in range(3):
         await h.produce("p", 0, batch(b"old", first_ts=BASE_TS))
@@ -482,8 +544,10 @@ async def test_retention_runs_periodically(open_plane: Any, tmp_path: Any) -> No
     assert (await h.list_offset("p", 0, -2)).offset == 2
 
 
-@pytest.mark.parametrize("key, value", [("segment.bytes", "13"), ("segment.bytes", "x"),
-                                        ("retention.ms", "-2"), ("retention.bytes", "1.5")])
+@pytest.mark.parametrize(
+    "key, value",
+    [("segment.bytes", "13"), ("segment.bytes", "x"), ("retention.ms", "-2"), ("retention.bytes", "1.5")],
+)
 async def test_bad_log_configs_are_refused(key: str, value: str) -> None:
     h = Harness()
     result = await h.create("bad", configs=[{"name": key, "value": value}])
@@ -526,8 +590,7 @@ async def test_crash_in_the_middle_of_a_delete_does_not_resurrect(open_plane: An
     await h.create("half", 3)
     for p in range(3):
         await h.produce("half", p, batch(b"x"))
-    fs.crash_at("rename" if nth <= 2 else "remove", nth=nth if nth <= 2 else nth - 2,
-                path_contains="half-")
+    fs.crash_at("rename" if nth <= 2 else "remove", nth=nth if nth <= 2 else nth - 2, path_contains="half-")
     await h.call(ApiKey.DELETE_TOPICS, 5, {"topic_names": ["half"], "timeout": 1000})
     assert fs.crashed
     after = inner.crash()
@@ -591,7 +654,8 @@ async def test_create_topic_method_is_durable(open_plane: Any, tmp_path: Any) ->
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
 @pytest.mark.parametrize("keep_bytes", [0, 1, 40])
 async def test_failed_write_answers_storage_error_and_leaves_no_torn_batch(
-        open_plane: Any, code: int, keep_bytes: int) -> None:
+    open_plane: Any, code: int, keep_bytes: int
+) -> None:
     fs = FaultFS(memfs())
     h = await open_plane(MEM_DIR, fs)
     await h.create("f", 2)

@@ -612,7 +612,9 @@ def loading_server(tmp_path) -> Iterator[tuple[Any, GatedFS]]:
     fs = GatedFS()
     config = Config({"offsets.topic.num.partitions": 1})
     try:
-        with running_app(app.build(config, ("127.0.0.1", 0), ("127.0.0.1", 0), None, str(data_dir), fs=fs)) as built:
+        with running_app(
+            app.build(config, ("127.0.0.1", 0), ("127.0.0.1", 0), None, str(data_dir), fs=fs)
+        ) as built:
             yield built, fs
     finally:
         fs.gate.set()
@@ -738,10 +740,21 @@ def test_shutdown_answers_parked_joins_not_coordinator_without_waiting_for_the_r
     def setup(server: Any) -> None:
         server.add_part(GroupCoordinatorService(Shards(server.config, str(tmp_path / "data"))))
 
-    join = request(JOIN_GROUP, 9, group_id="parked", session_timeout=30000, rebalance_timeout=30000, member_id="",
-                   group_instance_id="instance-1", protocol_type="consumer", reason=None,
-                   protocols=[{"name": "range", "metadata": subscription("t")}])
-    with running(setup, **{"group.initial.rebalance.delay.ms": 30000, "offsets.topic.num.partitions": 1}) as server:
+    join = request(
+        JOIN_GROUP,
+        9,
+        group_id="parked",
+        session_timeout=30000,
+        rebalance_timeout=30000,
+        member_id="",
+        group_instance_id="instance-1",
+        protocol_type="consumer",
+        reason=None,
+        protocols=[{"name": "range", "metadata": subscription("t")}],
+    )
+    with running(
+        setup, **{"group.initial.rebalance.delay.ms": 30000, "offsets.topic.num.partitions": 1}
+    ) as server:
         c = WireClient(*server.bound)
         c.send(join)
         time.sleep(0.3)  # parked in the delay

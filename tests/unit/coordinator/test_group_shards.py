@@ -46,9 +46,15 @@ def groups_in(shard: int, num_shards: int, count: int = 1, prefix: str = "g") ->
 
 def test_shard_of_follows_kafka():
     # Values printed by Java 17's String.hashCode() on this machine.
-    for text, expected in [("", 0), ("a", 97), ("hello", 99162322), ("test-group", 627841412),
-                           ("spark-kafka-source-x", -1638101251), ("\u00e9t\u00e9", 227742),
-                           ("\U0001F600g", 54959972)]:
+    for text, expected in [
+        ("", 0),
+        ("a", 97),
+        ("hello", 99162322),
+        ("test-group", 627841412),
+        ("spark-kafka-source-x", -1638101251),
+        ("\u00e9t\u00e9", 227742),
+        ("\U0001f600g", 54959972),
+    ]:
         assert java_string_hash(text) == expected
     assert shard_of("test-group", 50) == 627841412 % 50
     assert shard_of("spark-kafka-source-x", 50) == 1638101251 % 50
@@ -60,7 +66,9 @@ async def make(tmp_path) -> Any:
 
     async def build(owned: frozenset[int] | None = None, **settings: Any) -> Shard:
         fs = FaultFS(MemFS())
-        harness = Shard(str(tmp_path / f"d{len(made)}"), fs, **{"offsets.topic.num.partitions": 4, **settings})
+        harness = Shard(
+            str(tmp_path / f"d{len(made)}"), fs, **{"offsets.topic.num.partitions": 4, **settings}
+        )
         if owned is not None:
             harness.part = GroupCoordinatorService(Shards(harness.config, harness.data_dir, owned, fs=fs))
             harness.table = type(harness.table)()
@@ -94,12 +102,22 @@ async def test_requests_naming_several_groups_are_split_by_shard_and_merged_in_o
         assert await h.commit(name, {P0: offset, P1: offset}) == {P0: ErrorCode.none, P1: ErrorCode.none}
     await h.stable_group(names[1])
 
-    fetch = await h.call(OFFSET_FETCH, 8, require_stable=False, groups=[
-        {"group_id": n, "topics": [{"name": P0[0], "partition_indexes": [P0[1], P1[1]]}]} for n in names])
+    fetch = await h.call(
+        OFFSET_FETCH,
+        8,
+        require_stable=False,
+        groups=[
+            {"group_id": n, "topics": [{"name": P0[0], "partition_indexes": [P0[1], P1[1]]}]} for n in names
+        ],
+    )
     assert [g.group_id for g in fetch.groups] == names
-    assert [[p.committed_offset for p in g.topics[0].partitions] for g in fetch.groups] == [[i, i] for i in range(4)]
+    assert [[p.committed_offset for p in g.topics[0].partitions] for g in fetch.groups] == [
+        [i, i] for i in range(4)
+    ]
 
-    described = await h.call(DESCRIBE_GROUPS, 5, groups=[*names, "missing"], include_authorized_operations=False)
+    described = await h.call(
+        DESCRIBE_GROUPS, 5, groups=[*names, "missing"], include_authorized_operations=False
+    )
     assert [g.group_id for g in described.groups] == [*names, "missing"]
     assert [g.group_state for g in described.groups] == ["Empty", "Stable", "Empty", "Empty", "Dead"]
 
@@ -109,7 +127,10 @@ async def test_requests_naming_several_groups_are_split_by_shard_and_merged_in_o
 
     deleted = await h.call(DELETE_GROUPS, 2, groups_names=[names[3], names[1], names[0]])
     assert [(r.group_id, r.error_code) for r in deleted.results] == [
-        (names[3], ErrorCode.none), (names[1], ErrorCode.non_empty_group), (names[0], ErrorCode.none)]
+        (names[3], ErrorCode.none),
+        (names[1], ErrorCode.non_empty_group),
+        (names[0], ErrorCode.none),
+    ]
 
 
 async def test_a_group_of_a_shard_not_owned_gets_not_coordinator(make):
@@ -150,16 +171,23 @@ async def test_a_hung_shard_fails_alone_then_is_reloaded_from_its_log(make):
     assert time.monotonic() - t0 < COMMIT_TIMEOUT_MS / 1000
     # The sick shard answers its own requests with a retriable error within the commit timeout.
     assert await asyncio.wait_for(pending, COMMIT_TIMEOUT_MS / 1000 + 2) == {P0: NOT_AVAILABLE}
-    await _wait_for(lambda: h.part.shards.status().get("stalled") == [1] or h.part.shards.failures, 2, "stalled")
+    await _wait_for(
+        lambda: h.part.shards.status().get("stalled") == [1] or h.part.shards.failures, 2, "stalled"
+    )
 
     # Past coordinator.shard.failure.timeout.ms it is marked failed and reloaded from what is on disk: the
     # commit that timed out had reached the file (only its fsync hung), so the reloaded shard knows it.
     await _wait_for(lambda: h.part.shards.failures == 1, 5, "the shard to be failed")
-    metrics = {(m.name, tuple(s.labels.items())): s.value
-               for m in ShardCollector(h.part.shards).collect() for s in m.samples}
+    metrics = {
+        (m.name, tuple(s.labels.items())): s.value
+        for m in ShardCollector(h.part.shards).collect()
+        for s in m.samples
+    }
     assert metrics[("kafka_group_coordinator_group_shard_failures", ())] == 1
-    by_state = {state: metrics[("kafka_group_coordinator_group_shards", (("state", state),))]
-                for state in ShardCollector.STATES}
+    by_state = {
+        state: metrics[("kafka_group_coordinator_group_shards", (("state", state),))]
+        for state in ShardCollector.STATES
+    }
     assert sum(by_state.values()) == 4 and by_state["active"] >= 3  # shard 1 may be reloaded already
     await _wait_for(lambda: h.part.shards.by_index[1].state is ShardState.ACTIVE, 5, "the reload")
     assert h.part.ready

@@ -35,13 +35,22 @@ class Clock:
         return self.now
 
 
-def scrape(ctx: GroupTestContext, history: GroupHistory, metrics_filter: MetricsFilter | None = None,
-           ends: dict | None = None, offset_history: OffsetHistory | None = None, clock: Clock | None = None):
+def scrape(
+    ctx: GroupTestContext,
+    history: GroupHistory,
+    metrics_filter: MetricsFilter | None = None,
+    ends: dict | None = None,
+    offset_history: OffsetHistory | None = None,
+    clock: Clock | None = None,
+):
     dataplane = FakeDataPlane(ends or {("foo", 0): 150, ("foo", 1): 40, ("bar", 0): 10})
     view = CoordinatorView(ctx.shard, dataplane, history, offset_history, monotonic=clock or Clock())
     registry = CollectorRegistry()
-    registry.register(CoordinatorCollector(view, metrics_filter or MetricsFilter(), cluster_name="c1",
-                                           load_time_ms=lambda: 12.5))
+    registry.register(
+        CoordinatorCollector(
+            view, metrics_filter or MetricsFilter(), cluster_name="c1", load_time_ms=lambda: 12.5
+        )
+    )
     text = generate_latest(registry).decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
     return text, families
@@ -82,17 +91,34 @@ def test_kafka_exporter_names_and_lag_for_stable_empty_and_simple_groups():
         (("consumergroup", "simple"), ("partition", "1"), ("topic", "foo")): 0,
     }
     assert -1 not in lag.values()
-    assert samples(families, "kafka_consumergroup_uncommitted_partitions")[
-        (("consumergroup", "live"), ("topic", "foo"))] == 1
-    assert samples(families, "kafka_consumergroup_lag_sum")[(("consumergroup", "simple"), ("topic", "foo"))] == 30
-    assert samples(families, "kafka_consumergroup_current_offset_sum")[
-        (("consumergroup", "simple"), ("topic", "foo"))] == 160
+    assert (
+        samples(families, "kafka_consumergroup_uncommitted_partitions")[
+            (("consumergroup", "live"), ("topic", "foo"))
+        ]
+        == 1
+    )
+    assert (
+        samples(families, "kafka_consumergroup_lag_sum")[(("consumergroup", "simple"), ("topic", "foo"))]
+        == 30
+    )
+    assert (
+        samples(families, "kafka_consumergroup_current_offset_sum")[
+            (("consumergroup", "simple"), ("topic", "foo"))
+        ]
+        == 160
+    )
     assert samples(families, "kafka_consumergroup_members") == {
-        (("consumergroup", "empty"),): 0, (("consumergroup", "live"),): 2, (("consumergroup", "simple"),): 0}
+        (("consumergroup", "empty"),): 0,
+        (("consumergroup", "live"),): 2,
+        (("consumergroup", "simple"),): 0,
+    }
     # The compatibility names ending in _sum/_count are untyped, so the exposition passes promtool's lint.
-    for name in ("kafka_consumergroup_lag_sum", "kafka_consumergroup_current_offset_sum",
-                 "kafka_server_group_coordinator_metrics_group_count",
-                 "kafka_server_group_coordinator_metrics_offset_commit_count"):
+    for name in (
+        "kafka_consumergroup_lag_sum",
+        "kafka_consumergroup_current_offset_sum",
+        "kafka_server_group_coordinator_metrics_group_count",
+        "kafka_server_group_coordinator_metrics_offset_commit_count",
+    ):
         assert f"# TYPE {name} untyped" in text, name
     assert "# TYPE kafka_consumergroup_lag gauge" in text
     assert "# TYPE kafka_consumergroup_rebalances_total counter" in text
@@ -131,40 +157,75 @@ def test_lag_seconds_with_kafka_lag_exporter_labels():
     clock.now = 10.0
     _, families = scrape(ctx, history, offset_history=offsets, clock=clock)
     seconds = samples(families, "kafka_consumergroup_group_lag_seconds")
-    key = (("client_id", ""), ("cluster_name", "c1"), ("consumer_id", ""), ("group", "simple"),
-           ("member_host", ""), ("partition", "0"), ("topic", "foo"))
+    key = (
+        ("client_id", ""),
+        ("cluster_name", "c1"),
+        ("consumer_id", ""),
+        ("group", "simple"),
+        ("member_host", ""),
+        ("partition", "0"),
+        ("topic", "foo"),
+    )
     assert abs(seconds[key] - (10.0 - 121 / 15)) < 1e-9  # offset 120 was appended at 121/15 s
     max_lag = samples(families, "kafka_consumergroup_group_max_lag_seconds")
-    assert max_lag[(("cluster_name", "c1"), ("group", "simple"), ("is_simple_consumer", "true"))] == seconds[key]
-    assert samples(families, "kafka_partition_latest_offset")[
-        (("cluster_name", "c1"), ("partition", "0"), ("topic", "foo"))] == 150
+    assert (
+        max_lag[(("cluster_name", "c1"), ("group", "simple"), ("is_simple_consumer", "true"))] == seconds[key]
+    )
+    assert (
+        samples(families, "kafka_partition_latest_offset")[
+            (("cluster_name", "c1"), ("partition", "0"), ("topic", "foo"))
+        ]
+        == 150
+    )
 
 
 def test_cardinality_controls():
     ctx, history = setup()
-    only_live = MetricsFilter(group_include=compile_pattern("live|simple"), group_exclude=compile_pattern("simple"))
+    only_live = MetricsFilter(
+        group_include=compile_pattern("live|simple"), group_exclude=compile_pattern("simple")
+    )
     _, families = scrape(ctx, history, only_live)
     assert {dict(k)["consumergroup"] for k in samples(families, "kafka_consumergroup_members")} == {"live"}
     no_bar = MetricsFilter(topic_exclude=compile_pattern("bar"))
     _, families = scrape(ctx, history, no_bar)
     assert all(dict(k)["topic"] == "foo" for k in samples(families, "kafka_consumergroup_lag"))
-    assert samples(families, "kafka_consumergroup_members")[(("consumergroup", "empty"),)] == 0  # still listed
+    assert (
+        samples(families, "kafka_consumergroup_members")[(("consumergroup", "empty"),)] == 0
+    )  # still listed
     sums_only = MetricsFilter(per_partition=False)
     text, families = scrape(ctx, history, sums_only)
-    for name in ("kafka_consumergroup_lag", "kafka_consumergroup_current_offset",
-                 "kafka_consumergroup_group_lag_seconds", "kafka_partition_latest_offset",
-                 "kafka_consumergroup_last_commit_timestamp_seconds"):
+    for name in (
+        "kafka_consumergroup_lag",
+        "kafka_consumergroup_current_offset",
+        "kafka_consumergroup_group_lag_seconds",
+        "kafka_partition_latest_offset",
+        "kafka_consumergroup_last_commit_timestamp_seconds",
+    ):
         assert samples(families, name) == {}, name
-    assert samples(families, "kafka_consumergroup_lag_sum")[(("consumergroup", "live"), ("topic", "foo"))] == 50
+    assert (
+        samples(families, "kafka_consumergroup_lag_sum")[(("consumergroup", "live"), ("topic", "foo"))] == 50
+    )
     assert "partition=" not in text.replace('le="', "")
 
 
 def test_request_metric_helpers():
     assert api_name(11) == "JoinGroup" and api_name(8) == "OffsetCommit" and api_name(31999) == "31999"
-    assert error_name(0) == "NONE" and error_name(27) == "REBALANCE_IN_PROGRESS" and error_name(-9999) == "-9999"
+    assert (
+        error_name(0) == "NONE" and error_name(27) == "REBALANCE_IN_PROGRESS" and error_name(-9999) == "-9999"
+    )
     assert response_error({"error_code": 25}) == 25
-    nested = {"throttle_time": 0, "topics": [{"name": "t", "partitions": [
-        {"partition_index": 0, "error_code": 0}, {"partition_index": 1, "error_code": 22}]}]}
+    nested = {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": "t",
+                "partitions": [
+                    {"partition_index": 0, "error_code": 0},
+                    {"partition_index": 1, "error_code": 22},
+                ],
+            }
+        ],
+    }
     assert response_error(nested) == 22
     assert response_error({"topics": []}) == 0 and response_error(None) == 0
 

@@ -59,22 +59,36 @@ def reasons(history: GroupHistory) -> list[str]:
 
 
 def leave(ctx: GroupTestContext, member_id: str, instance_id: str | None = None, reason: str | None = None):
-    return ctx.send("leave_group", LEAVE_GROUP, 5, "leave", group_id=GROUP,
-                    members=[{"member_id": member_id, "group_instance_id": instance_id, "reason": reason}])
+    return ctx.send(
+        "leave_group",
+        LEAVE_GROUP,
+        5,
+        "leave",
+        group_id=GROUP,
+        members=[{"member_id": member_id, "group_instance_id": instance_id, "reason": reason}],
+    )
 
 
 # -- categorisation ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("member_id", "instance_id", "reason", "expected"), [
-    ("m-1", None, None, RebalanceReason.LEAVE),
-    ("m-1", None, "the consumer is being closed", RebalanceReason.LEAVE),
-    ("m-1", None, "consumer poll timeout has expired. This means the time between subsequent calls to poll() "
-                  "was longer than the configured max.poll.interval.ms", RebalanceReason.REBALANCE_TIMEOUT),
-    ("", "node-1", None, RebalanceReason.ADMIN),
-    ("m-1", None, "member was removed by an admin.", RebalanceReason.ADMIN),
-    ("m-1", "node-1", None, RebalanceReason.LEAVE),
-])
+@pytest.mark.parametrize(
+    ("member_id", "instance_id", "reason", "expected"),
+    [
+        ("m-1", None, None, RebalanceReason.LEAVE),
+        ("m-1", None, "the consumer is being closed", RebalanceReason.LEAVE),
+        (
+            "m-1",
+            None,
+            "consumer poll timeout has expired. This means the time between subsequent calls to poll() "
+            "was longer than the configured max.poll.interval.ms",
+            RebalanceReason.REBALANCE_TIMEOUT,
+        ),
+        ("", "node-1", None, RebalanceReason.ADMIN),
+        ("m-1", None, "member was removed by an admin.", RebalanceReason.ADMIN),
+        ("m-1", "node-1", None, RebalanceReason.LEAVE),
+    ],
+)
 def test_leave_reason_categories(member_id, instance_id, reason, expected):
     assert leave_reason(member_id, instance_id, reason) is expected
 
@@ -121,7 +135,9 @@ def test_admin_removal_of_a_static_member(ctx, history):
     leave(ctx, "", "follower")
     entry = history.timeline(GROUP)[-1]
     assert entry.reason is RebalanceReason.ADMIN
-    assert [(m.member_id, c) for m, c in entry.members_out] == [(result.follower_id, RemovalCause.ADMIN_REMOVED)]
+    assert [(m.member_id, c) for m, c in entry.members_out] == [
+        (result.follower_id, RemovalCause.ADMIN_REMOVED)
+    ]
 
 
 def test_session_expiry_then_rebalance_timeout_eviction(ctx, history):
@@ -132,7 +148,9 @@ def test_session_expiry_then_rebalance_timeout_eviction(ctx, history):
     entry = history.timeline(GROUP)[-1]
     assert entry.reason is RebalanceReason.SESSION_EXPIRY and entry.member.member_id == result.follower_id
     assert entry.outcome == "in_progress"
-    assert [(m.member_id, c) for m, c in entry.members_out] == [(result.follower_id, RemovalCause.SESSION_TIMEOUT)]
+    assert [(m.member_id, c) for m, c in entry.members_out] == [
+        (result.follower_id, RemovalCause.SESSION_TIMEOUT)
+    ]
     assert history.expirations(GROUP) == {"session_timeout": 1}
     # The leader keeps heartbeating but never rejoins: the join phase ends after the rebalance timeout without it.
     for _ in range(4):
@@ -168,16 +186,28 @@ def test_leader_rejoin_and_metadata_change(ctx, history):
     ctx.sync_group(GROUP, result.follower_id, 2)
     assert leader_sync.error == ErrorCode.none and reasons(history)[-1] == "leader_rejoin"
     assert history.timeline(GROUP)[-1].outcome == "stable"
-    ctx.join_group(GROUP, result.follower_id, protocols=to_protocols("range", "roundrobin"),
-                   session_timeout_ms=5000, rebalance_timeout_ms=10000, version=5)
+    ctx.join_group(
+        GROUP,
+        result.follower_id,
+        protocols=to_protocols("range", "roundrobin"),
+        session_timeout_ms=5000,
+        rebalance_timeout_ms=10000,
+        version=5,
+    )
     assert reasons(history)[-1] == "metadata_change"
 
 
 def test_static_replacement_in_place_is_not_a_rebalance_but_fences_the_old_member(ctx, history, recorder):
     result = ctx.static_members_join_and_rebalance()
     before = len(history.timeline(GROUP))
-    rejoin = ctx.join_group(GROUP, group_instance_id="follower", protocols=to_protocols("range", "roundrobin"),
-                            session_timeout_ms=5000, rebalance_timeout_ms=10000, version=5)
+    rejoin = ctx.join_group(
+        GROUP,
+        group_instance_id="follower",
+        protocols=to_protocols("range", "roundrobin"),
+        session_timeout_ms=5000,
+        rebalance_timeout_ms=10000,
+        version=5,
+    )
     assert rejoin.error == ErrorCode.none
     assert len(history.timeline(GROUP)) == before
     [replaced] = recorder.of(StaticMemberReplaced)
@@ -186,18 +216,34 @@ def test_static_replacement_in_place_is_not_a_rebalance_but_fences_the_old_membe
     assert old.error == ErrorCode.fenced_instance_id
     [fenced] = recorder.of(MemberFenced)
     assert (fenced.member_id, fenced.holder_member_id, fenced.api) == (
-        result.follower_id, rejoin.response.member_id, "Heartbeat")
+        result.follower_id,
+        rejoin.response.member_id,
+        "Heartbeat",
+    )
     assert history.fenced(GROUP) == {"FENCED_INSTANCE_ID": 1}
 
 
 def test_static_replacement_that_changes_the_protocol(ctx, history):
-    join = ctx.join_group(GROUP, group_instance_id="node-1", protocols=to_protocols("range", "roundrobin"),
-                          session_timeout_ms=5000, rebalance_timeout_ms=10000, version=5)
+    join = ctx.join_group(
+        GROUP,
+        group_instance_id="node-1",
+        protocols=to_protocols("range", "roundrobin"),
+        session_timeout_ms=5000,
+        rebalance_timeout_ms=10000,
+        version=5,
+    )
     ctx.advance(3000)
     member_id = join.response.member_id
     ctx.sync_group(GROUP, member_id, 1, group_instance_id="node-1", assignments={member_id: b""})
-    ctx.join_group(GROUP, group_instance_id="node-1", protocols=to_protocols("roundrobin", "range"),
-                   session_timeout_ms=5000, rebalance_timeout_ms=10000, version=5, client_id="restarted")
+    ctx.join_group(
+        GROUP,
+        group_instance_id="node-1",
+        protocols=to_protocols("roundrobin", "range"),
+        session_timeout_ms=5000,
+        rebalance_timeout_ms=10000,
+        version=5,
+        client_id="restarted",
+    )
     entry = history.timeline(GROUP)[-1]
     assert entry.reason is RebalanceReason.STATIC_REPLACEMENT
     assert entry.member.group_instance_id == "node-1" and entry.member.client_id == "restarted"
@@ -216,11 +262,19 @@ def test_superseded_rebalance_and_the_structured_log(ctx, history, caplog):
     ended = [r for r in caplog.records if r.getMessage().startswith("rebalance ended")]
     assert len(ended) == 1 and ended[0].rebalance["outcome"] == "superseded"
     line = ended[0].getMessage()
-    for field in ("group=group-id", "generation=1", "reason=new_member", "duration_ms=3100",
-                  f"member={leader.response.member_id}", "outcome=superseded"):
+    for field in (
+        "group=group-id",
+        "generation=1",
+        "reason=new_member",
+        "duration_ms=3100",
+        f"member={leader.response.member_id}",
+        "outcome=superseded",
+    ):
         assert field in line, line
-    assert any(r.getMessage().startswith("rebalance started") and "client_id=late" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        r.getMessage().startswith("rebalance started") and "client_id=late" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_deleting_a_group_forgets_its_history(ctx, history, recorder):

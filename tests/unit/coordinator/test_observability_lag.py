@@ -36,7 +36,9 @@ def lag_of(offsets, subscribed=()):
 def test_lag_is_log_end_minus_committed_per_partition():
     lag = lag_of({"t": {0: Committed(5), 1: Committed(10)}})
     assert [(p.topic, p.partition, p.committed_offset, p.log_end_offset, p.lag) for p in lag.partitions] == [
-        ("t", 0, 5, 12, 7), ("t", 1, 10, 10, 0)]
+        ("t", 0, 5, 12, 7),
+        ("t", 1, 10, 10, 0),
+    ]
     assert lag.lag_sum("t") == 7 and lag.current_offset_sum("t") == 15
     assert lag.uncommitted == {"t": 1}  # partition 2: consumed (its topic has commits) but never committed
 
@@ -100,7 +102,9 @@ def test_records_older_than_the_history_are_extrapolated_at_the_average_rate():
     samples = [(100, 10.0), (200, 20.0)]  # 10 records/s
     assert estimate_lag_seconds(samples, 49, 20.0) == pytest.approx(20.0 - (10.0 - (100 - 50) / 10))
     flat = [(100, 10.0), (100, 20.0)]
-    assert estimate_lag_seconds(flat, 49, 20.0) == pytest.approx(10.0)  # a lower bound: since the first sample
+    assert estimate_lag_seconds(flat, 49, 20.0) == pytest.approx(
+        10.0
+    )  # a lower bound: since the first sample
 
 
 def test_history_compresses_flat_stretches_and_is_bounded():
@@ -133,8 +137,12 @@ def test_history_estimate_uses_the_current_log_end_as_the_newest_point():
 
 
 def test_filters_match_whole_names_include_then_exclude():
-    f = MetricsFilter(compile_pattern("payments-.*|billing"), compile_pattern(".*-test"),
-                      compile_pattern(""), compile_pattern("__.*"))
+    f = MetricsFilter(
+        compile_pattern("payments-.*|billing"),
+        compile_pattern(".*-test"),
+        compile_pattern(""),
+        compile_pattern("__.*"),
+    )
     assert f.group("payments-eu") and f.group("billing")
     assert not f.group("old-payments-eu")  # whole-name match, not search
     assert not f.group("payments-test")  # excluded wins
@@ -146,8 +154,10 @@ def test_filters_match_whole_names_include_then_exclude():
 def test_filters_from_config():
     from coordinator.config import Config
 
-    config = Config.load(environ={}, overrides=["metrics.groups.exclude=spark-kafka-source-.*",
-                                                "metrics.partition.series.enable=false"])
+    config = Config.load(
+        environ={},
+        overrides=["metrics.groups.exclude=spark-kafka-source-.*", "metrics.partition.series.enable=false"],
+    )
     f = MetricsFilter.from_config(config)
     assert not f.group("spark-kafka-source-1234-driver-0") and f.group("etl")
     assert f.per_partition is False

@@ -90,11 +90,19 @@ def test_segment_index_is_sparse() -> None:
 def test_recovery_indexes_reads_and_searches(fs_dir: tuple[FS, str]) -> None:
     fs, directory = fs_dir
     rng = random.Random(3)
-    first = write_segment(fs, directory, 0, [batch(*[b"v" * rng.randint(0, 300)] * rng.randint(1, 3),
-                                                   first_ts=BASE_TS + n * 1000) for n in range(150)])
+    first = write_segment(
+        fs,
+        directory,
+        0,
+        [
+            batch(*[b"v" * rng.randint(0, 300)] * rng.randint(1, 3), first_ts=BASE_TS + n * 1000)
+            for n in range(150)
+        ],
+    )
     base = sum(read_header(b).records_count for b in first)
-    second = write_segment(fs, directory, base, [batch(b"w" * 50, first_ts=BASE_TS + 500_000 + n)
-                                                 for n in range(30)])
+    second = write_segment(
+        fs, directory, base, [batch(b"w" * 50, first_ts=BASE_TS + 500_000 + n) for n in range(30)]
+    )
     recovered = recover_partition(fs, directory)
     try:
         assert recovered.truncation is None
@@ -238,16 +246,21 @@ def test_load_removes_leftovers_and_orphans() -> None:
         fs.write_bytes(f"{topics}/old-0.abc-delete/{segment_name(0)}", b"x")
         fs.makedirs(f"{topics}/orphan-0")
         fs.makedirs(f"{topics}/t-2")
-        fs.write_bytes(f"{topics}/t-1/partition.metadata",
-                       f"version: 0\ntopic_id: {kafka_uuid(uuid.uuid4())}\n".encode())
+        fs.write_bytes(
+            f"{topics}/t-1/partition.metadata", f"version: 0\ntopic_id: {kafka_uuid(uuid.uuid4())}\n".encode()
+        )
         loaded = store.load(lambda configs: CONFIG)
         try:
             (topic,) = loaded
             assert topic.meta == meta and len(topic.logs) == 2
             assert sorted(fs.listdir(topics)) == ["LOCK", "t-0", "t-1", "t.json"]
             assert sorted(fs.listdir(f"{topics}/t-1")) == ["00000000000000000000.log", "partition.metadata"]
-            assert parse_kafka_uuid(fs.read_bytes(f"{topics}/t-1/partition.metadata").decode()
-                                    .split("topic_id:")[1].strip()) == meta.topic_id
+            assert (
+                parse_kafka_uuid(
+                    fs.read_bytes(f"{topics}/t-1/partition.metadata").decode().split("topic_id:")[1].strip()
+                )
+                == meta.topic_id
+            )
             assert json.loads(fs.read_bytes(f"{topics}/t.json"))["topic_id"] == str(meta.topic_id)
         finally:
             for t in loaded:

@@ -44,8 +44,9 @@ def test_offset_commit_key_layout():
 
 
 def test_offset_commit_key_version_0_reads_as_offset_commit_key():
-    assert decode_key(struct.pack(">h", 0) + _str("g") + _str("t") + struct.pack(">i", 7)) == \
-        OffsetCommitKey("g", "t", 7)
+    assert decode_key(struct.pack(">h", 0) + _str("g") + _str("t") + struct.pack(">i", 7)) == OffsetCommitKey(
+        "g", "t", 7
+    )
 
 
 def test_group_metadata_key_layout():
@@ -58,22 +59,36 @@ def test_offset_commit_value_v3_layout():
 
 
 def test_offset_commit_value_with_expire_timestamp_is_written_as_v1():
-    value = OffsetCommitValue(offset=42, leader_epoch=5, metadata="", commit_timestamp_ms=1000,
-                              expire_timestamp_ms=2000)
+    value = OffsetCommitValue(
+        offset=42, leader_epoch=5, metadata="", commit_timestamp_ms=1000, expire_timestamp_ms=2000
+    )
     assert encode_value(value) == struct.pack(">hq", 1, 42) + _str("") + struct.pack(">qq", 1000, 2000)
     # v1 has no leader epoch
-    assert decode_value(OffsetCommitKey("g", "t", 0), encode_value(value)) == \
-        OffsetCommitValue(42, -1, "", 1000, 2000)
+    assert decode_value(OffsetCommitKey("g", "t", 0), encode_value(value)) == OffsetCommitValue(
+        42, -1, "", 1000, 2000
+    )
 
 
 def test_group_metadata_value_v3_layout():
     member = MemberMetadata("m1", "i1", "c", "/h", 300, 200, b"\x01", b"\x02\x03")
     value = GroupMetadataValue("consumer", 4, "range", "m1", 123, (member,))
     expected = (
-        struct.pack(">h", 3) + _str("consumer") + struct.pack(">i", 4) + _str("range") + _str("m1")
-        + struct.pack(">q", 123) + struct.pack(">i", 1)
-        + _str("m1") + _str("i1") + _str("c") + _str("/h") + struct.pack(">ii", 300, 200)
-        + struct.pack(">i", 1) + b"\x01" + struct.pack(">i", 2) + b"\x02\x03"
+        struct.pack(">h", 3)
+        + _str("consumer")
+        + struct.pack(">i", 4)
+        + _str("range")
+        + _str("m1")
+        + struct.pack(">q", 123)
+        + struct.pack(">i", 1)
+        + _str("m1")
+        + _str("i1")
+        + _str("c")
+        + _str("/h")
+        + struct.pack(">ii", 300, 200)
+        + struct.pack(">i", 1)
+        + b"\x01"
+        + struct.pack(">i", 2)
+        + b"\x02\x03"
     )
     assert encode_value(value) == expected
 

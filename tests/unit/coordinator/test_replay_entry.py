@@ -24,8 +24,11 @@ EPOCHS = st.one_of(st.just(-1), st.integers(0, 5), st.integers(-(2**31), 2**31 -
 
 @st.composite
 def records(draw: st.DrawFn) -> CoordinatorRecord:
-    kind = draw(st.sampled_from(["commit", "commit", "commit", "metadata", "offset-tombstone", "group",
-                                 "group-tombstone"]))
+    kind = draw(
+        st.sampled_from(
+            ["commit", "commit", "commit", "metadata", "offset-tombstone", "group", "group-tombstone"]
+        )
+    )
     group, topic, partition = draw(GROUPS), draw(TOPICS), draw(st.integers(0, 3))
     if kind == "offset-tombstone":
         return new_offset_commit_tombstone(group, topic, partition)
@@ -34,7 +37,11 @@ def records(draw: st.DrawFn) -> CoordinatorRecord:
     if kind == "group-tombstone":
         return new_group_metadata_tombstone(group)
     return new_offset_commit_record(
-        group, topic, partition, draw(OFFSETS), leader_epoch=draw(EPOCHS),
+        group,
+        topic,
+        partition,
+        draw(OFFSETS),
+        leader_epoch=draw(EPOCHS),
         metadata="" if kind == "commit" else draw(st.text(max_size=5)),
         commit_timestamp_ms=draw(st.one_of(st.integers(0, 10**13), st.integers(-(2**63), 2**63 - 1))),
     )

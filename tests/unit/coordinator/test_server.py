@@ -99,8 +99,11 @@ def test_frame_at_the_limit_is_read_and_over_it_closes():
 
 def test_garbage_and_unknown_api_key_close_the_connection():
     with running() as server:
-        for raw in (b"\x00\x01", struct.pack(">hhi", 999, 0, 1) + b"\xff\xff",
-                    struct.pack(">hhi", 18, 3, 1) + b"\x00\x05ab"):
+        for raw in (
+            b"\x00\x01",
+            struct.pack(">hhi", 999, 0, 1) + b"\xff\xff",
+            struct.pack(">hhi", 18, 3, 1) + b"\x00\x05ab",
+        ):
             with WireClient(*server.bound) as c:
                 c.sock.sendall(struct.pack(">i", len(raw)) + raw)
                 with pytest.raises(ConnectionError):
@@ -110,8 +113,10 @@ def test_garbage_and_unknown_api_key_close_the_connection():
 
 def test_pipelined_requests_are_answered_in_order():
     with running(_with_lookup) as server, WireClient(*server.bound) as c:
-        requests = [FindCoordinatorV1(key=f"g{i}", key_type=0) if i % 2 else ApiVersionsRequestV0()
-                    for i in range(200)]
+        requests = [
+            FindCoordinatorV1(key=f"g{i}", key_type=0) if i % 2 else ApiVersionsRequestV0()
+            for i in range(200)
+        ]
         c.sock.sendall(b"".join(encode_request(r, i) for i, r in enumerate(requests)))
         for i, r in enumerate(requests):
             got, _ = c.recv(r)
@@ -145,8 +150,14 @@ def test_shutdown_answers_in_flight_requests():
 
     async def slow(ctx, request):
         await asyncio.sleep(0.3)
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
-                "node_id": 1, "host": "h", "port": 1}
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "node_id": 1,
+            "host": "h",
+            "port": 1,
+        }
 
     def setup(server):
         server.table.register(10, 0, 3, slow)

@@ -32,11 +32,21 @@ from protocol.api import (
 from protocol.build import build
 
 
-def spec(index: int = 0, count: int = 3, host: str = "127.0.0.1", ports: tuple[int, ...] = (9092, 9093, 9094)
-         ) -> WorkerSpec:
-    return WorkerSpec(index=index, count=count, host=host, kafka_ports=ports[:count],
-                      internal_admin=(None, "127.0.0.1:4001", "127.0.0.1:4002")[:count], kafka_fd=3,
-                      admin_fd=4, admin_host="127.0.0.1", notify_fd=5, supervisor_pid=1)
+def spec(
+    index: int = 0, count: int = 3, host: str = "127.0.0.1", ports: tuple[int, ...] = (9092, 9093, 9094)
+) -> WorkerSpec:
+    return WorkerSpec(
+        index=index,
+        count=count,
+        host=host,
+        kafka_ports=ports[:count],
+        internal_admin=(None, "127.0.0.1:4001", "127.0.0.1:4002")[:count],
+        kafka_fd=3,
+        admin_fd=4,
+        admin_host="127.0.0.1",
+        notify_fd=5,
+        supervisor_pid=1,
+    )
 
 
 # -- the owner rule -------------------------------------------------------------------------------------------
@@ -93,8 +103,11 @@ def test_worker_spec_round_trips_through_json():
 
 def test_every_worker_is_a_broker_with_its_own_node_id_and_port():
     topology = Topology(spec(index=1), node_id_base=10, shards=50, advertised=None)
-    assert topology.brokers() == [Broker(10, "127.0.0.1", 9092), Broker(11, "127.0.0.1", 9093),
-                                  Broker(12, "127.0.0.1", 9094)]
+    assert topology.brokers() == [
+        Broker(10, "127.0.0.1", 9092),
+        Broker(11, "127.0.0.1", 9093),
+        Broker(12, "127.0.0.1", 9094),
+    ]
     assert topology.owner_broker("foo") == topology.broker(owner_of("foo", 50, 3))
     assert topology.owned_shards() == owned_shards(1, 50, 3)
     assert topology.upstream() == ("127.0.0.1", 9092)
@@ -104,7 +117,10 @@ def test_every_worker_is_a_broker_with_its_own_node_id_and_port():
 def test_advertised_ports_follow_the_worker_index():
     topology = Topology(spec(), node_id_base=1, shards=50, advertised=("kafka.example", 19092))
     assert [(b.host, b.port) for b in topology.brokers()] == [
-        ("kafka.example", 19092), ("kafka.example", 19093), ("kafka.example", 19094)]
+        ("kafka.example", 19092),
+        ("kafka.example", 19093),
+        ("kafka.example", 19094),
+    ]
     # An advertised port of 0 means each worker's bound port.
     topology = Topology(spec(), node_id_base=1, shards=50, advertised=("kafka.example", 0))
     assert [b.port for b in topology.brokers()] == [9092, 9093, 9094]
@@ -115,7 +131,10 @@ def test_a_wildcard_listener_advertises_the_address_the_client_reached():
     token = local_address.set(("10.1.2.3", 9093))
     try:
         assert [(b.host, b.port) for b in topology.brokers()] == [
-            ("10.1.2.3", 9092), ("10.1.2.3", 9093), ("10.1.2.3", 9094)]
+            ("10.1.2.3", 9092),
+            ("10.1.2.3", 9093),
+            ("10.1.2.3", 9094),
+        ]
     finally:
         local_address.reset(token)
     assert topology.upstream() == ("127.0.0.1", 9092)
@@ -145,8 +164,10 @@ def test_merged_exposition_labels_every_sample_with_its_worker():
     assert text.count("# TYPE kafka_consumergroup_members gauge") == 1
     assert text.count("# TYPE requests_total counter") == 1
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    members = {(s.labels["consumergroup"], s.labels["worker"]): s.value
-               for s in families["kafka_consumergroup_members"].samples}
+    members = {
+        (s.labels["consumergroup"], s.labels["worker"]): s.value
+        for s in families["kafka_consumergroup_members"].samples
+    }
     assert members == {("a", "0"): 2.0, ("b", "1"): 3.0}
     requests = {s.labels["worker"]: s.value for s in families["requests"].samples}
     assert requests == {"0": 5.0, "1": 7.0}
@@ -172,9 +193,15 @@ def test_a_relayed_request_decodes_to_the_same_entity(api_key, version):
 @pytest.mark.parametrize("version", [0, 9, 12])
 def test_a_relayed_response_decodes_after_its_correlation_id(version):
     table = ApiTable()
-    response = build(response_class(3, version), {
-        "brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}], "cluster_id": "c",
-        "controller_id": 1, "topics": []})
+    response = build(
+        response_class(3, version),
+        {
+            "brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}],
+            "cluster_id": "c",
+            "controller_id": 1,
+            "topics": [],
+        },
+    )
     payload = table.encode_response(RequestContext(3, version, 5, "c"), response)
     assert decode_response(3, version, payload[4:]) == response
 
@@ -196,8 +223,12 @@ def test_other_workers_advertise_the_same_data_plane_and_security_apis_as_worker
 
 def test_security_settings_are_refused_with_several_workers():
     assert workers.unsupported_with_workers(Config()) is None
-    why = workers.unsupported_with_workers(Config.load(environ={}, overrides=[
-        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"]))
+    why = workers.unsupported_with_workers(
+        Config.load(
+            environ={},
+            overrides=["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"],
+        )
+    )
     assert why is not None and "authorizer.class.name" in why
 
 

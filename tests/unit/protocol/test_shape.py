@@ -54,8 +54,15 @@ def test_every_request_with_arrays_is_checked():
 
 def test_an_array_claiming_more_elements_than_bytes_is_refused():
     cls = request_class(11, 9)  # JoinGroup v9: group_id, timeouts, member_id, instance id, type, protocols
-    body = (b"\x02g" + b"\x00\x00\x27\x10" * 2 + b"\x01" + b"\x00" + b"\x09consumer"
-            + bytes([0x81, 0x80, 0x80, 0x80, 0x10]) + b"\x00\x00")
+    body = (
+        b"\x02g"
+        + b"\x00\x00\x27\x10" * 2
+        + b"\x01"
+        + b"\x00"
+        + b"\x09consumer"
+        + bytes([0x81, 0x80, 0x80, 0x80, 0x10])
+        + b"\x00\x00"
+    )
     check = array_check(cls)
     assert check is not None
     with pytest.raises(RequestDecodeError, match="claims 4294967296 elements"):

@@ -22,8 +22,15 @@ LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
 ALLOW, DENY = Permission.ALLOW, Permission.DENY
 
 
-def acl(rtype: ResourceType, name: str, op: Operation, perm: Permission = ALLOW, principal: str = ALICE,
-        pattern: PatternType = LIT, host: str = "*") -> AclBinding:
+def acl(
+    rtype: ResourceType,
+    name: str,
+    op: Operation,
+    perm: Permission = ALLOW,
+    principal: str = ALICE,
+    pattern: PatternType = LIT,
+    host: str = "*",
+) -> AclBinding:
     return AclBinding(rtype, name, pattern, principal, host, op, perm)
 
 
@@ -52,8 +59,11 @@ def test_super_user_bypasses_deny() -> None:
 
 
 def test_literal_prefixed_and_wildcard_names() -> None:
-    a = authorizer(acl(GROUP, "spark-kafka-source-", Operation.READ, pattern=PRE),
-                   acl(TOPIC, "*", Operation.WRITE), acl(GROUP, "exact", Operation.READ))
+    a = authorizer(
+        acl(GROUP, "spark-kafka-source-", Operation.READ, pattern=PRE),
+        acl(TOPIC, "*", Operation.WRITE),
+        acl(GROUP, "exact", Operation.READ),
+    )
     assert a.authorize(ALICE, HOST, Operation.READ, GROUP, "spark-kafka-source-1234-driver-0")
     assert a.authorize(ALICE, HOST, Operation.READ, GROUP, "spark-kafka-source-")
     assert not a.authorize(ALICE, HOST, Operation.READ, GROUP, "spark-kafka-sourc")
@@ -63,8 +73,9 @@ def test_literal_prefixed_and_wildcard_names() -> None:
 
 
 def test_deny_beats_allow_across_patterns() -> None:
-    a = authorizer(acl(TOPIC, "orders", Operation.READ, pattern=PRE),
-                   acl(TOPIC, "orders-secret", Operation.READ, DENY))
+    a = authorizer(
+        acl(TOPIC, "orders", Operation.READ, pattern=PRE), acl(TOPIC, "orders-secret", Operation.READ, DENY)
+    )
     assert a.authorize(ALICE, HOST, Operation.READ, TOPIC, "orders-public")
     assert not a.authorize(ALICE, HOST, Operation.READ, TOPIC, "orders-secret")
     b = authorizer(acl(TOPIC, "*", Operation.ALL), acl(TOPIC, "t", Operation.ALL, DENY, principal="User:*"))
@@ -72,8 +83,9 @@ def test_deny_beats_allow_across_patterns() -> None:
 
 
 def test_wildcard_principal_and_host() -> None:
-    a = authorizer(acl(GROUP, "g", Operation.READ, principal="User:*"),
-                   acl(GROUP, "h", Operation.READ, host="10.0.0.2"))
+    a = authorizer(
+        acl(GROUP, "g", Operation.READ, principal="User:*"), acl(GROUP, "h", Operation.READ, host="10.0.0.2")
+    )
     assert a.authorize(BOB, HOST, Operation.READ, GROUP, "g")
     assert not a.authorize(ALICE, HOST, Operation.READ, GROUP, "h")
     assert a.authorize(ALICE, "10.0.0.2", Operation.READ, GROUP, "h")
@@ -91,8 +103,11 @@ def test_implications_are_exactly_kafkas() -> None:
     assert a.authorize(ALICE, HOST, Operation.DESCRIBE_CONFIGS, TOPIC, "u")
     assert not a.authorize(ALICE, HOST, Operation.DESCRIBE, TOPIC, "u")
     # READ does not imply WRITE, and a DENY of READ does not deny DESCRIBE.
-    b = authorizer(acl(TOPIC, "t", Operation.READ), acl(TOPIC, "t", Operation.DESCRIBE),
-                   acl(TOPIC, "t", Operation.READ, DENY))
+    b = authorizer(
+        acl(TOPIC, "t", Operation.READ),
+        acl(TOPIC, "t", Operation.DESCRIBE),
+        acl(TOPIC, "t", Operation.READ, DENY),
+    )
     assert not b.authorize(ALICE, HOST, Operation.WRITE, TOPIC, "t")
     assert not b.authorize(ALICE, HOST, Operation.READ, TOPIC, "t")
     assert b.authorize(ALICE, HOST, Operation.DESCRIBE, TOPIC, "t")
@@ -137,15 +152,18 @@ def test_filters_any_match_and_exact() -> None:
     assert AclFilter(resource_type=ResourceType.UNKNOWN).invalid() is not None
 
 
-@pytest.mark.parametrize("bad", [
-    AclBinding(ResourceType.ANY, "t", LIT, ALICE, "*", Operation.READ, ALLOW),
-    AclBinding(TOPIC, "t", PatternType.MATCH, ALICE, "*", Operation.READ, ALLOW),
-    AclBinding(TOPIC, "t", LIT, ALICE, "*", Operation.ANY, ALLOW),
-    AclBinding(TOPIC, "t", LIT, ALICE, "*", Operation.READ, Permission.ANY),
-    AclBinding(TOPIC, "t", LIT, "alice", "*", Operation.READ, ALLOW),
-    AclBinding(CLUSTER, "c", LIT, ALICE, "*", Operation.ALTER, ALLOW),
-    AclBinding(TOPIC, "", LIT, ALICE, "*", Operation.READ, ALLOW),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        AclBinding(ResourceType.ANY, "t", LIT, ALICE, "*", Operation.READ, ALLOW),
+        AclBinding(TOPIC, "t", PatternType.MATCH, ALICE, "*", Operation.READ, ALLOW),
+        AclBinding(TOPIC, "t", LIT, ALICE, "*", Operation.ANY, ALLOW),
+        AclBinding(TOPIC, "t", LIT, ALICE, "*", Operation.READ, Permission.ANY),
+        AclBinding(TOPIC, "t", LIT, "alice", "*", Operation.READ, ALLOW),
+        AclBinding(CLUSTER, "c", LIT, ALICE, "*", Operation.ALTER, ALLOW),
+        AclBinding(TOPIC, "", LIT, ALICE, "*", Operation.READ, ALLOW),
+    ],
+)
 def test_invalid_bindings(bad: AclBinding) -> None:
     with pytest.raises(AclError):
         bad.validate()

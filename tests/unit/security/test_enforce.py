@@ -41,19 +41,52 @@ def setup(*acls: AclBinding) -> tuple[ApiTable, list[Any], list[tuple[int, str]]
     async def fetch(ctx: RequestContext, req: Any) -> Any:
         seen.append(req)
         # As a fetch session would: answer for a partition the request does not list ("hidden").
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 7, "responses": [
-            {"topic_id": TOPIC_ID[n], "partitions": [{"partition_index": 0, "error_code": ErrorCode.none, "high_watermark": 5,
-                                                      "records": b"data-" + n.encode()}]}
-            for n in ("open", "hidden")]}
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "session_id": 7,
+            "responses": [
+                {
+                    "topic_id": TOPIC_ID[n],
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "error_code": ErrorCode.none,
+                            "high_watermark": 5,
+                            "records": b"data-" + n.encode(),
+                        }
+                    ],
+                }
+                for n in ("open", "hidden")
+            ],
+        }
 
     async def offset_fetch(ctx: RequestContext, req: Any) -> Any:
         seen.append(req)
-        return {"throttle_time": 0, "topics": [{"name": t.name, "partitions": [
-            {"partition_index": i, "committed_offset": 3, "metadata": "", "error_code": ErrorCode.none}
-            for i in t.partition_indexes]} for t in req.topics]}
+        return {
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": i,
+                            "committed_offset": 3,
+                            "metadata": "",
+                            "error_code": ErrorCode.none,
+                        }
+                        for i in t.partition_indexes
+                    ],
+                }
+                for t in req.topics
+            ],
+        }
 
     async def list_groups(ctx: RequestContext, req: Any) -> Any:
-        return {"error_code": ErrorCode.none, "groups": [{"group_id": g, "protocol_type": "consumer"} for g in ("a", "b")]}
+        return {
+            "error_code": ErrorCode.none,
+            "groups": [{"group_id": g, "protocol_type": "consumer"} for g in ("a", "b")],
+        }
 
     async def init_pid(ctx: RequestContext, req: Any) -> Any:
         return {"error_code": ErrorCode.none, "producer_id": 42, "producer_epoch": 0}
@@ -78,9 +111,20 @@ def call(table: ApiTable, api_key: int, version: int, body: dict[str, Any], prin
 
 def test_fetch_filters_the_request_and_every_answered_topic() -> None:
     table, seen, _ = setup(allow(ResourceType.TOPIC, "open", Operation.READ))
-    answer = call(table, 1, 13, {"session_id": 7, "session_epoch": 3, "max_wait": 0, "topics": [
-        {"topic_id": TOPIC_ID["open"], "partitions": [{"partition": 0, "fetch_offset": 0}]},
-        {"topic_id": TOPIC_ID["hidden"], "partitions": [{"partition": 0, "fetch_offset": 0}]}]})
+    answer = call(
+        table,
+        1,
+        13,
+        {
+            "session_id": 7,
+            "session_epoch": 3,
+            "max_wait": 0,
+            "topics": [
+                {"topic_id": TOPIC_ID["open"], "partitions": [{"partition": 0, "fetch_offset": 0}]},
+                {"topic_id": TOPIC_ID["hidden"], "partitions": [{"partition": 0, "fetch_offset": 0}]},
+            ],
+        },
+    )
     assert [t.topic_id for t in seen[0].topics] == [TOPIC_ID["open"]]
     parts = {}
     for t in answer.responses:
@@ -96,7 +140,9 @@ def test_offset_fetch_v1_reports_group_denial_on_each_partition() -> None:
     answer = call(table, 9, 1, {"group_id": "g", "topics": [{"name": "open", "partition_indexes": [0, 1]}]})
     assert seen == [] and denied == [(9, "DESCRIBE")]
     assert [(p.partition_index, p.error_code, p.committed_offset) for p in answer.topics[0].partitions] == [
-        (0, 30, -1), (1, 30, -1)]
+        (0, 30, -1),
+        (1, 30, -1),
+    ]
     v2 = call(table, 9, 2, {"group_id": "g", "topics": [{"name": "open", "partition_indexes": [0]}]})
     assert v2.error_code == 30 and v2.topics == ()
 

@@ -28,12 +28,15 @@ def test_rfc7677_sha256_vector() -> None:
     """The example exchange of RFC 7677 section 3, byte for byte."""
     salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
     cred = ScramCredential.from_password(SCRAM_SHA_256, "pencil", 4096, salt)
-    server = ScramServer(SCRAM_SHA_256, lambda user: cred if user == "user" else None,
-                         nonce="%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
+    server = ScramServer(
+        SCRAM_SHA_256, lambda user: cred if user == "user" else None, nonce="%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+    )
     first = server.step(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
     assert first == b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
-    final = server.step(b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
-                        b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    final = server.step(
+        b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+        b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+    )
     assert final == b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
     assert server.complete and server.username == "user"
 
@@ -81,8 +84,9 @@ def test_credential_from_salted_password_matches_kafka_admin_upsertion() -> None
     """AlterUserScramCredentials carries Hi(password); the server derives the same keys as from the password."""
     salt = b"0123456789abcdef"
     salted = hashlib.pbkdf2_hmac("sha512", b"pw", salt, 8192)
-    assert (ScramCredential.from_salted_password(SCRAM_SHA_512, salt, 8192, salted)
-            == ScramCredential.from_password(SCRAM_SHA_512, "pw", 8192, salt))
+    assert ScramCredential.from_salted_password(
+        SCRAM_SHA_512, salt, 8192, salted
+    ) == ScramCredential.from_password(SCRAM_SHA_512, "pw", 8192, salt)
 
 
 def test_plain() -> None:
@@ -102,15 +106,23 @@ def test_plain() -> None:
 
 
 def test_store_persists_acls_and_credentials_without_passwords(tmp_path: Path) -> None:
-    binding = AclBinding(ResourceType.GROUP, "spark-kafka-source-", PatternType.PREFIXED, "User:alice", "*",
-                         Operation.READ, Permission.ALLOW)
+    binding = AclBinding(
+        ResourceType.GROUP,
+        "spark-kafka-source-",
+        PatternType.PREFIXED,
+        "User:alice",
+        "*",
+        Operation.READ,
+        Permission.ALLOW,
+    )
     cred = ScramCredential.from_password(SCRAM_SHA_256, "hunter2-password")
 
     async def write() -> None:
         store = SecurityStore(Authorizer(), str(tmp_path))
         store.open()
-        await store.write([store.acl_record(binding, True),
-                           store.credential_record("alice", SCRAM_SHA_256, cred)])
+        await store.write(
+            [store.acl_record(binding, True), store.credential_record("alice", SCRAM_SHA_256, cred)]
+        )
         store.close()
 
     asyncio.run(write())

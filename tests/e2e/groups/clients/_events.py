@@ -115,8 +115,15 @@ class Loop:
                 self.stalled = True
                 self.events.emit("stalling", seconds=float(arg))
         if time.monotonic() > self.deadline:
-            self.events.emit("error", source="member", code=None, name="MAX_RUNTIME", str="max runtime reached",
-                             fatal=False, retriable=False)
+            self.events.emit(
+                "error",
+                source="member",
+                code=None,
+                name="MAX_RUNTIME",
+                str="max runtime reached",
+                fatal=False,
+                retriable=False,
+            )
             return "close"
         if self.stalled:
             if time.monotonic() < self.stall_until:

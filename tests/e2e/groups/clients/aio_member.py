@@ -7,8 +7,8 @@ Events and stdin commands: see _events.py.
 from __future__ import annotations
 
 import argparse
-import logging
 import asyncio
+import logging
 import os
 
 from _events import Control, Events, Loop, add_member_args, hx, kv_pairs, typed
@@ -16,14 +16,26 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 
 def exc_info(exc: BaseException, source: str) -> dict:
-    return {"source": source, "code": getattr(exc, "errno", None), "name": type(exc).__name__, "str": str(exc),
-            "fatal": False, "retriable": bool(getattr(exc, "retriable", False))}
+    return {
+        "source": source,
+        "code": getattr(exc, "errno", None),
+        "name": type(exc).__name__,
+        "str": str(exc),
+        "fatal": False,
+        "retriable": bool(getattr(exc, "retriable", False)),
+    }
 
 
 async def run(args) -> None:
     events = Events(args.events, args.name)
-    conf = dict(bootstrap_servers=args.bootstrap, group_id=args.group, client_id=args.client_id or f"aio-{args.name}",
-                enable_auto_commit=False, auto_offset_reset="earliest", **typed(kv_pairs(args.set)))
+    conf = dict(
+        bootstrap_servers=args.bootstrap,
+        group_id=args.group,
+        client_id=args.client_id or f"aio-{args.name}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **typed(kv_pairs(args.set)),
+    )
     if args.instance_id:
         conf["group_instance_id"] = args.instance_id
     consumer = AIOKafkaConsumer(**conf)

@@ -16,8 +16,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 
 def kerr(err: KafkaError, source: str) -> dict:
-    return {"source": source, "code": err.code(), "name": err.name(), "str": err.str(), "fatal": err.fatal(),
-            "retriable": err.retriable()}
+    return {
+        "source": source,
+        "code": err.code(),
+        "name": err.name(),
+        "str": err.str(),
+        "fatal": err.fatal(),
+        "retriable": err.retriable(),
+    }
 
 
 def main() -> None:
@@ -38,7 +44,9 @@ def main() -> None:
         conf["group.instance.id"] = args.instance_id
     consumer = Consumer(conf)
     # confluent-kafka has no rebalance_protocol(): librdkafka uses COOPERATIVE exactly for cooperative-sticky.
-    protocol = "COOPERATIVE" if "cooperative" in str(conf.get("partition.assignment.strategy", "")) else "EAGER"
+    protocol = (
+        "COOPERATIVE" if "cooperative" in str(conf.get("partition.assignment.strategy", "")) else "EAGER"
+    )
     held: set[int] = set()
 
     def on_assign(c: Consumer, parts: list[TopicPartition]) -> None:
@@ -58,11 +66,16 @@ def main() -> None:
             else:
                 held.clear()
             events.emit(ev, partitions=ps, held=sorted(held), protocol=protocol)
+
         return cb
 
     events.emit("started", pid=os.getpid())
-    consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke_or_lost("revoked"),
-                       on_lost=on_revoke_or_lost("lost"))
+    consumer.subscribe(
+        [args.topic],
+        on_assign=on_assign,
+        on_revoke=on_revoke_or_lost("revoked"),
+        on_lost=on_revoke_or_lost("lost"),
+    )
     events.emit("subscribed")
     loop = Loop(events, Control(), args.max_runtime)
     fatal = False
@@ -94,8 +107,10 @@ def main() -> None:
             if args.commit == "sync":
                 offsets = {str(p): o for p, o in sorted(nxt.items())}
                 try:
-                    result = consumer.commit(offsets=[TopicPartition(args.topic, p, o) for p, o in sorted(nxt.items())],
-                                             asynchronous=False)
+                    result = consumer.commit(
+                        offsets=[TopicPartition(args.topic, p, o) for p, o in sorted(nxt.items())],
+                        asynchronous=False,
+                    )
                     failed = [(tp.partition, tp.error.name()) for tp in result or [] if tp.error is not None]
                     if failed:
                         events.emit("commit_error", offsets=offsets, error={"partitions": failed})

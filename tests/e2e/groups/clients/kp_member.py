@@ -19,8 +19,14 @@ from kafka.structs import OffsetAndMetadata
 
 
 def exc_info(exc: BaseException, source: str) -> dict:
-    return {"source": source, "code": getattr(exc, "errno", None), "name": type(exc).__name__, "str": str(exc),
-            "fatal": False, "retriable": bool(getattr(exc, "retriable", False))}
+    return {
+        "source": source,
+        "code": getattr(exc, "errno", None),
+        "name": type(exc).__name__,
+        "str": str(exc),
+        "fatal": False,
+        "retriable": bool(getattr(exc, "retriable", False)),
+    }
 
 
 def main() -> None:
@@ -30,8 +36,14 @@ def main() -> None:
     if os.environ.get("E2E_CLIENT_DEBUG"):  # client library debug logs into the member's log file
         logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     events = Events(args.events, args.name)
-    conf = dict(bootstrap_servers=args.bootstrap, group_id=args.group, client_id=args.client_id or f"kp-{args.name}",
-                enable_auto_commit=False, auto_offset_reset="earliest", **typed(kv_pairs(args.set)))
+    conf = dict(
+        bootstrap_servers=args.bootstrap,
+        group_id=args.group,
+        client_id=args.client_id or f"kp-{args.name}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **typed(kv_pairs(args.set)),
+    )
     if args.instance_id:
         conf["group_instance_id"] = args.instance_id
     consumer = KafkaConsumer(**conf)
@@ -82,8 +94,9 @@ def main() -> None:
             if args.commit == "sync":
                 offsets = {str(p): o for p, o in sorted(nxt.items())}
                 try:
-                    consumer.commit({TopicPartition(args.topic, p): OffsetAndMetadata(o, "", -1)
-                                     for p, o in nxt.items()})
+                    consumer.commit(
+                        {TopicPartition(args.topic, p): OffsetAndMetadata(o, "", -1) for p, o in nxt.items()}
+                    )
                     events.emit("commit", offsets=offsets)
                 except Exception as exc:  # noqa: BLE001
                     events.emit("commit_error", offsets=offsets, error=exc_info(exc, "commit"))

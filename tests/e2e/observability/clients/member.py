@@ -121,7 +121,11 @@ def main() -> None:
             offsets = [TopicPartition(args.topic, p, o) for p, o in sorted(next_offsets.items())]
             try:
                 consumer.commit(offsets=offsets, asynchronous=False)
-                emit("commit", offsets={str(p): o for p, o in sorted(next_offsets.items())}, processed=processed)
+                emit(
+                    "commit",
+                    offsets={str(p): o for p, o in sorted(next_offsets.items())},
+                    processed=processed,
+                )
             except KafkaException as exc:
                 emit("commit_error", error=str(exc.args[0]))
     finally:

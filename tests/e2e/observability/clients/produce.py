@@ -37,8 +37,9 @@ def main() -> None:
 
     for i in range(args.per_partition):
         for p in range(args.partitions):
-            producer.produce(args.topic, value=f"{p}-{i}".encode(), key=str(i).encode(), partition=p,
-                             on_delivery=delivered)
+            producer.produce(
+                args.topic, value=f"{p}-{i}".encode(), key=str(i).encode(), partition=p, on_delivery=delivered
+            )
         producer.poll(0)
     if producer.flush(30):
         raise SystemExit("records left undelivered")

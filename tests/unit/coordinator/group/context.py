@@ -21,10 +21,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kio.index import load_request_schema
-from kio.schema.join_group.v9.response import JoinGroupResponse, JoinGroupResponseMember
-from kio.static.primitive import i32, i32Timedelta
 from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription as SubscriptionV0
+from kio.schema.join_group.v9.response import JoinGroupResponse, JoinGroupResponseMember
 from kio.serial import entity_writer
+from kio.static.primitive import i32, i32Timedelta
 
 from coordinator.clock import ManualClock, ManualTimer, join_key, session_timeout_key, sync_key
 from coordinator.group import ClassicGroup
@@ -38,8 +38,18 @@ JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP = 11, 14, 12, 13
 OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = 8, 9, 47
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 
-LATEST = {JOIN_GROUP: 9, SYNC_GROUP: 5, HEARTBEAT: 4, LEAVE_GROUP: 5, OFFSET_COMMIT: 9, OFFSET_FETCH: 9,
-          OFFSET_DELETE: 0, DESCRIBE_GROUPS: 6, LIST_GROUPS: 5, DELETE_GROUPS: 2}
+LATEST = {
+    JOIN_GROUP: 9,
+    SYNC_GROUP: 5,
+    HEARTBEAT: 4,
+    LEAVE_GROUP: 5,
+    OFFSET_COMMIT: 9,
+    OFFSET_FETCH: 9,
+    OFFSET_DELETE: 0,
+    DESCRIBE_GROUPS: 6,
+    LIST_GROUPS: 5,
+    DELETE_GROUPS: 2,
+}
 
 DEFAULT_TOPICS = ("foo", "bar", "baz")
 CLIENT_ID = "client"
@@ -89,9 +99,14 @@ def join_answer(
         leader=leader,
         skip_assignment=skip_assignment,
         member_id=member_id,
-        members=tuple(m if isinstance(m, JoinGroupResponseMember) else JoinGroupResponseMember(
-            member_id=m["member_id"], group_instance_id=m["group_instance_id"], metadata=m["metadata"])
-            for m in members),
+        members=tuple(
+            m
+            if isinstance(m, JoinGroupResponseMember)
+            else JoinGroupResponseMember(
+                member_id=m["member_id"], group_instance_id=m["group_instance_id"], metadata=m["metadata"]
+            )
+            for m in members
+        ),
     )
 
 
@@ -159,8 +174,9 @@ class GroupTestContext:
         self.file_answers(result.responses)
         return result
 
-    def fail(self, result: CoordinatorResult, error: ErrorCode = ErrorCode.coordinator_not_available
-             ) -> CoordinatorResult:
+    def fail(
+        self, result: CoordinatorResult, error: ErrorCode = ErrorCode.coordinator_not_available
+    ) -> CoordinatorResult:
         """The append of `result` failed: deliver what its failure handler says instead."""
         assert result.on_append_failure is not None, "this result has no failure handler"
         return self.apply(result.on_append_failure(error))
@@ -174,8 +190,9 @@ class GroupTestContext:
     def token(self, name: str) -> Token:
         return Token(f"{name}-{next(self._tokens)}")
 
-    def send(self, method: str, api_key: int, version: int | None, name: str, apply: bool = True,
-             **fields: Any) -> Call:
+    def send(
+        self, method: str, api_key: int, version: int | None, name: str, apply: bool = True, **fields: Any
+    ) -> Call:
         version = LATEST[api_key] if version is None else version
         token = self.token(name)
         result = getattr(self.shard, method)(token, version, request(api_key, version, **fields))

@@ -29,8 +29,9 @@ def group_metadata_record(group_id: str, value: GroupMetadataValue) -> Coordinat
     return CoordinatorRecord(encode_key(GroupMetadataKey(group_id)), encode_value(value))
 
 
-MEMBER = MemberMetadata("member-id", "group-instance-id", "client-id", "client-host", 9000, 4000,
-                        b"\x00\x01\x02", b"\x00")
+MEMBER = MemberMetadata(
+    "member-id", "group-instance-id", "client-id", "client-host", 9000, 4000, b"\x00\x01\x02", b"\x00"
+)
 
 
 def loaded_context(*values: tuple[str, GroupMetadataValue], **settings) -> GroupTestContext:
@@ -42,13 +43,20 @@ def loaded_context(*values: tuple[str, GroupMetadataValue], **settings) -> Group
 
 
 def describe(ctx, *group_ids: str, version: int = 6):
-    return ctx.send("describe_groups", DESCRIBE_GROUPS, version, "describe", groups=list(group_ids),
-                    include_authorized_operations=False).response.groups
+    return ctx.send(
+        "describe_groups",
+        DESCRIBE_GROUPS,
+        version,
+        "describe",
+        groups=list(group_ids),
+        include_authorized_operations=False,
+    ).response.groups
 
 
 def list_groups(ctx, version: int = 5, states=(), types=()):
-    return ctx.send("list_groups", LIST_GROUPS, version, "list", states_filter=list(states),
-                    types_filter=list(types)).response.groups
+    return ctx.send(
+        "list_groups", LIST_GROUPS, version, "list", states_filter=list(states), types_filter=list(types)
+    ).response.groups
 
 
 def delete_groups(ctx, *group_ids: str, version: int = 2, apply: bool = True):

@@ -8,6 +8,7 @@ def _op(log, name):
     def op():
         log.append(name)
         return CoordinatorResult(responses=[(name, name)])
+
     return op
 
 

@@ -34,16 +34,21 @@ def test_heartbeat_unknown_group(ctx):
 def test_heartbeat_empty_group(ctx):
     # testHeartbeatEmptyGroup
     group = ctx.create_group()
-    group.add(ClassicGroupMember("member-id", None, "client-id", "client-host", 10000, 5000, "consumer",
-                                 to_protocols("range")))
+    group.add(
+        ClassicGroupMember(
+            "member-id", None, "client-id", "client-host", 10000, 5000, "consumer", to_protocols("range")
+        )
+    )
     assert ctx.heartbeat(member_id="member-id", generation_id=0).error == ErrorCode.unknown_member_id
 
 
 def test_heartbeat_unknown_member_existing_group(ctx):
     # testHeartbeatUnknownMemberExistingGroup
     leader = ctx.join_as_dynamic_member_and_complete_rebalance()
-    assert ctx.heartbeat(member_id="unknown-member-id",
-                         generation_id=leader.generation_id).error == ErrorCode.unknown_member_id
+    assert (
+        ctx.heartbeat(member_id="unknown-member-id", generation_id=leader.generation_id).error
+        == ErrorCode.unknown_member_id
+    )
 
 
 def test_heartbeat_of_a_pending_member_is_unknown_member_id(ctx):
@@ -87,8 +92,10 @@ def test_heartbeat_during_completing_rebalance(ctx):
 def test_heartbeat_illegal_generation(ctx):
     # testHeartbeatIllegalGeneration
     leader = ctx.join_as_dynamic_member_and_complete_rebalance()
-    assert ctx.heartbeat(member_id=leader.member_id,
-                         generation_id=leader.generation_id + 1).error == ErrorCode.illegal_generation
+    assert (
+        ctx.heartbeat(member_id=leader.member_id, generation_id=leader.generation_id + 1).error
+        == ErrorCode.illegal_generation
+    )
 
 
 def test_valid_heartbeat(ctx):

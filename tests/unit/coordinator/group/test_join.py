@@ -171,8 +171,9 @@ def test_generate_records_on_new_classic_group(ctx):
     assert call.error == ErrorCode.member_id_required
     group = ctx.group()
     assert call.records == [new_empty_group_metadata_record("group-id", group.current_state_timestamp_ms)]
-    assert decoded(call.records) == [(GroupMetadataKey("group-id"),
-                                      GroupMetadataValue("", 0, None, None, ctx.clock.wall_ms(), ()))]
+    assert decoded(call.records) == [
+        (GroupMetadataKey("group-id"), GroupMetadataValue("", 0, None, None, ctx.clock.wall_ms(), ()))
+    ]
 
 
 def test_generate_records_on_new_classic_group_failure_transforms_error():
@@ -390,8 +391,10 @@ def test_static_members_join_group_with_max_size():
     ctx.advance(50)
     ctx.advance(50)
     member_ids = verify_join_responses(first_round, 10, ErrorCode.group_max_size_reached)
-    second_round = [ctx.join_group(member_id=m, group_instance_id=i)
-                    for m, i in zip(member_ids, instance_ids, strict=True)]
+    second_round = [
+        ctx.join_group(member_id=m, group_instance_id=i)
+        for m, i in zip(member_ids, instance_ids, strict=True)
+    ]
     verify_join_responses(second_round, 10, ErrorCode.group_max_size_reached)
     assert group.num_members() == 10 and group.num_awaiting_join() == 0
     assert group.is_in_state(S.COMPLETING_REBALANCE)

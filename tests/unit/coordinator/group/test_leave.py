@@ -42,8 +42,10 @@ def test_static_members_leave_unknown_group(ctx):
     # testStaticMembersLeaveUnknownGroup
     ctx.static_members_join_and_rebalance()
     call = ctx.leave_group("invalid-group-id", [("", "leader"), ("", "follower")])
-    assert members_of(call) == [("", "leader", ErrorCode.unknown_member_id),
-                                ("", "follower", ErrorCode.unknown_member_id)]
+    assert members_of(call) == [
+        ("", "leader", ErrorCode.unknown_member_id),
+        ("", "follower", ErrorCode.unknown_member_id),
+    ]
 
 
 def test_leave_group_unknown_member_id_existing_group(ctx):
@@ -61,8 +63,9 @@ def test_valid_leave_group(ctx):
     joined = ctx.join_as_dynamic_member_and_complete_join()
     group = ctx.group()
     call = ctx.leave_group(members=[(joined.member_id, None)])
-    assert decoded(call.records) == [(GroupMetadataKey("group-id"),
-                                      GroupMetadataValue("consumer", 2, None, None, ctx.clock.wall_ms(), ()))]
+    assert decoded(call.records) == [
+        (GroupMetadataKey("group-id"), GroupMetadataValue("consumer", 2, None, None, ctx.clock.wall_ms(), ()))
+    ]
     assert members_of(call) == [(joined.member_id, None, ErrorCode.none)]
     assert group.is_in_state(S.EMPTY)
     assert group.generation_id == 2
@@ -101,16 +104,20 @@ def test_static_members_fenced_instance_batch_leave_group(ctx):
     # testStaticMembersFencedInstanceBatchLeaveGroup
     ctx.static_members_join_and_rebalance()
     call = ctx.leave_group(members=[("", "leader"), ("invalid-member-id", "follower")])
-    assert members_of(call) == [("", "leader", ErrorCode.none),
-                                ("invalid-member-id", "follower", ErrorCode.fenced_instance_id)]
+    assert members_of(call) == [
+        ("", "leader", ErrorCode.none),
+        ("invalid-member-id", "follower", ErrorCode.fenced_instance_id),
+    ]
 
 
 def test_static_members_unknown_instance_batch_leave_group(ctx):
     # testStaticMembersUnknownInstanceBatchLeaveGroup
     ctx.static_members_join_and_rebalance()
     call = ctx.leave_group(members=[("", "unknown-instance-id"), ("", "follower")])
-    assert members_of(call) == [("", "unknown-instance-id", ErrorCode.unknown_member_id),
-                                ("", "follower", ErrorCode.none)]
+    assert members_of(call) == [
+        ("", "unknown-instance-id", ErrorCode.unknown_member_id),
+        ("", "follower", ErrorCode.none),
+    ]
     assert not call.records
     assert ctx.group().is_in_state(S.PREPARING_REBALANCE)
 
@@ -133,18 +140,23 @@ def test_pending_member_batch_leave_group(ctx):
     # testPendingMemberBatchLeaveGroup
     pending = ctx.setup_group_with_pending_member()
     call = ctx.leave_group(members=[("", "unknown-instance-id"), (pending.pending_member_id, None)])
-    assert members_of(call) == [("", "unknown-instance-id", ErrorCode.unknown_member_id),
-                                (pending.pending_member_id, None, ErrorCode.none)]
+    assert members_of(call) == [
+        ("", "unknown-instance-id", ErrorCode.unknown_member_id),
+        (pending.pending_member_id, None, ErrorCode.none),
+    ]
 
 
 def test_joined_member_pending_member_batch_leave_group(ctx):
     # testJoinedMemberPendingMemberBatchLeaveGroup
     pending = ctx.setup_group_with_pending_member()
-    call = ctx.leave_group(members=[(pending.leader_id, None), (pending.follower_id, None),
-                                    (pending.pending_member_id, None)])
-    assert members_of(call) == [(pending.leader_id, None, ErrorCode.none),
-                                (pending.follower_id, None, ErrorCode.none),
-                                (pending.pending_member_id, None, ErrorCode.none)]
+    call = ctx.leave_group(
+        members=[(pending.leader_id, None), (pending.follower_id, None), (pending.pending_member_id, None)]
+    )
+    assert members_of(call) == [
+        (pending.leader_id, None, ErrorCode.none),
+        (pending.follower_id, None, ErrorCode.none),
+        (pending.pending_member_id, None, ErrorCode.none),
+    ]
     # the parked JoinGroups of the members that left are answered UNKNOWN_MEMBER_ID
     assert pending.leader_join.error == pending.follower_join.error == ErrorCode.unknown_member_id
     assert ctx.group().is_in_state(S.EMPTY)
@@ -153,20 +165,29 @@ def test_joined_member_pending_member_batch_leave_group(ctx):
 def test_joined_member_pending_member_batch_leave_group_with_unknown_member(ctx):
     # testJoinedMemberPendingMemberBatchLeaveGroupWithUnknownMember
     pending = ctx.setup_group_with_pending_member()
-    call = ctx.leave_group(members=[(pending.leader_id, None), (pending.follower_id, None),
-                                    (pending.pending_member_id, None), ("unknown-member-id", None)])
-    assert members_of(call) == [(pending.leader_id, None, ErrorCode.none),
-                                (pending.follower_id, None, ErrorCode.none),
-                                (pending.pending_member_id, None, ErrorCode.none),
-                                ("unknown-member-id", None, ErrorCode.unknown_member_id)]
+    call = ctx.leave_group(
+        members=[
+            (pending.leader_id, None),
+            (pending.follower_id, None),
+            (pending.pending_member_id, None),
+            ("unknown-member-id", None),
+        ]
+    )
+    assert members_of(call) == [
+        (pending.leader_id, None, ErrorCode.none),
+        (pending.follower_id, None, ErrorCode.none),
+        (pending.pending_member_id, None, ErrorCode.none),
+        ("unknown-member-id", None, ErrorCode.unknown_member_id),
+    ]
 
 
 def test_group_stuck_in_rebalance_timeout_due_to_nonjoined_static_member(ctx):
     # testGroupStuckInRebalanceTimeoutDueToNonjoinedStaticMember
     result = ctx.static_members_join_and_rebalance(rebalance_timeout_ms=5000, session_timeout_ms=10000)
     group = ctx.group()
-    new = ctx.join_group(protocols=to_protocols("range", "roundrobin"), session_timeout_ms=10000,
-                         rebalance_timeout_ms=500)
+    new = ctx.join_group(
+        protocols=to_protocols("range", "roundrobin"), session_timeout_ms=10000, rebalance_timeout_ms=500
+    )
     ctx.advance(5000)
     assert new.error == ErrorCode.none
     assert new.response.leader == new.response.member_id  # the new dynamic member is elected leader
@@ -209,8 +230,9 @@ def test_leave_in_stable_rebalances_the_rest(ctx):
     group = ctx.group()
     assert group.is_in_state(S.PREPARING_REBALANCE)
     assert ctx.join_deadline() == 10000
-    rejoin = ctx.join_group(member_id=result.leader_id, rebalance_timeout_ms=10000, session_timeout_ms=5000,
-                            version=5)
+    rejoin = ctx.join_group(
+        member_id=result.leader_id, rebalance_timeout_ms=10000, session_timeout_ms=5000, version=5
+    )
     assert rejoin.response.generation_id == 2  # the barrier is complete with the only remaining member
 
 

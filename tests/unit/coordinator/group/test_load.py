@@ -36,8 +36,19 @@ def group_metadata_record(group_id: str, value: GroupMetadataValue, version: int
 
 
 def members(rebalance_timeout_ms: int = 9000) -> tuple[MemberMetadata, ...]:
-    return tuple(MemberMetadata(f"member-{i}", f"group-instance-id-{i}", f"client-{i}", f"host-{i}",
-                                rebalance_timeout_ms, 4000, subscription("foo"), b"\x02") for i in range(2))
+    return tuple(
+        MemberMetadata(
+            f"member-{i}",
+            f"group-instance-id-{i}",
+            f"client-{i}",
+            f"host-{i}",
+            rebalance_timeout_ms,
+            4000,
+            subscription("foo"),
+            b"\x02",
+        )
+        for i in range(2)
+    )
 
 
 def restart(ctx: GroupTestContext, **settings) -> GroupTestContext:
@@ -56,8 +67,14 @@ def restart(ctx: GroupTestContext, **settings) -> GroupTestContext:
 def test_replay_group_metadata_records(use_default_rebalance_timeout, version):
     # testReplayGroupMetadataRecords
     ctx = GroupTestContext(loaded=False)
-    value = GroupMetadataValue("consumer", 1, "range", "member-0", ctx.clock.wall_ms(),
-                               members(-1 if use_default_rebalance_timeout else 9000))
+    value = GroupMetadataValue(
+        "consumer",
+        1,
+        "range",
+        "member-0",
+        ctx.clock.wall_ms(),
+        members(-1 if use_default_rebalance_timeout else 9000),
+    )
     ctx.shard.replay(group_metadata_record("group-id", value, version))
     group = ctx.group()
     assert (
@@ -146,10 +163,15 @@ def test_group_metadata_records_written_while_serving_replay_as_no_ops():
     result = ctx.static_members_join_and_rebalance()
     group = ctx.group()
     # a static replacement writes a record; before it is replayed, the group moves on (the leader rejoins)
-    rejoin = ctx.join_group(group_instance_id="follower", protocols=to_protocols("range", "roundrobin"),
-                            version=9, apply=False)
-    ctx.join_group(member_id=result.leader_id, group_instance_id="leader",
-                   protocols=to_protocols("range", "roundrobin"), version=5)
+    rejoin = ctx.join_group(
+        group_instance_id="follower", protocols=to_protocols("range", "roundrobin"), version=9, apply=False
+    )
+    ctx.join_group(
+        member_id=result.leader_id,
+        group_instance_id="leader",
+        protocols=to_protocols("range", "roundrobin"),
+        version=5,
+    )
     assert group.is_in_state(S.PREPARING_REBALANCE)
     ctx.apply(rejoin.result)  # the (now stale) record is replayed
     assert ctx.group() is group

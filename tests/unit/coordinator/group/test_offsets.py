@@ -504,8 +504,9 @@ _store_values = st.builds(
     st.one_of(st.integers(1_700_000_000_000, 1_800_000_000_000), _i64),
     st.one_of(st.just(-1), _i64),
 )
-_store_keys = st.builds(OffsetCommitKey, st.sampled_from(["g1", "g2"]), st.sampled_from(["t1", "t2"]),
-                        st.integers(0, 3))
+_store_keys = st.builds(
+    OffsetCommitKey, st.sampled_from(["g1", "g2"]), st.sampled_from(["t1", "t2"]), st.integers(0, 3)
+)
 
 
 def _model_view(model: dict[str, dict[str, dict[int, OffsetAndMetadata]]], group: str):

@@ -51,15 +51,18 @@ class Events:
 
 
 def assignment(parts: dict[str, list[int]], user_data: bytes | None = b"ud", version: int = 1) -> bytes:
-    return encode_assignment(ConsumerAssignment(version, tuple((t, tuple(p)) for t, p in parts.items()),
-                                                user_data))
+    return encode_assignment(
+        ConsumerAssignment(version, tuple((t, tuple(p)) for t, p in parts.items()), user_data)
+    )
 
 
 def topics_of(data: bytes) -> dict[str, tuple[int, ...]]:
     return dict(decode_assignment(data).partitions)
 
 
-def pause(ctx: GroupTestContext, group_id: str = GROUP, topics: list[str] | None = None, *, apply: bool = True):
+def pause(
+    ctx: GroupTestContext, group_id: str = GROUP, topics: list[str] | None = None, *, apply: bool = True
+):
     token = ctx.token("pause")
     result = ctx.shard.pause_group(token, group_id, topics)
     if apply:
@@ -74,8 +77,13 @@ def resume(ctx: GroupTestContext, group_id: str = GROUP, topics: list[str] | Non
     return token, result
 
 
-def stable_pair(ctx: GroupTestContext, *, generation: int = 1, leader_id: str | None = None,
-                follower_id: str | None = None) -> tuple[str, str]:
+def stable_pair(
+    ctx: GroupTestContext,
+    *,
+    generation: int = 1,
+    leader_id: str | None = None,
+    follower_id: str | None = None,
+) -> tuple[str, str]:
     """Two dynamic members subscribed to foo and bar; the leader assigns foo-0/bar-0 and foo-1/bar-1."""
     kwargs = dict(protocols=FOO_BAR, rebalance_timeout_ms=10000, session_timeout_ms=5000)
     if leader_id is None:
@@ -89,8 +97,15 @@ def stable_pair(ctx: GroupTestContext, *, generation: int = 1, leader_id: str | 
     assert first.error == second.error == ErrorCode.none
     leader_id, follower_id = first.response.member_id, second.response.member_id
     assert first.response.generation_id == generation
-    leader_sync = ctx.sync_group(GROUP, leader_id, generation, assignments={
-        leader_id: assignment({"foo": [0], "bar": [0]}), follower_id: assignment({"foo": [1], "bar": [1]})})
+    leader_sync = ctx.sync_group(
+        GROUP,
+        leader_id,
+        generation,
+        assignments={
+            leader_id: assignment({"foo": [0], "bar": [0]}),
+            follower_id: assignment({"foo": [1], "bar": [1]}),
+        },
+    )
     follower_sync = ctx.sync_group(GROUP, follower_id, generation)
     assert leader_sync.error == follower_sync.error == ErrorCode.none
     ctx.last_syncs = (leader_sync, follower_sync)  # type: ignore[attr-defined]
@@ -111,11 +126,16 @@ def test_own_record_keys_use_versions_kafka_never_uses():
 def test_pause_and_settings_records_round_trip_and_empty_state_is_a_tombstone():
     record = new_group_pause_record("g", False, ["b", "a", "a"])
     assert decode_record(record) == (GroupPauseKey("g"), GroupPauseValue(False, ("a", "b")))
-    assert decode_record(new_group_pause_record("g", True, ())) == (GroupPauseKey("g"), GroupPauseValue(True, ()))
+    assert decode_record(new_group_pause_record("g", True, ())) == (
+        GroupPauseKey("g"),
+        GroupPauseValue(True, ()),
+    )
     assert new_group_pause_record("g", False, ()).value is None
     record = new_group_settings_record("g", {"group.expansion.timeout.ms": 5000, "a": 2**40})
-    assert decode_record(record) == (GroupSettingsKey("g"), GroupSettingsValue(
-        (("a", 2**40), ("group.expansion.timeout.ms", 5000))))
+    assert decode_record(record) == (
+        GroupSettingsKey("g"),
+        GroupSettingsValue((("a", 2**40), ("group.expansion.timeout.ms", 5000))),
+    )
     assert new_group_settings_record("g", {}).value is None
 
 
@@ -174,7 +194,9 @@ def test_pausing_a_topic_records_it_rebalances_and_withholds_its_partitions_from
     ctx.shard.add_listener(events)
     leader_id, follower_id = stable_pair(ctx)
     token, result = pause(ctx, topics=["foo"])
-    assert [decode_record(r) for r in result.records] == [(GroupPauseKey(GROUP), GroupPauseValue(False, ("foo",)))]
+    assert [decode_record(r) for r in result.records] == [
+        (GroupPauseKey(GROUP), GroupPauseValue(False, ("foo",)))
+    ]
     answer = ctx.answers[token]
     assert isinstance(answer, AdminAnswer) and answer.error == ErrorCode.none
     assert answer.data == {"paused": {"group": False, "topics": ["foo"]}}
@@ -215,7 +237,9 @@ def test_resuming_tombstones_the_pause_rebalances_and_hands_out_everything_again
     pause(ctx, topics=["foo", "bar"])
     stable_pair(ctx, generation=2, leader_id=leader_id, follower_id=follower_id)
     token, result = resume(ctx, topics=["bar"])
-    assert [decode_record(r) for r in result.records] == [(GroupPauseKey(GROUP), GroupPauseValue(False, ("foo",)))]
+    assert [decode_record(r) for r in result.records] == [
+        (GroupPauseKey(GROUP), GroupPauseValue(False, ("foo",)))
+    ]
     stable_pair(ctx, generation=3, leader_id=leader_id, follower_id=follower_id)
     assert topics_of(ctx.last_syncs[0].response.assignment) == {"bar": (0,)}
     token, result = resume(ctx)
@@ -281,8 +305,13 @@ def test_a_static_member_that_rejoins_gets_its_stored_assignment_filtered():
     join_a = ctx.join_group(GROUP, a, group_instance_id="a", **kwargs)
     join_b = ctx.join_group(GROUP, b, group_instance_id="b", **kwargs)
     assert join_a.response.generation_id == 2
-    ctx.sync_group(GROUP, a, 2, group_instance_id="a", assignments={
-        a: assignment({"foo": [0], "bar": [0]}), b: assignment({"foo": [1], "bar": [1]})})
+    ctx.sync_group(
+        GROUP,
+        a,
+        2,
+        group_instance_id="a",
+        assignments={a: assignment({"foo": [0], "bar": [0]}), b: assignment({"foo": [1], "bar": [1]})},
+    )
     # b restarts: a JoinGroup with its instance id and no member id takes its place back without a rebalance.
     rejoin = ctx.join_group(GROUP, group_instance_id="b", **kwargs)
     assert rejoin.error == ErrorCode.none and ctx.group().state.value == "Stable"

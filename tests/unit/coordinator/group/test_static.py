@@ -724,14 +724,28 @@ def test_static_members_are_persisted_with_their_instance_ids(ctx):
 
 def _stable_with_follower_not_synced(ctx):
     ctx.create_group()
-    leader = ctx.join_group(group_instance_id="leader", protocols=SUPERSET, rebalance_timeout_ms=10000,
-                            session_timeout_ms=60000, version=5)
-    follower = ctx.join_group(group_instance_id="follower", protocols=SUPERSET, rebalance_timeout_ms=10000,
-                              session_timeout_ms=60000, version=5)
+    leader = ctx.join_group(
+        group_instance_id="leader",
+        protocols=SUPERSET,
+        rebalance_timeout_ms=10000,
+        session_timeout_ms=60000,
+        version=5,
+    )
+    follower = ctx.join_group(
+        group_instance_id="follower",
+        protocols=SUPERSET,
+        rebalance_timeout_ms=10000,
+        session_timeout_ms=60000,
+        version=5,
+    )
     ctx.advance(DELAY)
     ctx.advance(DELAY)
-    ctx.sync_group(member_id=leader.response.member_id, generation_id=1, group_instance_id="leader",
-                   assignments={follower.response.member_id: b"F"})
+    ctx.sync_group(
+        member_id=leader.response.member_id,
+        generation_id=1,
+        group_instance_id="leader",
+        assignments={follower.response.member_id: b"F"},
+    )
     assert ctx.group().is_in_state(S.STABLE)
     assert ctx.group().pending_sync_members() == [follower.response.member_id]
     return leader.response, follower.response

@@ -42,8 +42,9 @@ class Members:
 
     def heartbeat(self, name: str) -> ErrorCode:
         group = self.ctx.group()
-        return self.ctx.heartbeat(GROUP, self.ids[name], group.generation_id,
-                                  group_instance_id=self.instances[name]).error
+        return self.ctx.heartbeat(
+            GROUP, self.ids[name], group.generation_id, group_instance_id=self.instances[name]
+        ).error
 
     def run_until(self, t_ms: int, alive: set[str], step_ms: int = 500) -> None:
         """Advance to `t_ms` (monotonic) in steps, heartbeating the `alive` members after each step."""
@@ -66,8 +67,10 @@ def static_group(ctx: GroupTestContext, names: list[str]) -> Members:
         members.instances[name] = name
     leader = names[0]
     assignments = {members.ids[n]: bytes([i + 1]) for i, n in enumerate(names)}
-    assert ctx.sync_group(GROUP, members.ids[leader], 1, group_instance_id=leader,
-                          assignments=assignments).error == ErrorCode.none
+    assert (
+        ctx.sync_group(GROUP, members.ids[leader], 1, group_instance_id=leader, assignments=assignments).error
+        == ErrorCode.none
+    )
     for name in names[1:]:
         assert ctx.sync_group(GROUP, members.ids[name], 1, group_instance_id=name).error == ErrorCode.none
     assert ctx.group().state.value == "Stable"
@@ -115,7 +118,9 @@ def test_registration_window_table_of_the_proposal():
     assert len(rebalances) == 1
     assert rebalances[0].monotonic_ms == origin + 25000
     assert rebalances[0].reason is RebalanceReason.SESSION_EXPIRY
-    assert [(e.member.group_instance_id, e.cause) for e in events.removed()] == [("B", RemovalCause.SESSION_TIMEOUT)]
+    assert [(e.member.group_instance_id, e.cause) for e in events.removed()] == [
+        ("B", RemovalCause.SESSION_TIMEOUT)
+    ]
     assert sorted(m.group_instance_id for m in group.all_members()) == ["A", "L"]
 
     # The members rejoin and the group settles in generation 2 without B: no further rebalance.
@@ -301,7 +306,8 @@ def test_per_group_settings_are_a_record_override_the_server_and_replay():
     token = ctx.token("settings")
     result = ctx.apply(ctx.shard.set_group_settings(token, GROUP, {REGISTRATION_TIMEOUT: 15000}))
     assert [decode_record(r) for r in result.records] == [
-        (GroupSettingsKey(GROUP), GroupSettingsValue(((REGISTRATION_TIMEOUT, 15000),)))]
+        (GroupSettingsKey(GROUP), GroupSettingsValue(((REGISTRATION_TIMEOUT, 15000),)))
+    ]
     assert ctx.answers[token].data == {
         "settings": {REGISTRATION_TIMEOUT: 15000},
         "effective_settings": {REGISTRATION_TIMEOUT: 15000, EXPANSION_TIMEOUT: 5000},
@@ -315,16 +321,21 @@ def test_per_group_settings_are_a_record_override_the_server_and_replay():
     assert restarted.shard.effective_settings(GROUP) == {REGISTRATION_TIMEOUT: 15000, EXPANSION_TIMEOUT: 0}
 
     token = ctx.token("settings")
-    result = ctx.apply(ctx.shard.set_group_settings(token, GROUP, {REGISTRATION_TIMEOUT: None,
-                                                                    EXPANSION_TIMEOUT: None}))
+    result = ctx.apply(
+        ctx.shard.set_group_settings(token, GROUP, {REGISTRATION_TIMEOUT: None, EXPANSION_TIMEOUT: None})
+    )
     assert [decode_record(r) for r in result.records] == [(GroupSettingsKey(GROUP), None)]
     assert GROUP not in ctx.shard.group_settings
 
 
 def test_bad_per_group_settings_are_refused_without_a_record():
     ctx = GroupTestContext()
-    for changes in ({"group.max.size": 3}, {REGISTRATION_TIMEOUT: -1}, {EXPANSION_TIMEOUT: "5"},
-                    {EXPANSION_TIMEOUT: True}):
+    for changes in (
+        {"group.max.size": 3},
+        {REGISTRATION_TIMEOUT: -1},
+        {EXPANSION_TIMEOUT: "5"},
+        {EXPANSION_TIMEOUT: True},
+    ):
         token = ctx.token("settings")
         result = ctx.apply(ctx.shard.set_group_settings(token, GROUP, changes))
         assert result.records == [] and ctx.answers[token].error == ErrorCode.invalid_config
@@ -356,13 +367,22 @@ def test_an_offline_leader_is_replaced_as_leader_by_the_next_rebalance_and_remov
     members.run_until(start + 3000, {"A"})
     group = ctx.group()
     assert group.member(members.ids["L"]).is_offline and group.is_leader(members.ids["L"])
-    rejoin = ctx.join_group(GROUP, members.ids["A"], group_instance_id="A",
-                            **{**STATIC, "protocols": (("range", b"\x00\x00changed"),)})
+    rejoin = ctx.join_group(
+        GROUP,
+        members.ids["A"],
+        group_instance_id="A",
+        **{**STATIC, "protocols": (("range", b"\x00\x00changed"),)},
+    )
     # A changed its metadata: a rebalance, which completes without waiting for the offline leader.
     assert rejoin.error == ErrorCode.none and rejoin.response.leader == members.ids["A"]
     assert group.num_members() == 2 and group.pending_sync_members() == [members.ids["A"]]
-    ctx.sync_group(GROUP, members.ids["A"], 2, group_instance_id="A",
-                   assignments={members.ids["A"]: b"A", members.ids["L"]: b"L"})
+    ctx.sync_group(
+        GROUP,
+        members.ids["A"],
+        2,
+        group_instance_id="A",
+        assignments={members.ids["A"]: b"A", members.ids["L"]: b"L"},
+    )
     assert group.state.value == "Stable" and group.member(members.ids["L"]).assignment == b"L"
     members.run_until(start + 3000 + 20000, {"A"})
     assert [e.member.group_instance_id for e in events.removed()] == ["L"]

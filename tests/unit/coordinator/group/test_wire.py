@@ -24,9 +24,16 @@ from .context import (
 )
 
 VERSIONS = {
-    JOIN_GROUP: range(0, 10), SYNC_GROUP: range(0, 6), HEARTBEAT: range(0, 5), LEAVE_GROUP: range(0, 6),
-    OFFSET_COMMIT: range(2, 10), OFFSET_FETCH: range(1, 8), OFFSET_DELETE: range(0, 1),
-    DESCRIBE_GROUPS: range(0, 7), LIST_GROUPS: range(0, 6), DELETE_GROUPS: range(0, 3),
+    JOIN_GROUP: range(0, 10),
+    SYNC_GROUP: range(0, 6),
+    HEARTBEAT: range(0, 5),
+    LEAVE_GROUP: range(0, 6),
+    OFFSET_COMMIT: range(2, 10),
+    OFFSET_FETCH: range(1, 8),
+    OFFSET_DELETE: range(0, 1),
+    DESCRIBE_GROUPS: range(0, 7),
+    LIST_GROUPS: range(0, 6),
+    DELETE_GROUPS: range(0, 3),
 }
 
 
@@ -44,18 +51,39 @@ def answers():
     ctx = GroupTestContext()
     result = ctx.static_members_join_and_rebalance()
     out = {
-        JOIN_GROUP: [ctx.join_group(member_id="nobody").response,
-                     ctx.join_group(group_instance_id="leader", version=9).response],
-        SYNC_GROUP: [ctx.sync_group(member_id=result.follower_id, generation_id=1,
-                                    group_instance_id="follower").response],
+        JOIN_GROUP: [
+            ctx.join_group(member_id="nobody").response,
+            ctx.join_group(group_instance_id="leader", version=9).response,
+        ],
+        SYNC_GROUP: [
+            ctx.sync_group(
+                member_id=result.follower_id, generation_id=1, group_instance_id="follower"
+            ).response
+        ],
         HEARTBEAT: [ctx.heartbeat(member_id="nobody", generation_id=1).response],
         LEAVE_GROUP: [ctx.leave_group(members=[("nobody", None)]).response],
         OFFSET_COMMIT: [ctx.commit("simple", {("t", 0): 1}).response],
         OFFSET_FETCH: [ctx.fetch("simple", {"t": [0, 1]}, version=7).response],
-        OFFSET_DELETE: [ctx.send("offset_delete", OFFSET_DELETE, 0, "od", group_id="simple",
-                                 topics=[{"name": "t", "partitions": [{"partition_index": 0}]}]).response],
-        DESCRIBE_GROUPS: [ctx.send("describe_groups", DESCRIBE_GROUPS, 6, "d", groups=["group-id", "none"],
-                                   include_authorized_operations=False).response],
+        OFFSET_DELETE: [
+            ctx.send(
+                "offset_delete",
+                OFFSET_DELETE,
+                0,
+                "od",
+                group_id="simple",
+                topics=[{"name": "t", "partitions": [{"partition_index": 0}]}],
+            ).response
+        ],
+        DESCRIBE_GROUPS: [
+            ctx.send(
+                "describe_groups",
+                DESCRIBE_GROUPS,
+                6,
+                "d",
+                groups=["group-id", "none"],
+                include_authorized_operations=False,
+            ).response
+        ],
         LIST_GROUPS: [ctx.send("list_groups", LIST_GROUPS, 5, "l").response],
         DELETE_GROUPS: [ctx.send("delete_groups", DELETE_GROUPS, 2, "dg", groups_names=["x"]).response],
     }
