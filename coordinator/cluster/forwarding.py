@@ -6,8 +6,7 @@ Workers w > 0 still get Metadata (clients ask any broker they know), CreateTopic
 InitProducerId, and whatever a client sends before it has read Metadata. They answer them by relaying:
 
 * The forwarder registers the same APIs and version ranges as the embedded data plane and the security part
-  (read from throwaway instances' registrations, so they cannot drift), so ApiVersions is identical on every
-  worker. Security state (ACLs, SCRAM credentials, in DATA_DIR/security) is worker 0's alone: its APIs are
+  declare (their VERSIONS tables, so they cannot drift), so ApiVersions is identical on every worker. Security state (ACLs, SCRAM credentials, in DATA_DIR/security) is worker 0's alone: its APIs are
   relayed too. (SASL listeners and the authorizer are refused with several workers, see topology.py.)
 * Each client connection gets its own upstream connection to worker 0, opened on its first forwarded request
   and closed with it. A handler encodes the request (the decoded kio entity, re-encoded for the same version,
@@ -44,6 +43,9 @@ from typing import Any
 
 from coordinator.brokers import Broker
 from coordinator.config import Config
+from coordinator.dataplane.embedded import VERSIONS as DATA_PLANE_VERSIONS
+from coordinator.security.apis import VERSIONS as SECURITY_API_VERSIONS
+from coordinator.security.sasl import VERSIONS as SASL_VERSIONS
 from protocol.api import ApiTable, RequestContext, decode_response, encode_body, request_class
 from protocol.api_keys import ApiKey
 from protocol.build import build
@@ -56,6 +58,9 @@ LATEST_TIMESTAMP = -1
 REFRESH_INTERVAL_S = 1.0
 METADATA_ANSWERS_BYTES = 32 << 20  # kept Metadata answers (and the answers they were made from), at most
 CACHE_CONNECTION = -1  # the connection key of the forwarder's own requests (cache refresh, admin)
+# What worker 0 serves besides the group APIs, as the embedded data plane and the security part declare it: the
+# same ranges here, so ApiVersions is identical on every worker.
+API_VERSIONS: dict[int, tuple[int, int]] = {**DATA_PLANE_VERSIONS, **SASL_VERSIONS, **SECURITY_API_VERSIONS}
 
 
 class ForwardingDataPlane:
@@ -88,17 +93,8 @@ class ForwardingDataPlane:
     # -- DataPlane -------------------------------------------------------------------------------------------
 
     def register(self, table: ApiTable) -> None:
-        from coordinator.dataplane.embedded import EmbeddedDataPlane
-        from coordinator.security import Security
-
-        ranges = ApiTable()
-        EmbeddedDataPlane(self._config, lambda: Broker(0, "", 0)).register(ranges)
-        Security(self._config, None).register(
-            ranges
-        )  # the SASL, ACL and SCRAM APIs: worker 0 keeps that state
-        for spec in ranges.specs():
-            if spec.api_key != ApiKey.API_VERSIONS:
-                table.register(spec.api_key, spec.min_version, spec.max_version, self._handler(spec.api_key))
+        for api_key, (low, high) in API_VERSIONS.items():
+            table.register(api_key, low, high, self._handler(api_key))
 
     async def start(self) -> None:
         self._refresh_task = asyncio.create_task(self._refresh_periodically())

@@ -44,6 +44,16 @@ def _enum(cls: Any, value: int) -> Any:
         return cls(0)  # UNKNOWN
 
 
+# api key -> (min version, max version) of the ACL and SCRAM APIs served here.
+VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+}
+
+
 class SecurityApis:
     def __init__(self, store: SecurityStore, enabled: bool, on_denied: Any = None) -> None:
         self.store = store
@@ -51,11 +61,15 @@ class SecurityApis:
         self._on_denied = on_denied
 
     def register(self, table: ApiTable) -> None:
-        table.register(ApiKey.DESCRIBE_ACLS, 1, 3, self.describe_acls)
-        table.register(ApiKey.CREATE_ACLS, 1, 3, self.create_acls)
-        table.register(ApiKey.DELETE_ACLS, 1, 3, self.delete_acls)
-        table.register(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, self.describe_scram)
-        table.register(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, self.alter_scram)
+        handlers = {
+            ApiKey.DESCRIBE_ACLS: self.describe_acls,
+            ApiKey.CREATE_ACLS: self.create_acls,
+            ApiKey.DELETE_ACLS: self.delete_acls,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_scram,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_scram,
+        }
+        for api_key, (low, high) in VERSIONS.items():
+            table.register(api_key, low, high, handlers[api_key])
 
     def _cluster(self, ctx: RequestContext, op: Operation) -> bool:
         if not self.enabled:

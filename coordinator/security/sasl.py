@@ -34,6 +34,8 @@ from .scram import PLAIN, AuthenticationFailed, ScramCredential, ScramServer, pl
 log = logging.getLogger(__name__)
 
 PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+# api key -> (min version, max version) of the SASL APIs served here.
+VERSIONS: dict[int, tuple[int, int]] = {ApiKey.SASL_HANDSHAKE: (1, 1), ApiKey.SASL_AUTHENTICATE: (0, 2)}
 
 
 class SecuritySession:
@@ -71,8 +73,9 @@ class SaslApis:
         self._on_failure = on_failure
 
     def register(self, table: Any) -> None:
-        table.register(ApiKey.SASL_HANDSHAKE, 1, 1, self.handshake)
-        table.register(ApiKey.SASL_AUTHENTICATE, 0, 2, self.authenticate)
+        handlers = {ApiKey.SASL_HANDSHAKE: self.handshake, ApiKey.SASL_AUTHENTICATE: self.authenticate}
+        for api_key, (low, high) in VERSIONS.items():
+            table.register(api_key, low, high, handlers[api_key])
 
     async def handshake(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         session: SecuritySession | None = ctx.session
