@@ -60,7 +60,11 @@ METADATA_ANSWERS_BYTES = 32 << 20  # kept Metadata answers (and the answers they
 CACHE_CONNECTION = -1  # the connection key of the forwarder's own requests (cache refresh, admin)
 # What worker 0 serves besides the group APIs, as the embedded data plane and the security part declare it: the
 # same ranges here, so ApiVersions is identical on every worker.
-API_VERSIONS: dict[int, tuple[int, int]] = {**DATA_PLANE_VERSIONS, **SASL_VERSIONS, **SECURITY_API_VERSIONS}
+API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    **DATA_PLANE_VERSIONS,
+    **SASL_VERSIONS,
+    **SECURITY_API_VERSIONS,
+}
 
 
 class ForwardingDataPlane:

@@ -69,7 +69,7 @@ logger = logging.getLogger(__name__)
 
 # api key -> (min version, max version) served by this data plane; each handler's docstring says what the
 # versions add and why a range stops where it does.
-VERSIONS: dict[int, tuple[int, int]] = {
+VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 13),
     ApiKey.FETCH: (4, 17),
     ApiKey.LIST_OFFSETS: (1, 10),

@@ -45,7 +45,7 @@ def _enum(cls: Any, value: int) -> Any:
 
 
 # api key -> (min version, max version) of the ACL and SCRAM APIs served here.
-VERSIONS: dict[int, tuple[int, int]] = {
+VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_ACLS: (1, 3),
     ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3),

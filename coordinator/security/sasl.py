@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 # api key -> (min version, max version) of the SASL APIs served here.
-VERSIONS: dict[int, tuple[int, int]] = {ApiKey.SASL_HANDSHAKE: (1, 1), ApiKey.SASL_AUTHENTICATE: (0, 2)}
+VERSIONS: dict[ApiKey, tuple[int, int]] = {ApiKey.SASL_HANDSHAKE: (1, 1), ApiKey.SASL_AUTHENTICATE: (0, 2)}
 
 
 class SecuritySession:
