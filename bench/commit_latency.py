@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Durable OffsetCommit benchmark: commits/s and commit latency with fsync on (the server always fsyncs).
 
-Starts the server the way the e2e tests do (tests/e2e/e2e_server.py, a temp data dir), then for each linger
+Starts the server the way the e2e tests do (tests/support/server.py, a temp data dir), then for each linger
 setting (group.coordinator.append.linger.ms; --linger-ms, default "10,0": the default and no lingering) runs:
 
   (a) 1 connection, sequential commits of 1 partition (send, wait for the answer, send the next);
@@ -31,17 +31,16 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(REPO))
 
-from e2e_server import start_server  # noqa: E402
 from kio.schema.offset_commit.v8.request import (  # noqa: E402
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
 
-from tests.wire import decode_response, encode_request, recv_frame  # noqa: E402
+from tests.support.server import start_server  # noqa: E402
+from tests.support.wire import decode_response, encode_request, recv_frame  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 GROUP, TOPIC = "bench-commits", "bench-topic"

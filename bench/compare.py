@@ -57,11 +57,11 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 import rawkafka as rk  # noqa: E402
 import targets as tg  # noqa: E402
-from e2e_wire import RawClient, decode_response, encode_request, recv_frame  # noqa: E402
+
+from tests.support.wire import WireClient, decode_response, encode_request, recv_frame  # noqa: E402
 
 PY = sys.executable
 TOPIC = "bench-topic"  # 200 partitions on every target: commits name real partitions (Kafka checks)
@@ -225,7 +225,7 @@ def coordinator_for(host: str, port: int, v: dict, group: str) -> tuple[str, int
     """The address FindCoordinator names for `group` (clients move there; with this server's workers it is
     the worker that owns the group)."""
     deadline = time.monotonic() + 120
-    with RawClient(host, port, timeout=60) as c:
+    with WireClient(host, port, timeout=60) as c:
         while True:
             resp = c.request(rk.find_coordinator_request(v, group))
             if rk.first_error(resp) == 0:
@@ -235,7 +235,7 @@ def coordinator_for(host: str, port: int, v: dict, group: str) -> tuple[str, int
             time.sleep(0.2)
 
 
-def setup_member_blocking(c: RawClient, v: dict, group: str, session_ms: int) -> tuple[str, int]:
+def setup_member_blocking(c: WireClient, v: dict, group: str, session_ms: int) -> tuple[str, int]:
     deadline = time.monotonic() + 120
     while True:
         resp = c.request(rk.find_coordinator_request(v, group))
@@ -272,7 +272,7 @@ def roundtrip(target, v: dict, args) -> dict:
     host, port = target.bootstrap.rsplit(":", 1)
     group = f"rt-{int(time.time() * 1000)}"
     out: dict = {}
-    with RawClient(*coordinator_for(host, int(port), v, group), timeout=60) as c:
+    with WireClient(*coordinator_for(host, int(port), v, group), timeout=60) as c:
         member_id, gen = setup_member_blocking(c, v, group, 10_000)
         ops = {
             "Heartbeat": rk.heartbeat_request(v, group, gen, member_id, None),
@@ -286,7 +286,7 @@ def roundtrip(target, v: dict, args) -> dict:
             frame = encode_request(body, 7, "bench")
             key, ver = body.__api_key__, body.__version__
             c.sock.sendall(frame)
-            first = decode_response(recv_frame(c.sock), key, ver)[1]
+            first = decode_response(key, ver, recv_frame(c.sock))[1]
             errs = [e for e in rk.response_errors(first) if e]
             if errs:
                 raise rk.BenchError(f"{name}: error {errs[0]} from the target")
@@ -302,7 +302,7 @@ def roundtrip(target, v: dict, args) -> dict:
                 if time.perf_counter() - last_hb > 2:  # keep the member alive, untimed
                     c.request_raw(hb)
                     last_hb = time.perf_counter()
-            errs = [e for e in rk.response_errors(decode_response(answer, key, ver)[1]) if e]
+            errs = [e for e in rk.response_errors(decode_response(key, ver, answer)[1]) if e]
             out[name] = {**spread(lat), "errors_in_last": errs}
             log(f"  {name:<17} p50 {out[name]['p50']:8.1f} us  p99 {out[name]['p99']:8.1f} us")
     return out
@@ -715,7 +715,7 @@ def fresh_baseline(target, v: dict) -> str:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:
-                with RawClient(host, int(port), timeout=10) as c:
+                with WireClient(host, int(port), timeout=10) as c:
                     if rk.first_error(c.request(rk.fetch_request(v, "bench-baseline", TOPIC, 1))) == 0:
                         break
             except (OSError, ValueError, EOFError, rk.BenchError):
@@ -804,7 +804,7 @@ def scale_idle(target, v: dict, args, run_dir: Path) -> dict:
     return res
 
 
-def fetch_ok(c: RawClient, v: dict, prefix: str, g: int, partitions: int) -> bool:
+def fetch_ok(c: WireClient, v: dict, prefix: str, g: int, partitions: int) -> bool:
     resp = c.request(rk.fetch_request(v, f"{prefix}-{g}", TOPIC, partitions))
     if rk.first_error(resp):
         return False
@@ -884,7 +884,7 @@ def scale_offsets(target, v: dict, args, run_dir: Path) -> dict:
     deadline = time.perf_counter() + 600
     while pending and time.perf_counter() < deadline:
         try:
-            with RawClient(host, int(port), timeout=10) as c:
+            with WireClient(host, int(port), timeout=10) as c:
                 if t_listen is None:
                     t_listen = time.perf_counter() - t_start
                 for g in sorted(pending):

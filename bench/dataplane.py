@@ -5,7 +5,7 @@
     200,000 messages of 100 B and 20,000 of 10 KiB by default;
   * consume throughput (MB/s, msgs/s) of the same data with an assign()-only confluent-kafka consumer;
   * ApiVersions (v3) and Metadata (v12) round-trip latency, p50/p99 in microseconds over 5,000 sequential
-    requests each, from a raw-socket client that encodes requests with kio (tests/e2e/e2e_wire.py).
+    requests each, from a raw-socket client that encodes requests with kio (tests/support/wire.py).
 
 MB are 10^6 bytes of message value. Run: .venv/bin/python bench/dataplane.py [--quick] [--set NAME=VALUE]...
 Each phase has a deadline (--phase-timeout) so a run stays within ~2 minutes even on a slow server.
@@ -23,14 +23,15 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO))
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from e2e_server import start_server  # noqa: E402
-from e2e_wire import RawClient, decode_response, encode_request, recv_frame  # noqa: E402
 from kio.schema.api_versions.v3.request import ApiVersionsRequest  # noqa: E402
 from kio.schema.metadata.v12.request import MetadataRequest  # noqa: E402
+
+from tests.support.server import start_server  # noqa: E402
+from tests.support.wire import WireClient, decode_response, encode_request, recv_frame  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -167,7 +168,7 @@ def measured(pid: int, fn, *args) -> dict:
 def latency(host: str, port: int, body, n: int, warmup: int = 200) -> dict:
     samples = []
     api_key, version = body.__api_key__, body.__version__
-    with RawClient(host, port, timeout=10) as client:
+    with WireClient(host, port, timeout=10) as client:
         sock = client.sock
         for i in range(warmup + n):
             frame = encode_request(body, i + 1, "bench")
@@ -176,7 +177,7 @@ def latency(host: str, port: int, body, n: int, warmup: int = 200) -> dict:
             response = recv_frame(sock)
             t1 = time.perf_counter_ns()
             if i == 0 or i == warmup + n - 1:  # decode a couple fully; check correlation ids on all
-                cid, entity = decode_response(response, api_key, version)
+                cid, entity = decode_response(api_key, version, response)
                 top_error = getattr(entity, "error_code", 0)
                 if top_error:
                     raise RuntimeError(f"{type(entity).__name__} error_code {top_error}")

@@ -12,7 +12,7 @@ For each target, a 10-partition topic is created, then per round (5 by default):
   * the workers are then closed (LeaveGroup) before the next round.
 
 Targets:
-  server  this project's server, started as the e2e tests start it (tests/e2e/e2e_server.py) with
+  server  this project's server, started as the e2e tests start it (tests/support/server.py) with
           --set group.initial.rebalance.delay.ms=0
   mock    librdkafka's own mock cluster (1 broker), created in this process via ctypes from the librdkafka
           bundled in the confluent_kafka wheel (rd_kafka_mock_cluster_new), with
@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from targets import MockCluster  # noqa: E402  (librdkafka's mock cluster through ctypes, shared with compare.py)
@@ -120,7 +120,7 @@ def worker(args: argparse.Namespace) -> None:
 
 class ServerTarget:
     def __init__(self, run_dir: Path) -> None:
-        from e2e_server import start_server
+        from tests.support.server import start_server
 
         self.server = start_server(run_dir, {"group.initial.rebalance.delay.ms": "0"})
         self.bootstrap = self.server.bootstrap

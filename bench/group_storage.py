@@ -48,9 +48,6 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-
-from e2e_server import ServerProcess, start_server  # noqa: E402
 
 from coordinator.clock import ManualClock, ManualTimer  # noqa: E402
 from coordinator.config import Config  # noqa: E402
@@ -58,6 +55,7 @@ from coordinator.records import CoordinatorRecord, decode_record, new_offset_com
 from coordinator.shard import GroupCoordinatorShard  # noqa: E402
 from coordinator.sharding import shard_of  # noqa: E402
 from storage import Log  # noqa: E402
+from tests.support.server import ServerProcess, start_server  # noqa: E402
 
 GOAL_SECONDS = 5.0
 GOAL_MB = 300.0
@@ -131,7 +129,7 @@ def readyz(url: str) -> bool:
 
 
 class Run:
-    """One server process on `data_dir`, started with tests/e2e/e2e_server.py's start_server (ServerProcess)."""
+    """One server process on `data_dir`, started with tests/support/server.py's start_server (ServerProcess)."""
 
     def __init__(self, data_dir: Path, run_dir: Path) -> None:
         self.t0 = time.perf_counter()
@@ -184,7 +182,7 @@ async def _commit_load(host: str, port: int, connections: int, seconds: float) -
         OffsetCommitRequestTopic,
     )
 
-    from tests.wire import encode_request
+    from tests.support.wire import encode_request
 
     latencies: list[float] = []
     end = time.perf_counter() + seconds

@@ -1,4 +1,4 @@
-"""Raw-frame Kafka group members for the benchmark: kio encodes/decodes bodies (tests/e2e/e2e_wire.py does the
+"""Raw-frame Kafka group members for the benchmark: kio encodes/decodes bodies (tests/support/wire.py does the
 headers and framing), this module adds version negotiation, an asyncio connection that pipelines, and a classic
 group member (JoinGroup with MEMBER_ID_REQUIRED, SyncGroup, Heartbeat with rejoin on REBALANCE_IN_PROGRESS).
 
@@ -18,9 +18,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
-from e2e_wire import RawClient, decode_response, encode_request, make, request_class  # noqa: E402
+from tests.support.wire import WireClient, decode_response, encode_request, make, request_class  # noqa: E402
 
 API_VERSIONS, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 18, 10, 11, 12, 13, 14
 OFFSET_COMMIT, OFFSET_FETCH, METADATA = 8, 9, 3
@@ -58,7 +57,7 @@ class BenchError(RuntimeError):
 def negotiate(bootstrap: str) -> dict[int, int]:
     """{api_key: version}: the highest version both sides support, for the group APIs."""
     host, port = bootstrap.rsplit(":", 1)
-    with RawClient(host, int(port), timeout=10) as c:
+    with WireClient(host, int(port), timeout=10) as c:
         resp = c.request(make(request_class(API_VERSIONS, 0), {}))
     theirs = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
     out = {}
@@ -109,7 +108,7 @@ def _probe(host: str, port: int, v: dict[int, int]) -> bool:
         (LEAVE_GROUP, lambda m: leave_request(v, group, m.get("id", ""), None)),
     ]
     state: dict[str, Any] = {}
-    with RawClient(host, port, timeout=30) as c:
+    with WireClient(host, port, timeout=30) as c:
         for key, build in steps:
             body = build(state)
             if body is None:
@@ -392,7 +391,7 @@ class Conn(asyncio.Protocol):
                 if not fut.done():
                     raw = bytes(buf[start:pos])
                     try:
-                        fut.set_result(decode_response(raw, key, version)[1])
+                        fut.set_result(decode_response(key, version, raw)[1])
                     except Exception as exc:  # noqa: BLE001
                         fut.set_result(Undecodable(raw, exc))
                 continue
@@ -400,7 +399,7 @@ class Conn(asyncio.Protocol):
             if self.answers % self.check_every == 0:
                 self.checked += 1
                 errs = response_errors(
-                    decode_response(bytes(buf[start:pos]), self.blast_key, self.blast_version)[1]
+                    decode_response(self.blast_key, self.blast_version, bytes(buf[start:pos]))[1]
                 )
                 bad = [e for e in errs if e]
                 if bad:

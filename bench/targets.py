@@ -1,6 +1,6 @@
 """The four targets of the side-by-side benchmark, each started on 127.0.0.1 free ports and stopped at the end.
 
-  server  this project's server, `python -m coordinator serve` as the e2e tests start it (tests/e2e/e2e_server.py),
+  server  this project's server, `python -m coordinator serve` as the e2e tests start it (tests/support/server.py),
           fresh data dir, --set group.initial.rebalance.delay.ms=0
   kafka   Apache Kafka 4.x, one KRaft node (broker+controller) from the Maven Central jars in .deps/jars/kafka-server
           (scripts/fetch-jars.sh kafka-server): kafka.tools.StorageTool format, then kafka.Kafka server.properties,
@@ -31,7 +31,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 KAFKA_JARS = REPO / ".deps" / "jars" / "kafka-server"
 TANSU_BIN = REPO / ".deps" / "tansu" / "tansu"
@@ -51,7 +50,7 @@ def wait_metadata(
     bootstrap: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None
 ) -> None:
     """Until the target answers ApiVersions + Metadata on a raw connection."""
-    from e2e_wire import RawClient, make, request_class
+    from tests.support.wire import WireClient, make, request_class
 
     host, port = bootstrap.rsplit(":", 1)
     deadline = time.monotonic() + timeout
@@ -61,7 +60,7 @@ def wait_metadata(
             tail = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
             raise TargetUnavailable(f"process exited with code {proc.returncode}: {tail}")
         try:
-            with RawClient(host, int(port), timeout=5) as c:
+            with WireClient(host, int(port), timeout=5) as c:
                 c.request(make(request_class(3, 1), {"topics": None}))
                 return
         except (OSError, ValueError, EOFError) as exc:
@@ -106,15 +105,18 @@ def _stop_proc(proc: subprocess.Popen, timeout: float = 30.0) -> None:
 
 
 def _e2e_server_module(src: Path | None):
-    """tests/e2e/e2e_server.py of the working tree, or of a `git archive` snapshot at `src` (its REPO is then
+    """tests/support/server.py of the working tree, or of a `git archive` snapshot at `src` (its REPO is then
     the snapshot, so the server runs the snapshot's code)."""
     if src is None:
-        import e2e_server
+        from tests.support import server as e2e_server
 
         return e2e_server
     name = "e2e_server_" + src.name.replace("-", "_")
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, src / "tests" / "e2e" / "e2e_server.py")
+        path = src / "tests" / "support" / "server.py"
+        if not path.exists():  # a snapshot from before tests/support
+            path = src / "tests" / "e2e" / "e2e_server.py"
+        spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module

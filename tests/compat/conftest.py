@@ -1,14 +1,13 @@
 """Fixtures for the Java compatibility tests: real Apache Kafka Java clients and tools against the server.
 
-    server_factory           the e2e fixture (tests/e2e/conftest.py, reused as is)
+    server_factory           the shared fixture (tests/support/fixtures.py)
     server                   the e2e server behind a compat_matrix.RecordingProxy: its .bootstrap is the
                              proxy, which records the API versions each client.id used (the README's table)
-    members                  a groups_support.Members pool (members still running at teardown are killed
-                             first)
+    members                  the shared fixture (tests/support/fixtures.py)
     java_clients             session-scoped, parametrized over kafka-clients 3.9.x and 4.x: a JavaClients
                              (jar dir, classes compiled from java/*.java once per jar set, classpath, version)
 
-Jar sets are fetched on first use by scripts/fetch-jars.sh (compat_support.fetch_jar_set; a no-op when cached)
+Jar sets are fetched on first use by scripts/fetch-jars.sh (tests.support.java.fetch_jar_set; a no-op when cached)
 into .deps/jars/ (git-ignored), or KGC_JARS_DIR. The tests skip when java or javac is not on PATH
 (or mvn, when a jar set is not cached yet).
 """
@@ -17,25 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
+import compat_matrix
 import pytest
 
+from tests.support.java import CLIENT_SETS, JAVA_SOURCES, JavaClients, fetch_jar_set, need_tools
+
 COMPAT = Path(__file__).resolve().parent
-TESTS = COMPAT.parent
-for _p in (COMPAT, TESTS / "e2e", TESTS / "e2e" / "groups"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-import compat_matrix  # noqa: E402
-from compat_support import CLIENT_SETS, JAVA_SOURCES, JavaClients, fetch_jar_set, need_tools  # noqa: E402
-from e2e_support import load_conftest  # noqa: E402
-from groups_support import Members  # noqa: E402
-
-_e2e = load_conftest(TESTS / "e2e" / "conftest.py")
-server_factory = _e2e.server_factory
 
 
 @pytest.fixture
@@ -84,12 +72,3 @@ def java_clients(request, tmp_path_factory: pytest.TempPathFactory) -> JavaClien
     if proc.returncode != 0:
         pytest.fail(f"javac against {set_name} failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
     return JavaClients(set_name, jars, classes, version)
-
-
-@pytest.fixture
-def members(server_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Members]:
-    # Depending on server_factory makes this fixture's teardown run first: members die before the server
-    # stops.
-    pool = Members(tmp_path_factory.mktemp("members"))
-    yield pool
-    pool.cleanup()

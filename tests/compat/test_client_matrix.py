@@ -48,8 +48,8 @@ from typing import Any
 import compat_matrix
 import pytest
 from compat_matrix import not_applicable, record, scenario, set_version
-from e2e_server import PYTHON, REPO, ServerProcess
-from groups_support import (
+
+from tests.support.members import (
     FENCED_INSTANCE_ID,
     RD_FATAL,
     RD_FENCED,
@@ -66,6 +66,7 @@ from groups_support import (
     wait_for,
     wait_split,
 )
+from tests.support.server import PYTHON, REPO, ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,8 @@ import importlib.util
 import json
 
 from compat_matrix import CLIENTS, SCENARIOS
-from e2e_server import REPO
+
+from tests.support.server import REPO
 
 SCRIPT = REPO / "scripts" / "compat_table.py"
 

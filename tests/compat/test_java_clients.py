@@ -8,8 +8,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from compat_support import start_java_member
-from groups_support import (
+
+from tests.support.java import start_java_member
+from tests.support.members import (
     check_exactly_once,
     commit_errors,
     committed_offsets,

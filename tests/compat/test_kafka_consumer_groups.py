@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from compat_support import fetch_jar_set, run_java_tool
-from groups_support import (
+
+from tests.support.java import fetch_jar_set, run_java_tool
+from tests.support.members import (
     committed_offsets,
     consumed_all,
     create_topic,

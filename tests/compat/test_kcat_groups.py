@@ -24,9 +24,17 @@ from pathlib import Path
 
 import pytest
 from compat_matrix import not_applicable, scenario, set_version
-from e2e_server import REPO, ServerProcess
-from e2e_support import require_kcat
-from groups_support import admin, committed_offsets, create_topic, high_watermarks, produce_batch, wait_for
+
+from tests.support.e2e import require_kcat
+from tests.support.members import (
+    admin,
+    committed_offsets,
+    create_topic,
+    high_watermarks,
+    produce_batch,
+    wait_for,
+)
+from tests.support.server import REPO, ServerProcess
 
 pytestmark = pytest.mark.e2e
 

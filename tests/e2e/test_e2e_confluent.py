@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from e2e_support import (
+
+from tests.support.e2e import (
     check_consumed,
     check_consumed_in_order,
     check_delivered,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from e2e_support import create_topic, roundtrip
+
+from tests.support.e2e import create_topic, roundtrip
 
 pytestmark = pytest.mark.e2e
 

@@ -6,10 +6,11 @@ import socket
 import struct
 
 import pytest
-from e2e_support import check_delivered, consume, create_topic, make_messages, produce, run_client
-from e2e_wire import RawClient
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+from tests.support.e2e import check_delivered, consume, create_topic, make_messages, produce, run_client
+from tests.support.wire import WireClient
 
 pytestmark = pytest.mark.e2e
 
@@ -66,7 +67,7 @@ def test_kafka_python_produce_to_missing_topic_fails_cleanly(no_autocreate_serve
 
 def test_raw_metadata_for_missing_topic_reports_unknown_topic(no_autocreate_server):
     server = no_autocreate_server
-    with RawClient(server.host, server.port) as c:
+    with WireClient(server.host, server.port) as c:
         resp = c.request(
             MetadataRequest(
                 topics=(MetadataRequestTopic(topic_id=None, name="raw-missing"),),
@@ -78,7 +79,7 @@ def test_raw_metadata_for_missing_topic_reports_unknown_topic(no_autocreate_serv
     assert [b.node_id for b in resp.brokers] == server.node_ids
 
 
-def _api_versions_ok(client: RawClient) -> None:
+def _api_versions_ok(client: WireClient) -> None:
     resp = client.request(ApiVersionsRequest(client_software_name="e2e-raw", client_software_version="1.0"))
     assert resp.error_code == 0
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
@@ -122,13 +123,13 @@ def test_malformed_frames_close_only_their_connection(server):
     failures = []
     for name, frame in BAD_FRAMES.items():
         try:
-            with RawClient(server.host, server.port) as good:
+            with WireClient(server.host, server.port) as good:
                 _api_versions_ok(good)
                 with socket.create_connection((server.host, server.port), timeout=5) as bad:
                     bad.sendall(frame)
                     _assert_closed(bad)
                 _api_versions_ok(good)  # the connection opened before still works
-            with RawClient(server.host, server.port) as fresh:  # and so does a new one
+            with WireClient(server.host, server.port) as fresh:  # and so does a new one
                 _api_versions_ok(fresh)
         except (AssertionError, OSError, ValueError, pytest.fail.Exception) as exc:
             failures.append(f"{name}: {type(exc).__name__}: {exc}")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from e2e_support import check_consumed, check_delivered, consume, make_messages, produce, run_client
+
+from tests.support.e2e import check_consumed, check_delivered, consume, make_messages, produce, run_client
 
 pytestmark = pytest.mark.e2e
 

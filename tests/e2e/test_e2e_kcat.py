@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from e2e_support import create_topic, require_kcat, run
+
+from tests.support.e2e import create_topic, require_kcat, run
 
 pytestmark = pytest.mark.e2e
 

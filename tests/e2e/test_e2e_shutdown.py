@@ -9,9 +9,10 @@ import subprocess
 import time
 
 import pytest
-from e2e_server import PYTHON, REPO
-from e2e_support import CLIENTS, create_topic
-from e2e_wire import RawClient, decode_response, encode_request, make, request_class
+
+from tests.support.e2e import CLIENTS, create_topic
+from tests.support.server import PYTHON, REPO
+from tests.support.wire import WireClient, decode_response, encode_request, make, request_class
 
 pytestmark = pytest.mark.e2e
 
@@ -46,7 +47,7 @@ def test_sigterm_with_connected_clients_and_parked_fetch(server_factory):
         idle = stack.enter_context(socket.create_connection((server.host, server.port), timeout=5))
         partial = stack.enter_context(socket.create_connection((server.host, server.port), timeout=5))
         partial.sendall(b"\x00\x00")  # half a length prefix
-        parked = stack.enter_context(RawClient(server.host, server.port))
+        parked = stack.enter_context(WireClient(server.host, server.port))
         fetch = make(request_class(1, 4), {
             "replica_id": -1, "max_wait": 30000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
             "topics": [{"topic": "idle", "partitions": [
@@ -65,7 +66,7 @@ def test_sigterm_with_connected_clients_and_parked_fetch(server_factory):
         answer = _read_to_eof(parked.sock)
         if answer:  # an early, empty answer to the parked fetch is fine; garbage is not
             size = int.from_bytes(answer[:4], "big")
-            cid, resp = decode_response(answer[4 : 4 + size], 1, 4)
+            cid, resp = decode_response(1, 4, answer[4 : 4 + size])
             assert cid == 77
             assert all(not p.records for t in resp.responses for p in t.partitions)
         assert _read_to_eof(idle) == b""

@@ -11,17 +11,18 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from e2e_support import create_topic
-from e2e_wire import RawClient, decode_response, encode_request, make, recv_frame, request_class
 from kio.index import UnknownEntity
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+from tests.support.e2e import create_topic
+from tests.support.wire import WireClient, decode_response, encode_request, make, recv_frame, request_class
 
 pytestmark = pytest.mark.e2e
 
 UNSUPPORTED_VERSION = 35
 
 
-def advertised(client: RawClient) -> dict[int, tuple[int, int]]:
+def advertised(client: WireClient) -> dict[int, tuple[int, int]]:
     resp = client.request(ApiVersionsRequest(client_software_name="e2e-sweep", client_software_version="1"))
     assert resp.error_code == 0
     return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
@@ -43,7 +44,7 @@ def versions(ranges: dict[int, tuple[int, int]], api_key: int) -> list[int]:
 @pytest.fixture
 def sweep(server):
     create_topic("ck", server, "sweep", 3)
-    with RawClient(server.host, server.port, client_id="e2e-sweep") as client:
+    with WireClient(server.host, server.port, client_id="e2e-sweep") as client:
         yield server, client, advertised(client)
 
 
@@ -65,7 +66,7 @@ def test_api_versions_every_version_and_unsupported_one(sweep):
     )
     frame[6:8] = too_new.to_bytes(2, "big")
     client.sock.sendall(bytes(frame))
-    cid, resp = decode_response(recv_frame(client.sock), 18, 0)
+    cid, resp = decode_response(18, 0, recv_frame(client.sock))
     assert cid == 4242
     assert resp.error_code == UNSUPPORTED_VERSION
     assert {k.api_key for k in resp.api_keys} == set(ranges)

@@ -12,19 +12,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
-from e2e_wire import RawClient, decode_response, encode_request, make, recv_frame, request_class
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "groups"))
-from groups_support import (  # noqa: E402 - the group e2e helpers live beside their own conftest
-    Members,
+from coordinator.cluster.topology import owner_of  # noqa: E402
+from tests.support.members import (  # noqa: E402 - the group e2e helpers live beside their own conftest
     admin,
     check_exactly_once,
     consumed_all,
@@ -34,8 +30,7 @@ from groups_support import (  # noqa: E402 - the group e2e helpers live beside t
     produce_batch,
     wait_for,
 )
-
-from coordinator.cluster.topology import owner_of  # noqa: E402
+from tests.support.wire import WireClient, decode_response, encode_request, make, recv_frame, request_class
 
 pytestmark = pytest.mark.e2e
 
@@ -55,26 +50,19 @@ def group_on(worker: int, prefix: str) -> str:
     raise AssertionError("no group id found")
 
 
-@pytest.fixture
-def members(server_factory, tmp_path_factory: pytest.TempPathFactory):
-    pool = Members(tmp_path_factory.mktemp("members"))
-    yield pool
-    pool.cleanup()
-
-
 def start_workers(server_factory, **settings: object):
     return server_factory({"coordinator.workers": WORKERS, **settings})
 
 
 def find_coordinator(host: str, port: int, group: str) -> tuple[int, int, int]:
     """(error code, node id, port) of FindCoordinator v3 for `group`, asked of the broker at host:port."""
-    with RawClient(host, port) as client:
+    with WireClient(host, port) as client:
         answer = client.request(make(request_class(FIND_COORDINATOR, 3), {"key": group, "key_type": 0}))
     return answer.error_code, answer.node_id, answer.port
 
 
 def metadata_brokers(host: str, port: int) -> list[tuple[int, str, int]]:
-    with RawClient(host, port) as client:
+    with WireClient(host, port) as client:
         answer = client.request(
             make(
                 request_class(METADATA, 12),
@@ -251,7 +239,7 @@ def test_group_requests_sent_to_any_worker_are_answered_by_the_owner(server_fact
     remote = group_on(1, "relay-remote")
     local = group_on(0, "relay-local")
     protocols = [{"name": "range", "metadata": b"\x00\x01"}]
-    with RawClient(server.host, server.port) as c:
+    with WireClient(server.host, server.port) as c:
         for group in (remote, local):
             join = {
                 "group_id": group,
@@ -348,7 +336,7 @@ def test_group_requests_sent_to_any_worker_are_answered_by_the_owner(server_fact
         assert got == {local: [(7, local)], remote: [(42, remote)]}, fetched
     # Worker 1 holds the remote group: asked directly, it tells the same.
     port1 = metadata_brokers(server.host, server.port)[1][2]
-    with RawClient(server.host, port1) as c:
+    with WireClient(server.host, port1) as c:
         fetched = c.request(
             make(
                 request_class(OFFSET_FETCH, 8),
@@ -412,7 +400,7 @@ def test_sigterm_answers_parked_and_relayed_joins_and_stops_at_once(server_facto
     wait_ready(server)
     group = group_on(owner, "shutdown-parked")
     ports = {w: p for w, (_n, _h, p) in enumerate(metadata_brokers(server.host, server.port))}
-    clients = [RawClient(server.host, ports[w], timeout=20) for w in (0, 1)]  # one relays, one is the owner
+    clients = [WireClient(server.host, ports[w], timeout=20) for w in (0, 1)]  # one relays, one is the owner
     try:
         cid = 7
         for w, c in enumerate(clients):
@@ -434,7 +422,7 @@ def test_sigterm_answers_parked_and_relayed_joins_and_stops_at_once(server_facto
         server.stopped = True
         server.proc.send_signal(signal.SIGTERM)
         for c in clients:
-            got_cid, answer = decode_response(recv_frame(c.sock), JOIN_GROUP, 9)
+            got_cid, answer = decode_response(JOIN_GROUP, 9, recv_frame(c.sock))
             assert (got_cid, answer.error_code) == (cid, 16), answer  # NOT_COORDINATOR
         assert server.proc.wait(timeout=10) == 0, server.output()
         took = time.monotonic() - started

@@ -17,8 +17,9 @@ import types
 from pathlib import Path
 
 import pytest
-from e2e_server import PYTHON
-from groups_support import (
+
+from tests.support.crash import CrashServer
+from tests.support.members import (
     FENCED_INSTANCE_ID,
     RD_FATAL,
     RD_FENCED,
@@ -27,7 +28,7 @@ from groups_support import (
     wait_for,
     wait_split,
 )
-from test_crash_recovery import CrashServer
+from tests.support.server import PYTHON
 
 pytestmark = pytest.mark.e2e
 

@@ -26,10 +26,10 @@ import types
 import urllib.request
 
 import pytest
-from e2e_server import PYTHON
-from groups_support import Members, even_sizes, split_ok, wait_split
-from test_crash_recovery import CLIENTS as CRASH_CLIENTS
-from test_crash_recovery import CrashServer, committed_offsets, create_topics, last_acked
+
+from tests.support.crash import CRASH_CLIENTS, CrashServer, committed_offsets, create_topics, last_acked
+from tests.support.members import Members, even_sizes, split_ok, wait_split
+from tests.support.server import PYTHON
 
 pytestmark = pytest.mark.e2e
 

@@ -71,7 +71,7 @@ sys.path.insert(0, sys.argv[1])
 from kio.schema.join_group.v9.request import JoinGroupRequest
 from protocol.api import ApiTable
 from protocol.errors import RequestDecodeError
-from tests.wire import encode_request
+from tests.support.wire import encode_request
 
 async def handler(ctx, request):
     return None

@@ -31,12 +31,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from e2e_server import PYTHON, start_server
-from groups_support import Members, consumed_all, create_topic, produce_batch, wait_split
 from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsRequestV0
 from kio.schema.describe_groups.v0.request import DescribeGroupsRequest
 
-from tests.wire import WireClient, encode_request, recv_frame
+from tests.support.members import Members, consumed_all, create_topic, produce_batch, wait_split
+from tests.support.server import PYTHON, start_server
+from tests.support.wire import WireClient, encode_request, recv_frame
 
 pytestmark = pytest.mark.e2e
 

@@ -26,8 +26,9 @@ import time
 import types
 
 import pytest
-from e2e_server import PYTHON, start_server
-from groups_support import (
+from netfaults import Netns, netns_support
+
+from tests.support.members import (
     GROUP_CLIENTS,
     Member,
     Members,
@@ -36,7 +37,7 @@ from groups_support import (
     produce_batch,
     wait_split,
 )
-from netfaults import Netns, netns_support
+from tests.support.server import PYTHON, start_server
 
 pytestmark = [
     pytest.mark.e2e,

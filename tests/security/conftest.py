@@ -6,14 +6,9 @@ secure_servers   start(settings, data_dir=None) -> SecureServer; stopped (SIGTER
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from security_support import Pki, SecureServers, make_pki  # noqa: E402
 
 

@@ -7,15 +7,12 @@ import dataclasses
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-
-from e2e_server import ServerProcess, start_server  # noqa: E402
+from tests.support.server import ServerProcess, start_server  # noqa: E402
 
 ALICE_SUBJECT = "/C=US/O=kgc/OU=test/CN=alice"
 ALICE_PRINCIPAL = "User:CN=alice,OU=test,O=kgc,C=US"  # Kafka's RFC 2253 form: most specific RDN first

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,7 @@ from confluent_kafka.admin import AclOperation, AclPermissionType, ResourcePatte
 from security_clients import admin, binding, create_acls, create_topic, produce, sasl
 from security_support import USERS, SecureServers, acl_server_settings
 
-for _folder in ("compat", "e2e/groups"):  # compat_support imports groups_support
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / _folder))
-from compat_support import JAVA_OPTS, classpath, fetch_jar_set, need_tools  # noqa: E402
+from tests.support.java import JAVA_OPTS, classpath, fetch_jar_set, need_tools
 
 pytestmark = pytest.mark.e2e
 

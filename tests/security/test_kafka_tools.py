@@ -1,20 +1,17 @@
 """Kafka's own tools against a secured server (kafka-tools 4.x jars, fetched by scripts/fetch-jars.sh):
 kafka-acls (org.apache.kafka.tools.AclCommand) adds, lists and removes ACLs over SASL/SCRAM, and
-kafka-consumer-groups run as a lag-exporter principal holding only the README's minimum ACLs (DESCRIBE on groups
+kafka-consumer-groups run as a lag-exporter principal holding only docs/security.md's minimum ACLs (DESCRIBE on groups
 and topics) describes every group's offsets and lag."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from security_clients import admin, consume, create_topic, produce, sasl
 from security_support import USERS, SecureServers, acl_server_settings
 
-for _folder in ("compat", "e2e/groups"):  # compat_support imports groups_support
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / _folder))
-from compat_support import fetch_jar_set, run_java_tool  # noqa: E402
+from tests.support.java import fetch_jar_set, run_java_tool
 
 pytestmark = pytest.mark.e2e
 

@@ -4,9 +4,7 @@ pre-authentication gate, and SCRAM users created through AdminClient.alter_user_
 from __future__ import annotations
 
 import socket
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Producer
@@ -26,8 +24,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from security_clients import admin, binding, create_acls, produce, sasl
 from security_support import SecureServers, acl_server_settings
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.wire import WireClient  # noqa: E402
+from tests.support.wire import WireClient  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

@@ -3,8 +3,6 @@ which error code, at which level (top, group, topic, partition), and what is fil
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,10 +11,9 @@ from confluent_kafka.admin import AclOperation, ResourceType
 from security_clients import admin, binding, commit_error_codes, create_acls, create_topic, produce, sasl
 from security_support import SecureServers, acl_server_settings
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from protocol.api import request_class  # noqa: E402
 from protocol.build import build  # noqa: E402
-from tests.wire import WireClient  # noqa: E402
+from tests.support.wire import WireClient  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

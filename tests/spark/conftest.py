@@ -1,6 +1,6 @@
 """Fixtures for the PySpark tests: one real SparkSession (local[2]) per test session, real servers per test.
 
-    server, server_factory   the e2e server fixtures (tests/e2e/conftest.py, reused as is); every server
+    server, server_factory   the shared fixtures (tests/support/fixtures.py); every server
                              starts with group.initial.rebalance.delay.ms=0 (SPARK-53904: Spark's driver
                              polls for its first assignment for only 500 ms)
     spark_kafka_jars         session-scoped: the directory of Spark's Kafka connector jars for the installed
@@ -17,27 +17,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.server import REPO
+
 SPARK_TESTS = Path(__file__).resolve().parent
-TESTS = SPARK_TESTS.parent
-REPO = TESTS.parent
-for _p in (SPARK_TESTS, TESTS / "e2e"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-from e2e_support import load_conftest  # noqa: E402
-
 FETCH_SPARK_JARS = REPO / "scripts" / "fetch-spark-jars.sh"
-
-
-_e2e = load_conftest(TESTS / "e2e" / "conftest.py")
-server_factory = _e2e.server_factory
-server = _e2e.server
 
 
 # PySpark leaves its own local sockets to the JVM (py4j callbacks, collect()'s result socket) to the garbage

@@ -3,37 +3,21 @@ checking that what came back is byte-identical to what went in."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import shutil
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-from e2e_server import PYTHON, REPO, ServerProcess
 
-CLIENTS = Path(__file__).resolve().parent / "clients"
+from tests.support.server import PYTHON, REPO, ServerProcess
+
+CLIENTS = Path(__file__).resolve().parents[1] / "e2e" / "clients"
 CLIENT_TIMEOUT_S = 90.0
-
-
-def load_conftest(path: Path) -> ModuleType:
-    """Another folder's conftest.py as a module, loaded once per session, so that a suite elsewhere (compat, spark,
-    reliability) reuses its fixtures instead of copying them: `server = load_conftest(E2E / "conftest.py").server`."""
-    name = f"kgc_conftest_{path.parent.name}"
-    module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return module
 
 
 def make_messages(n: int, seed: int, *, partition: int | None = None) -> list[dict[str, Any]]:

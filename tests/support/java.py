@@ -1,6 +1,6 @@
-"""Helpers for the Java compatibility tests: jar sets (scripts/fetch-jars.sh), Java group members
-(java/GroupMember.java) followed through the same groups_support.Member machinery as the Python members, and
-running Kafka's own command-line tools."""
+"""Java for the compatibility and security tests: jar sets (scripts/fetch-jars.sh), Java group members
+(tests/compat/java/GroupMember.java) followed through the same tests.support.members.Member machinery as the
+Python members, and running Kafka's own command-line tools."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_server import REPO, ServerProcess
-from groups_support import Member, Members
+
+from tests.support.members import Member, Members
+from tests.support.server import REPO, ServerProcess
 
 FETCH_JARS = REPO / "scripts" / "fetch-jars.sh"
-JAVA_SOURCES = Path(__file__).resolve().parent / "java"
+JAVA_SOURCES = REPO / "tests" / "compat" / "java"
 CLIENT_SETS = ["kafka-clients-3.9", "kafka-clients-4"]
 
 

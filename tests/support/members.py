@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_server import PYTHON, REPO, ServerProcess
-from e2e_support import make_messages, produce, run, run_client
 
-GROUP_CLIENTS = Path(__file__).resolve().parent / "clients"
+from tests.support.e2e import make_messages, produce, run, run_client
+from tests.support.server import PYTHON, REPO, ServerProcess
+
+GROUP_CLIENTS = Path(__file__).resolve().parents[1] / "e2e" / "groups" / "clients"
 MEMBER_SCRIPTS = {"ck": "ck_member.py", "kp": "kp_member.py", "aio": "aio_member.py"}
 
 NON_EMPTY_GROUP = 68

@@ -1,6 +1,6 @@
 """Start and stop the server as a subprocess, exactly as a user would run it.
 
-Shared by tests/e2e/conftest.py and bench/dataplane.py (which puts this folder on sys.path).
+Used by the shared fixtures (tests/support/fixtures.py) and by the benchmarks (bench/).
 
     .venv/bin/python -m coordinator serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --data-dir DIR
         [--set NAME=VALUE]...

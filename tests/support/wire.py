@@ -1,7 +1,9 @@
-"""A minimal raw-socket Kafka client: kio encodes and decodes the bodies, this module does headers, framing.
+"""The tests' one raw-socket Kafka client: kio encodes and decodes the bodies, this module does headers and
+framing, independently of the server's own codec (protocol.api), so a test of the wire checks the server against
+Kafka's schemas rather than against itself.
 
-Used by the raw-protocol e2e tests (in the test process: they check the wire, not a client library) and by
-bench/dataplane.py for round-trip latency.
+Used by unit tests that talk to a server over a socket, by the raw-protocol e2e tests (in the test process: they
+check the wire, not a client library) and by the benchmarks for round trips.
 
 Request header: >h api_key, >h api_version, >i correlation_id, >h client_id length + bytes, then for
 flexible versions (request header v2) one 0x00 byte of empty tagged fields. Response header: >i
@@ -52,12 +54,15 @@ def response_class(api_key: int, version: int) -> type:
     return load_response_schema(api_key, version)
 
 
-def encode_request(body: Any, correlation_id: int, client_id: str = "e2e-raw") -> bytes:
-    """A complete frame (length prefix included) for a kio request entity."""
-    cid = client_id.encode()
+def encode_request(body: Any, correlation_id: int, client_id: str | None = "test") -> bytes:
+    """A complete frame (length prefix included) for a kio request entity; `client_id` None is a null client id."""
     buf = io.BytesIO()
-    buf.write(struct.pack(">hhih", body.__api_key__, body.__version__, correlation_id, len(cid)))
-    buf.write(cid)
+    buf.write(struct.pack(">hhi", body.__api_key__, body.__version__, correlation_id))
+    if client_id is None:
+        buf.write(struct.pack(">h", -1))
+    else:
+        cid = client_id.encode()
+        buf.write(struct.pack(">h", len(cid)) + cid)
     if body.__flexible__:
         buf.write(b"\x00")
     _writer(type(body))(buf, body)
@@ -81,7 +86,7 @@ def recv_frame(sock: socket.socket) -> bytes:
     return recv_exact(sock, size)
 
 
-def decode_response(frame: bytes, api_key: int, version: int) -> tuple[int, Any]:
+def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
     """-> (correlation_id, kio response entity)."""
     cls = response_class(api_key, version)
     (correlation_id,) = struct.unpack_from(">i", frame, 0)
@@ -105,10 +110,11 @@ def _read_uvarint(buf: bytes, offset: int) -> tuple[int, int]:
     return value, offset + size
 
 
-class RawClient:
-    """One blocking connection; request() sends one request and waits for its response."""
+class WireClient:
+    """One blocking connection. `call(body)` sends one request and waits for its answer; `send` and `recv` are the
+    two halves, for pipelining and for tests that look at what comes back (or does not)."""
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0, client_id: str = "e2e-raw") -> None:
+    def __init__(self, host: str, port: int, timeout: float = 10.0, client_id: str = "test") -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client_id = client_id
@@ -117,20 +123,31 @@ class RawClient:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> RawClient:
+    def __enter__(self) -> WireClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def request(self, body: Any) -> Any:
+    def send(self, body: Any) -> int:
+        """Send one request; its correlation id."""
         cid = self._next_id
         self._next_id += 1
         self.sock.sendall(encode_request(body, cid, self.client_id))
-        got_cid, response = decode_response(recv_frame(self.sock), body.__api_key__, body.__version__)
+        return cid
+
+    def recv(self, body: Any) -> tuple[int, Any]:
+        """The next answer on the connection, read as the answer to `body`: (correlation id, entity)."""
+        return decode_response(body.__api_key__, body.__version__, recv_frame(self.sock))
+
+    def call(self, body: Any) -> Any:
+        cid = self.send(body)
+        got_cid, response = self.recv(body)
         if got_cid != cid:
             raise ValueError(f"correlation id {got_cid} in answer to request {cid}")
         return response
+
+    request = call
 
     def request_raw(self, frame: bytes) -> bytes:
         """Send pre-encoded bytes and return the raw response frame (used by the bench for tight loops)."""

@@ -36,7 +36,7 @@ from kio.schema.offset_commit.v8.request import (  # noqa: E402
     OffsetCommitRequestTopic,
 )
 
-from tests.wire import decode_response, encode_request, recv_frame  # noqa: E402
+from tests.support.wire import decode_response, encode_request, recv_frame  # noqa: E402
 
 stop = False
 RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR

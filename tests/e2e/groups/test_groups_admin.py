@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import pytest
-from e2e_wire import RawClient
-from groups_support import (
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+
+from tests.support.members import (
     NON_EMPTY_GROUP,
     admin,
     check_exactly_once,
@@ -17,7 +18,7 @@ from groups_support import (
     wait_for,
     wait_split,
 )
-from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from tests.support.wire import WireClient
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +51,7 @@ def test_admin_list_describe_offsets_delete(members, server, tmp_path):
         assert m["assignment"] == [[topic, p] for p in sorted(split[f"c{i}"])], (m, split)
         assert m["member_id"].startswith(f"admin-client-{i}-"), m  # Kafka: member id = client id + "-" + uuid
         assert m["instance_id"] is None
-    with RawClient(server.host, server.port) as c:
+    with WireClient(server.host, server.port) as c:
         raw = c.request(DescribeGroupsRequest(groups=(group,), include_authorized_operations=False)).groups[0]
     assert (raw.error_code, raw.group_state, raw.protocol_type, raw.protocol_data) == (
         0,

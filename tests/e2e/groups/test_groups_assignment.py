@@ -5,8 +5,9 @@ kafka-python and aiokafka with their default assignors. Every member runs in its
 from __future__ import annotations
 
 import pytest
-from e2e_wire import RawClient
-from groups_support import (
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+
+from tests.support.members import (
     admin,
     check_exactly_once,
     commit_errors,
@@ -19,7 +20,7 @@ from groups_support import (
     wait_for,
     wait_split,
 )
-from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from tests.support.wire import WireClient
 
 pytestmark = pytest.mark.e2e
 
@@ -27,7 +28,7 @@ PARTITIONS = 6
 
 
 def describe_raw(server, group: str):
-    with RawClient(server.host, server.port) as c:
+    with WireClient(server.host, server.port) as c:
         resp = c.request(DescribeGroupsRequest(groups=(group,), include_authorized_operations=False))
     assert len(resp.groups) == 1
     return resp.groups[0]

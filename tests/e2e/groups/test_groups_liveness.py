@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from groups_support import create_topic, wait_for, wait_split
+
+from tests.support.members import create_topic, wait_for, wait_split
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from groups_support import (
+
+from tests.support.members import (
     check_exactly_once,
     commit_errors,
     committed_offsets,

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_server import PYTHON, REPO, ServerStartError, start_server
-from groups_support import (
+
+from tests.support.members import (
     GROUP_CLIENTS,
     MEMBER_SCRIPTS,
     Member,
@@ -30,6 +30,7 @@ from groups_support import (
     wait_for,
     wait_ready,
 )
+from tests.support.server import PYTHON, REPO, ServerStartError, start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -276,7 +277,7 @@ def test_a_group_of_another_protocol_type_cannot_be_paused(server):
     from kio.index import load_request_schema
 
     from protocol.build import build
-    from tests.wire import WireClient
+    from tests.support.wire import WireClient
 
     wait_ready(server)
     host, port = server.bootstrap.rsplit(":", 1)

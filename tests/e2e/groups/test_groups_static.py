@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from groups_support import (
+
+from tests.support.members import (
     FENCED_INSTANCE_ID,
     RD_FATAL,
     RD_FENCED,

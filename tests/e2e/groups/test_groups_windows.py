@@ -15,8 +15,9 @@ import time
 from typing import Any
 
 import pytest
-from e2e_server import PYTHON, REPO
-from groups_support import admin_http, create_topic, wait_for, wait_ready, wait_split
+
+from tests.support.members import admin_http, create_topic, wait_for, wait_ready, wait_split
+from tests.support.server import PYTHON, REPO
 
 pytestmark = pytest.mark.e2e
 

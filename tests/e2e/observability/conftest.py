@@ -1,4 +1,4 @@
-"""Fixtures for the observability e2e tests (the server fixtures come from tests/e2e/conftest.py).
+"""Fixtures for the observability e2e tests (the shared ones come from tests/support/fixtures.py).
 
 members   an obs_support.Members: start(name, server, group, topic, *member_args) runs clients/member.py in
           its own process; members still running at teardown are killed before the server stops

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_server import PYTHON, REPO, ServerProcess
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.server import PYTHON, REPO, ServerProcess
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 

@@ -1,6 +1,6 @@
 """`kafka-group-coordinator groups ...` against a live group: aligned tables, --json, reset-offsets, delete.
 
-Run with `-s` to see the tables (README.md, "Observing groups", shows this test's output)."""
+Run with `-s` to see the tables (docs/observability.md shows this test's output)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import os
 import subprocess
 
 import pytest
-from e2e_server import PYTHON, REPO
 from obs_support import get_json, produce, wait_until
+
+from tests.support.server import PYTHON, REPO
 
 pytestmark = pytest.mark.e2e
 

@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_server import REPO
 from obs_support import get_json, metrics_text, produce, wait_until
+
+from tests.support.server import REPO
 
 pytestmark = pytest.mark.e2e
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from e2e_wire import RawClient, make, request_class
 from obs_support import get_json, metrics, produce, value, wait_until
+
+from tests.support.wire import WireClient, make, request_class
 
 pytestmark = pytest.mark.e2e
 
@@ -227,7 +228,7 @@ def test_kip800_reason_text_is_categorised_and_shown(server):
     max.poll.interval.ms; the raw wire client sends exactly that (JoinGroup v9 / LeaveGroup v5)."""
     group = "reason-kip800"
     host, port = server.bootstrap.rsplit(":", 1)
-    with RawClient(host, int(port), client_id="java-like") as client:
+    with WireClient(host, int(port), client_id="java-like") as client:
 
         def join(member_id: str):
             return client.request(

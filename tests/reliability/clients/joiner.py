@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from kio.schema.join_group.v3.request import JoinGroupRequest, JoinGroupRequestProtocol  # noqa: E402
 
-from tests.wire import decode_response, encode_request  # noqa: E402
+from tests.support.wire import decode_response, encode_request  # noqa: E402
 
 
 def main() -> None:

@@ -61,7 +61,7 @@ from protocol.build import build
 from protocol.errors import ErrorCode
 from storage import Log, OsFS
 from storage.fakefs import FaultFS, MemFS
-from tests.wire import WireClient
+from tests.support.wire import WireClient
 
 from .group.context import request, subscription
 from .server_thread import running, running_app

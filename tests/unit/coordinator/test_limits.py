@@ -17,7 +17,7 @@ from kio.schema.heartbeat.v0.request import HeartbeatRequest as HeartbeatV0
 
 from coordinator.config import Config, ConfigError
 from protocol.errors import ErrorCode
-from tests.wire import WireClient, encode_request, recv_frame
+from tests.support.wire import WireClient, encode_request, recv_frame
 
 from .server_thread import run_on, running
 

@@ -16,7 +16,7 @@ from kio.schema.heartbeat.v0.request import HeartbeatRequest as HeartbeatV0
 
 from coordinator.server.lookup import CoordinatorLookup
 from protocol.errors import ErrorCode
-from tests.wire import WireClient, encode_request, recv_frame
+from tests.support.wire import WireClient, encode_request, recv_frame
 
 from .server_thread import running
 

@@ -11,7 +11,7 @@ from coordinator.cluster.forwarding import ForwardingDataPlane
 from coordinator.dataplane.embedded import EmbeddedDataPlane
 from protocol.api import request_class
 from protocol.build import build
-from tests.wire import WireClient, encode_request
+from tests.support.wire import WireClient, encode_request
 
 from .server_thread import run_on, running
 from .test_dataplane import batch

@@ -20,7 +20,7 @@ from protocol.api import ApiTable, RequestContext, request_class
 from protocol.build import build, ms
 from protocol.errors import ErrorCode, FrameError, RequestDecodeError, UnknownApiKey
 from protocol.framing import frame, frame_length
-from tests.wire import encode_request
+from tests.support.wire import encode_request
 
 
 async def _heartbeat(ctx, request):
