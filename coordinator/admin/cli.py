@@ -248,29 +248,41 @@ def emit(args: argparse.Namespace, data: Any, render: Any) -> None:
     if args.json:
         print(json.dumps(data, indent=2))
         return
-    from rich.console import Console
-
-    console = Console(
-        highlight=False,
-        soft_wrap=False,
-        width=None if sys.stdout.isatty() else 250,
-        no_color=not sys.stdout.isatty(),
-    )
+    bold = sys.stdout.isatty()
     for block in render():
-        console.print(block)
+        print(block.render(bold) if isinstance(block, Table) else block)
 
 
-def table(columns: Iterable[str], rows: Iterable[Iterable[Any]], right: Iterable[str] = ()) -> Any:
-    from rich import box
-    from rich.table import Table
+class Table:
+    """Columns under a ruled header, `right` ones right-aligned; text is printed as it is (no markup)."""
 
-    right = set(right)
-    out = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
-    for column in columns:
-        out.add_column(column, justify="right" if column in right else "left", no_wrap=True)
-    for row in rows:
-        out.add_row(*("-" if v is None or v == "" else str(v) for v in row))
-    return out
+    GAP = "   "
+
+    def __init__(
+        self, columns: Iterable[str], rows: Iterable[Iterable[Any]], right: Iterable[str] = ()
+    ) -> None:
+        self.columns = list(columns)
+        self.rows = [["-" if v is None or v == "" else str(v) for v in row] for row in rows]
+        self.right = set(right)
+
+    def render(self, bold: bool = False) -> str:
+        widths = [max([len(c), *(len(row[i]) for row in self.rows)]) for i, c in enumerate(self.columns)]
+
+        def line(cells: list[str]) -> str:
+            return self.GAP.join(
+                cell.rjust(w) if column in self.right else cell.ljust(w)
+                for cell, w, column in zip(cells, widths, self.columns, strict=True)
+            ).rstrip()
+
+        header = line(self.columns)
+        if bold:
+            header = f"\x1b[1m{header}\x1b[0m"
+        rule = "\u2500" * (sum(widths) + len(self.GAP) * (len(widths) - 1))
+        return "\n".join([header, rule, *(line(row) for row in self.rows)])
+
+
+def table(columns: Iterable[str], rows: Iterable[Iterable[Any]], right: Iterable[str] = ()) -> Table:
+    return Table(columns, rows, right)
 
 
 _MEMBER_ID = re.compile(r"^(?P<prefix>.*)-(?P<uuid>[0-9a-f]{8})(-[0-9a-f]{4}){3}-[0-9a-f]{12}$")

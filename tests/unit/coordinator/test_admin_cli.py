@@ -89,3 +89,18 @@ def test_short_member_ids_and_durations():
     assert cli.short_member("ck-a-0d1e2f3a-1111-2222-3333-444455556666") == "ck-a-0d1e2f3a…"
     assert cli.short_member("custom") == "custom" and cli.short_member(None) == "-"
     assert [cli.duration(v) for v in (None, 12, 4500, 125000)] == ["-", "12ms", "4.5s", "2m05s"]
+
+
+def test_tables_align_columns_and_print_text_as_it_is(capsys):
+    rows = [["consumer-1-7c1d2e3f… [billing-1]", 12, None], ["m2", 3456, "orders"]]
+    cli.emit(
+        parse("list"), None, lambda: ["Group g:", cli.table(["MEMBER", "LAG", "TOPIC"], rows, right=["LAG"])]
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "Group g:"
+    width = len("consumer-1-7c1d2e3f… [billing-1]")
+    assert lines[1] == "MEMBER".ljust(width) + "    LAG   TOPIC"
+    assert set(lines[2]) == {"\u2500"} and len(lines[2]) == len(lines[4])
+    # Square brackets are text, not markup: a static member's instance id stays visible.
+    assert lines[3] == "consumer-1-7c1d2e3f… [billing-1]     12   -"
+    assert lines[4] == "m2".ljust(width) + "   3456   orders"
