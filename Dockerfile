@@ -11,6 +11,11 @@ ARG PYTHON_IMAGE=python:3.11-slim
 
 # -- build: a virtualenv with the project and its runtime dependencies only ---------------------------------
 FROM ${PYTHON_IMAGE} AS build
+# Where pip finds the dependencies: PyPI, unless a build without network is given a wheelhouse (podman build
+# -v "$PWD/wheels:/wheels:ro" --build-arg PIP_NO_INDEX=1 --build-arg PIP_FIND_LINKS=/wheels), as
+# tests/deploy/test_container.py does.
+ARG PIP_NO_INDEX
+ARG PIP_FIND_LINKS
 WORKDIR /src
 # The install steps live in one script that tests/deploy/test_image_filesystem.py runs too.
 COPY docker/install.sh /usr/local/bin/kgc-install

@@ -2,6 +2,7 @@
 # Install the system packages the end-to-end tests need (Debian/Ubuntu).
 #   kcat                      the kcat e2e tests
 #   prometheus (+ promtool)   the observability e2e tests: a real Prometheus scrapes /metrics, promtool lints it
+#   podman runc debootstrap   tests/deploy/test_container.py builds and runs the image (a base made by debootstrap)
 # Idempotent: does nothing when every tool is already on PATH.
 set -euo pipefail
 
@@ -11,10 +12,12 @@ command -v kcat >/dev/null 2>&1 || need+=(kcat)
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
     need+=(prometheus)
 fi
+for tool in podman runc debootstrap; do
+    command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
+done
 
 if [ "${#need[@]}" -eq 0 ]; then
-    echo "install-system-deps: nothing to do (kcat: $(command -v kcat), prometheus: $(command -v prometheus)," \
-         "promtool: $(command -v promtool))"
+    echo "install-system-deps: nothing to do (kcat, prometheus, promtool, podman, runc, debootstrap are installed)"
     exit 0
 fi
 

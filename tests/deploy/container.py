@@ -1,0 +1,131 @@
+"""The container engine for tests/deploy/test_container.py: podman as a new user runs it on this kind of machine
+(rootful, `--isolation chroot` builds, the runc runtime, cgroupfs, host networking), the stand-in base image and
+the wheelhouse that let the Dockerfile build with no registry and no index."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+from .deploy_support import REPO
+
+BASE_IMAGE = "localhost/kgc-python-base:3.11-bookworm"
+IMAGE = "localhost/kafka-group-coordinator:test"
+
+# No systemd here: cgroupfs; no rlimits podman could not raise in a nested sandbox; runc, Debian's runtime.
+CONTAINERS_CONF = """\
+[containers]
+default_ulimits = []
+
+[engine]
+cgroup_manager = "cgroupfs"
+runtime = "runc"
+events_logger = "file"
+"""
+
+
+def unavailable() -> str | None:
+    """Why containers cannot run here, or None."""
+    if sys.platform != "linux":
+        return "containers need Linux"
+    if os.geteuid() != 0:
+        return "the container tests run podman as root (rootful), and this is not root"
+    missing = [tool for tool in ("podman", "runc", "debootstrap") if shutil.which(tool) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (scripts/install-system-deps.sh installs them)"
+    return None
+
+
+class Podman:
+    def __init__(self, workdir: Path) -> None:
+        conf = workdir / "containers.conf"
+        conf.write_text(CONTAINERS_CONF)
+        self.env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+
+    def __call__(
+        self, *args: str, timeout: float = 120, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            ["podman", *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"podman {' '.join(args)} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+            )
+        return done
+
+    def probe(self) -> str | None:
+        """Why podman cannot work here, or None."""
+        info = self("info", timeout=60, check=False)
+        if info.returncode != 0:
+            return f"podman info failed: {info.stderr.strip()[-500:]}"
+        return None
+
+    def image_size(self, image: str) -> int:
+        return int(self("image", "inspect", "--format", "{{.Size}}", image).stdout.strip())
+
+    def ensure_base(self) -> float:
+        """The stand-in for python:3.11-slim, built once per machine (kept in podman's store). Seconds taken."""
+        started = time.monotonic()
+        done = subprocess.run(
+            ["bash", str(REPO / "scripts" / "build-python-base.sh"), BASE_IMAGE],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"scripts/build-python-base.sh failed\n{done.stdout}\n{done.stderr}")
+        return time.monotonic() - started
+
+    def build(self, wheels: Path) -> float:
+        """The project's Dockerfile on the stand-in base, pip reading only the wheelhouse. Seconds taken."""
+        started = time.monotonic()
+        self(
+            "build",
+            "--quiet",
+            "--format",
+            "docker",  # HEALTHCHECK is a Docker image-format field
+            "--isolation",
+            "chroot",
+            "--build-arg",
+            f"PYTHON_IMAGE={BASE_IMAGE}",
+            "--build-arg",
+            "PIP_NO_INDEX=1",
+            "--build-arg",
+            "PIP_FIND_LINKS=/wheels",
+            "--volume",
+            f"{wheels}:/wheels:ro",
+            "--tag",
+            IMAGE,
+            str(REPO),
+            timeout=900,
+        )
+        return time.monotonic() - started
+
+
+def build_wheelhouse(target: Path) -> None:
+    """Wheels of the project's runtime dependencies and its build backend, built on the host (PyPI or pip's
+    cache), so that the image build needs no network."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    requirements = [*project["project"]["dependencies"], *project["build-system"]["requires"]]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(target), *requirements],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"pip wheel failed\n{done.stdout}\n{done.stderr}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
