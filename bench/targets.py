@@ -222,7 +222,10 @@ class KafkaTarget:
                 ]
             )
         )
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # As Kafka's own Uuid.randomUuid: never one that begins with '-', which the format tool reads as an option.
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         fmt = subprocess.run(
             self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.props)),
             capture_output=True,
