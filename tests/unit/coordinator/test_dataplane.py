@@ -40,6 +40,7 @@ from protocol.api import ApiTable, Encoded, RequestContext, request_class, respo
 from protocol.api_keys import ApiKey
 from protocol.build import build
 from protocol.errors import ErrorCode
+from tests.support.waits import until
 
 NODE = Broker(7, "broker.example", 19092)
 BASE_TS = 1_700_000_000_000
@@ -1287,7 +1288,7 @@ async def test_fetch_long_poll_wakes_on_produce(h: Harness) -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
     waiting = asyncio.create_task(h.fetch("lp", 0, 0, max_wait=10_000))
-    await asyncio.sleep(0.05)
+    await until(lambda: len(h.plane._waiters) > 0, "the fetch parks")
     assert not waiting.done()
     sent = batch(b"wake up")
     await h.produce("lp", 0, sent)
@@ -1328,7 +1329,7 @@ async def test_fetch_immediate_when_data_is_there(h: Harness) -> None:
 async def test_close_wakes_long_polls(h: Harness) -> None:
     await h.create("c")
     waiting = asyncio.create_task(h.fetch("c", 0, 0, max_wait=60_000))
-    await asyncio.sleep(0.05)
+    await until(lambda: len(h.plane._waiters) > 0, "the fetch parks")
     await h.plane.close()
     answer = await asyncio.wait_for(waiting, 1)
     assert answer.error_code == ErrorCode.none and answer.records == b""
@@ -1339,7 +1340,7 @@ async def test_close_wakes_long_polls(h: Harness) -> None:
 async def test_delete_wakes_long_polls(h: Harness) -> None:
     await h.create("d")
     waiting = asyncio.create_task(h.fetch("d", 0, 0, max_wait=60_000))
-    await asyncio.sleep(0.05)
+    await until(lambda: len(h.plane._waiters) > 0, "the fetch parks")
     await h.call(ApiKey.DELETE_TOPICS, 4, {"topic_names": ["d"]})
     answer = await asyncio.wait_for(waiting, 1)
     assert answer.error_code == ErrorCode.unknown_topic_or_partition
@@ -1348,7 +1349,7 @@ async def test_delete_wakes_long_polls(h: Harness) -> None:
 async def test_cancelled_long_poll_leaves_no_waiters(h: Harness) -> None:
     await h.create("w")
     waiting = asyncio.create_task(h.fetch("w", 0, 0, max_wait=60_000))
-    await asyncio.sleep(0.05)
+    await until(lambda: len(h.plane._waiters) > 0, "the fetch parks")
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting

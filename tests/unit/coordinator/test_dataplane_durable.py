@@ -29,6 +29,7 @@ from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from storage import FS, OsFS
 from storage.fakefs import FaultFS, MemFS
+from tests.support.waits import until
 
 from .test_dataplane import BASE_TS, NODE, Harness, batch, split_batches, ts
 
@@ -796,7 +797,7 @@ async def test_long_poll_wakes_on_a_durable_append(open_plane: Any, tmp_path: An
     h = await open_plane(str(tmp_path / "data"))
     await h.create("lp", 1)
     waiting = asyncio.create_task(h.fetch("lp", 0, 0, max_wait=10_000))
-    await asyncio.sleep(0.05)
+    await until(lambda: len(h.plane._waiters) > 0, "the fetch parks")
     assert not waiting.done()
     sent = batch(b"wake up")
     await h.produce("lp", 0, sent)

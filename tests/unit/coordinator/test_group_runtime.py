@@ -61,6 +61,7 @@ from protocol.build import build
 from protocol.errors import ErrorCode
 from storage import Log, OsFS
 from storage.fakefs import FaultFS, MemFS
+from tests.support.waits import until
 from tests.support.wire import WireClient
 
 from .group.context import request, subscription
@@ -414,7 +415,7 @@ async def test_commit_timed_out_on_a_hung_fsync_lands_on_disk_after_release(shar
     shard.fs.hang_fsyncs()
     assert await shard.commit("g", {P0: 11}) == {P0: NOT_AVAILABLE}
     shard.fs.release_fsyncs()
-    await asyncio.sleep(0.1)  # let the released flush finish
+    await until(lambda: durable_offset(shard.after_power_cut(), "g", *P0) == 11, "the released flush")
     assert await shard.fetch("g", [P0]) == {P0: 10}  # memory: the failed commit was not applied
     assert durable_offset(shard.after_power_cut(), "g", *P0) == 11  # disk: it landed
     # The next acknowledged commit makes them agree again.
@@ -460,7 +461,10 @@ async def test_leader_sync_append_failure_rebalances(shard: Shard, fault: str):
     assert leader.generation_id == follower.generation_id == 1
     # The follower's SyncGroup arrives first and waits for the leader's assignment.
     follower_sync = asyncio.create_task(shard.sync(group, follower.member_id, 1, follower_iid))
-    await asyncio.sleep(0.05)
+    await until(
+        lambda: shard.machine.groups[group].member(follower.member_id).is_awaiting_sync,
+        "the follower's SyncGroup parks",
+    )
     assert not follower_sync.done()
     if fault == "enospc-write":
         shard.fs.fail_writes(errno.ENOSPC)
@@ -516,8 +520,8 @@ async def test_follower_sync_during_failing_leader_write_gets_no_assignment(shar
     leader_sync = asyncio.create_task(
         shard.sync(group, leader.member_id, 1, leader_iid, {leader.member_id: b"A", follower.member_id: b"B"})
     )
-    await asyncio.sleep(0.05)
-    assert shard.machine.groups[group].state == S.STABLE  # applied in memory before the write is durable
+    # Applied in memory before the write is durable.
+    await until(lambda: shard.machine.groups[group].state == S.STABLE, "the leader's assignment is applied")
     follower_answer = await shard.sync(group, follower.member_id, 1, follower_iid)
     leader_answer = await leader_sync
     assert leader_answer.error_code == NOT_AVAILABLE

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-import time
+import threading
 
 import pytest
 from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsRequestV0
@@ -146,9 +146,10 @@ def test_handler_failure_answers_unknown_server_error():
 
 
 def test_shutdown_answers_in_flight_requests():
-    gate: dict[str, asyncio.Event] = {}
+    arrived = threading.Event()
 
     async def slow(ctx, request):
+        arrived.set()
         await asyncio.sleep(0.3)
         return {
             "throttle_time": 0,
@@ -166,11 +167,10 @@ def test_shutdown_answers_in_flight_requests():
     with running(setup) as server:
         c = WireClient(*server.bound)
         c.send(FindCoordinatorV1(key="g", key_type=0))
-        time.sleep(0.1)
+        assert arrived.wait(10)
         # leaving the block closes the server while the request is in flight
     got, body = c.recv(FindCoordinatorV1(key="g", key_type=0))
     assert body.host == "h"
     with pytest.raises((ConnectionError, socket.timeout)):
         recv_frame(c.sock)
     c.close()
-    assert gate == {}
