@@ -130,6 +130,28 @@ class GroupCoordinatorShard:
     def pause_state(self, group_id: str) -> PauseState:
         return self.pauses.state(group_id)
 
+    def pause_progress(self, group_id: str) -> dict[str, Any]:
+        """Whether the group's pause state is in effect: every member has synced an assignment filtered by it
+        (or the group has no members). Otherwise the group's state and the members still to sync it."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return {
+                "in_effect": True,
+                "state": "Dead",
+                "generation": -1,
+                "members_synced": 0,
+                "pending_members": [],
+            }
+        state = self.pauses.state(group_id)
+        pending = sorted(m.member_id for m in group.all_members() if m.delivered_pause != state)
+        return {
+            "in_effect": self.pauses.pending(group) == [],
+            "state": str(group.state),
+            "generation": group.generation_id,
+            "members_synced": group.num_members() - len(pending),
+            "pending_members": pending,
+        }
+
     def effective_settings(self, group_id: str) -> dict[str, int]:
         """The per-group settings in force for the group: its own values, else the server's."""
         return self.group_settings.effective(group_id)

@@ -6,16 +6,18 @@
     groups reset-offsets GROUP (--to-earliest | --to-latest | --to-datetime ISO | --to-timestamp MS |
                                 --to-offset N) [--topic T[:P,P]]... [--execute]
     groups delete GROUP
-    groups pause GROUP [--topic T]...                    withhold the group's (or these topics') partitions
-    groups resume GROUP [--topic T]...                   hand them out again
+    groups pause GROUP [--topic T]... [--no-wait]        withhold the group's (or these topics') partitions,
+                                                         returning once every member has synced that
+    groups resume GROUP [--topic T]... [--no-wait]       hand them out again
     groups settings GROUP [--set NAME=VALUE]... [--unset NAME]...
                                                          per-group settings (group.expansion.timeout.ms,
                                                          group.static.registration.timeout.ms)
 
 `--admin URL` (default $KGC_ADMIN_URL, else http://127.0.0.1:9464) names the server's admin listener; `--json`
 prints the API's JSON instead of tables. Like Kafka's kafka-consumer-groups, reset-offsets only shows what it
-would do unless given --execute. Exit status: 0 done, 1 the server refused (the reason is printed), 2 bad usage
-or the server cannot be reached. Tables are drawn with rich, without colour when the output is not a terminal.
+would do unless given --execute. pause and resume wait until every member has synced the change (--no-wait: until
+it is recorded). Exit status: 0 done, 1 the server refused (the reason is printed), 2 bad usage or the server
+cannot be reached, 3 a pause or resume not yet in effect after --timeout.
 """
 
 from __future__ import annotations
@@ -101,6 +103,18 @@ def add_parser(sub: Any) -> None:
             metavar="T",
             help="only this topic (repeatable; default: the whole group)",
         )
+        action.add_argument(
+            "--no-wait",
+            action="store_true",
+            help="return once the change is recorded, not once every member has synced it",
+        )
+        action.add_argument(
+            "--timeout",
+            type=float,
+            default=30.0,
+            metavar="SECONDS",
+            help="how long to wait for every member to sync the change (default 30); exit 3 if they have not",
+        )
     group_settings = actions.add_parser(
         "settings", parents=[common], help="show or change a group's own settings"
     )
@@ -146,8 +160,18 @@ def run(args: argparse.Namespace) -> int:
             emit(args, data, lambda: [f"Deleted group {data['group_id']}."])
         elif args.action in ("pause", "resume"):
             body = {"topics": list(args.topic)} if args.topic else {}
-            data = client.post(f"/v1/groups/{quote(args.group)}/{args.action}", body)
-            emit(args, data, lambda: [data["message"] + ".", f"Paused: {paused_text(data['paused'])}"])
+            if args.timeout < 0:
+                raise CliError("--timeout must be >= 0", 2)
+            query = {"wait": "false"} if args.no_wait else {"timeout_ms": str(round(args.timeout * 1000))}
+            data = client.post(
+                f"/v1/groups/{quote(args.group)}/{args.action}",
+                body,
+                query,
+                waits_s=0 if args.no_wait else args.timeout,
+            )
+            emit(args, data, lambda: render_pause(data))
+            if data.get("in_effect") is False and not args.no_wait:
+                return 3
         elif args.action == "settings":
             changes = settings_body(args)
             if changes:
@@ -212,8 +236,10 @@ class AdminClient:
             path += "?" + urllib.parse.urlencode(query)
         return self._call("GET", path)
 
-    def post(self, path: str, body: Any) -> Any:
-        return self._call("POST", path, body)
+    def post(self, path: str, body: Any, query: dict[str, str] | None = None, waits_s: float = 0) -> Any:
+        if query:
+            path += "?" + urllib.parse.urlencode(query)
+        return self._call("POST", path, body, TIMEOUT_S + waits_s)
 
     def put(self, path: str, body: Any) -> Any:
         return self._call("PUT", path, body)
@@ -221,13 +247,13 @@ class AdminClient:
     def delete(self, path: str) -> Any:
         return self._call("DELETE", path)
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def _call(self, method: str, path: str, body: Any = None, timeout_s: float = TIMEOUT_S) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.base_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
         )
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 return json.load(response)
         except urllib.error.HTTPError as exc:
             with exc:
@@ -421,6 +447,29 @@ def render_describe(data: dict[str, Any]) -> list[Any]:
             + ", ".join(f"{t} ({n})" for t, n in sorted(uncommitted.items()))
         )
     return blocks
+
+
+def render_pause(data: dict[str, Any]) -> list[Any]:
+    lines = [data["message"] + ".", f"Paused: {paused_text(data['paused'])}"]
+    if "in_effect" not in data:  # --no-wait
+        return lines
+    seconds = data["waited_ms"] / 1000
+    if data["in_effect"]:
+        if data["state"] == "Dead" or not data.get("members_synced"):
+            lines.append(f"In effect: the group has no members (waited {seconds:.1f}s).")
+        else:
+            synced = data["members_synced"]
+            lines.append(
+                f"In effect: {synced} member{'s' if synced != 1 else ''} synced generation "
+                f"{data['generation']} (waited {seconds:.1f}s)."
+            )
+    else:
+        pending = ", ".join(short_member(m) for m in data["pending_members"]) or "-"
+        lines.append(
+            f"Not in effect after {seconds:.1f}s: the group is {data['state']} (generation "
+            f"{data['generation']}); still to sync it: {pending}."
+        )
+    return lines
 
 
 def paused_text(paused: Any) -> str:

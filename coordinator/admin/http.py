@@ -15,6 +15,11 @@
                                               (null: back to the server's value)
     DELETE /v1/groups/{group}                 delete an Empty group and its offsets
 
+Pause and resume answer once they are in effect: every member has synced the generation that withholds (or
+returns) the partitions, so nothing paused is being consumed when the call returns (200, `in_effect` true,
+`waited_ms`). After `?timeout_ms=` (default 30000) they answer 202 with `in_effect` false, the group's state and
+`pending_members`; `?wait=false` answers as soon as the change is durable.
+
 reset-offsets takes a JSON object: `to` is "earliest", "latest", "timestamp" (with `timestamp_ms`: the first
 offset whose record timestamp is at least that, or the log end when there is none, as Kafka's --to-datetime),
 "offset" (with `offset`, for every selected partition) or "explicit" (with `offsets`: [{topic, partition,
@@ -76,6 +81,8 @@ log = logging.getLogger(__name__)
 OFFSET_COMMIT_VERSION, DELETE_GROUPS_VERSION = 9, 2
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 TIMELINE_LIMIT_MAX = 1000
+DEFAULT_WAIT_MS = 30_000  # pause and resume answer once in effect, or after this (?timeout_ms=)
+WAIT_POLL_S = 0.02
 
 
 class Observability:
@@ -362,10 +369,51 @@ class AdminApi:
         operation: Callable[[Shard], Callable[..., Any]] = (
             (lambda s: s.machine.pause_group) if what == "pause" else (lambda s: s.machine.resume_group)
         )
+        wait = request.query.get("wait", "true").lower() not in ("false", "0", "no")
+        timeout_ms = _query_int(request, "timeout_ms", DEFAULT_WAIT_MS)
         answer = await self._call(group_id, operation, group_id, topics or None)
         _raise_admin_error(answer)
         log.info("admin: %s of group %s: %s", what, group_id, answer.message)
-        return await self._admin_state(group_id, answer.message)
+        if not wait:
+            return await self._admin_state(group_id, answer.message)
+        progress, waited_ms = await self._until_in_effect(group_id, timeout_ms)
+        shard = self._service().shards.for_group(group_id)
+        assert shard is not None
+        return web.json_response(
+            {
+                "group_id": group_id,
+                "message": answer.message,
+                **_group_admin_state(shard, group_id),
+                **progress,
+                "waited_ms": waited_ms,
+            },
+            status=200 if progress["in_effect"] else 202,
+        )
+
+    async def _until_in_effect(self, group_id: str, timeout_ms: int) -> tuple[dict[str, Any], int]:
+        """Wait until every member of the group has synced the assignment the new pause state gives it (the
+        rebalance the change started has completed and each member has its answer), or `timeout_ms`."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + timeout_ms / 1000
+        while True:
+            shard = self._service().shards.for_group(group_id)
+            progress = (
+                shard.machine.pause_progress(group_id)
+                if shard is not None and shard.serving
+                # A shard being reloaded knows no group yet: not a sign the pause is in effect.
+                else {
+                    "in_effect": False,
+                    "state": "Unavailable",
+                    "generation": -1,
+                    "members_synced": 0,
+                    "pending_members": [],
+                }
+            )
+            now = loop.time()
+            if progress["in_effect"] or now >= deadline:
+                return progress, round((now - started) * 1000)
+            await asyncio.sleep(min(WAIT_POLL_S, deadline - now))
 
     async def put_settings(self, request: web.Request) -> web.Response:
         self._view()
@@ -569,6 +617,19 @@ async def _json_object(request: web.Request, allow_empty: bool) -> dict[str, Any
     if not isinstance(body, dict):
         raise ApiError(400, "INVALID_REQUEST", "the body must be a JSON object")
     return body
+
+
+def _query_int(request: web.Request, name: str, default: int) -> int:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ApiError(400, "INVALID_REQUEST", f"`{name}` must be a whole number >= 0, not {text!r}")
+    return value
 
 
 def _group_admin_state(shard: Shard, group_id: str) -> dict[str, Any]:

@@ -76,7 +76,12 @@ class AdminPeers:
         headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "authorization")}
         try:
             async with self.session().request(
-                request.method, url, data=body or None, headers=headers
+                request.method,
+                url,
+                data=body or None,
+                headers=headers,
+                # A pause or resume waits up to its timeout_ms for the members to sync (admin.http).
+                timeout=aiohttp.ClientTimeout(total=_proxy_timeout_s(request)),
             ) as resp:
                 payload = await resp.read()
                 return web.Response(
@@ -157,3 +162,12 @@ def merge_expositions(texts: dict[int, str]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Merged())  # type: ignore[arg-type]
     return bytes(generate_latest(registry))
+
+
+def _proxy_timeout_s(request: Any) -> float:
+    """The usual 30 s, or longer than the wait a pause or resume asked for."""
+    try:
+        waits_ms = int(request.query.get("timeout_ms", 0))
+    except ValueError:
+        waits_ms = 0
+    return 30.0 + max(0, waits_ms) / 1000

@@ -54,6 +54,8 @@ class ClassicGroupMember:
         None  # a static member whose session expired inside its registration window
     )
     joined_at_ms: int = 0  # when a new member's JoinGroup was held back by an expansion window
+    # The pause state (coordinator.group.pause.PauseState) its last assignment was delivered under; None: none yet.
+    delivered_pause: object | None = None
 
     @property
     def is_offline(self) -> bool:

@@ -593,7 +593,7 @@ class GroupMetadataManager(ClassicRebalancing):
                 sync_response(
                     protocol_type=group.protocol_type,
                     protocol_name=group.protocol_name,
-                    assignment=self.pauses.deliverable(group, group.member(member_id).assignment),
+                    assignment=self.pauses.deliver(group, group.member(member_id)),
                 ),
             )
 
@@ -837,14 +837,18 @@ class GroupMetadataManager(ClassicRebalancing):
                     protocol_type=value.protocol_type,
                     protocols=((value.protocol or "", m.subscription),),
                     assignment=m.assignment,
+                    # The assignment was stored when it was handed out: under the pause state of that point
+                    # of the log (a pause recorded after it is not in the members' hands yet).
+                    delivered_pause=self.pauses.state(key.group),
                 )
             )
         group.subscribed_topics = group.compute_subscribed_topics()
         self.groups[key.group] = group
 
     def on_loaded(self) -> None:
-        """The log is loaded: session timers start for every loaded member, and groups over group.max.size
-        (the setting may have shrunk) rebalance."""
+        """The log is loaded: session timers start for every loaded member; groups over group.max.size (the
+        setting may have shrunk), and groups whose pause state changed after their assignments were handed out,
+        rebalance."""
         for group in list(self.groups.values()):
             for member in group.all_members():
                 self._reschedule_heartbeat(group, member)
@@ -865,6 +869,14 @@ class GroupMetadataManager(ClassicRebalancing):
                     f"freshly loaded group {group.group_id} (size "
                     f"{group.num_members()}) is over capacity "
                     f"{self.settings.group_max_size}",
+                )
+            elif self.pauses.pending(group) and group.uses_consumer_protocol():
+                # A pause or resume was recorded after the assignments now loaded were handed out: the
+                # members do not have it yet, and they will not rejoin on their own.
+                self._prepare_rebalance(
+                    group,
+                    "a pause or resume recorded before the restart is not in the members' assignments yet",
+                    RebalanceTrigger(RebalanceReason.PAUSE),
                 )
 
     def on_unloaded(self) -> None:

@@ -23,7 +23,8 @@ from typing import Any
 from coordinator.records import CoordinatorRecord, GroupPauseValue, new_group_pause_record
 from protocol.consumer import filter_assignment
 
-from .group import ClassicGroup
+from .group import ClassicGroup, ClassicGroupMember
+from .state import ClassicGroupState
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,23 @@ class PauseRegistry:
         self.set(
             group_id, NOT_PAUSED if value is None else PauseState(value.group_paused, frozenset(value.topics))
         )
+
+    def deliver(self, group: ClassicGroup, member: ClassicGroupMember) -> bytes:
+        """The member's assignment as its SyncGroup answer hands it out; remembers which pause state it was
+        filtered by, so that `pending` can tell when a pause or resume is in effect."""
+        member.delivered_pause = self.state(group.group_id)
+        return self.deliverable(group, member.assignment)
+
+    def pending(self, group: ClassicGroup | None) -> list[ClassicGroupMember] | None:
+        """The members whose assignment does not yet reflect the group's pause state, or None when the group
+        is not Stable (a rebalance is still to hand out assignments). [] means in effect: every member has
+        synced an assignment filtered by the current state (or the group has no members)."""
+        if group is None or group.num_members() == 0:
+            return []
+        if not group.is_in_state(ClassicGroupState.STABLE):
+            return None
+        state = self.state(group.group_id)
+        return [m for m in group.all_members() if m.delivered_pause != state]
 
     def deliverable(self, group: ClassicGroup, assignment: bytes) -> bytes:
         """A member's assignment as handed out: without the partitions paused in its group."""

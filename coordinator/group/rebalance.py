@@ -533,13 +533,17 @@ class ClassicRebalancing:
         answered = []
         for member in group.all_members():
             parked = member.awaiting_sync
+            if parked is None:
+                continue
             if self._answer_sync(
                 group,
                 member,
                 error=error,
                 protocol_type=group.protocol_type if ok else None,
                 protocol_name=group.protocol_name if ok else None,
-                assignment=self.pauses.deliverable(group, member.assignment),
+                assignment=self.pauses.deliver(group, member)
+                if ok
+                else self.pauses.deliverable(group, member.assignment),
             ):
                 assert parked is not None
                 answered.append(parked.token)

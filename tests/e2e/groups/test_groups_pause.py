@@ -309,3 +309,52 @@ def test_a_group_of_another_protocol_type_cannot_be_paused(server):
     assert status == 200 and body["paused"] == {"group": True, "topics": []}, body
     status, body = http(server, "POST", "/v1/groups/not-yet/pause", [1])
     assert status == 400, body
+
+
+def test_pause_returns_once_no_member_consumes_and_resume_once_every_member_has_its_partitions(
+    members, server, tmp_path
+):
+    """No waiting for a rebalance in the test: what pause's answer promises is checked right after it returns."""
+    group, topic = "pause-effect", "pause-effect-topic"
+    create_topic(server, topic, 4)
+    settings = {**CLIENT, "partition.assignment.strategy": "range"}
+    ms = [start_member(members, f"e{i}", server, group, topic, settings) for i in range(2)]
+    placed = produce_batch(server, topic, 100, 520, tmp_path)
+    wait_for(lambda: consumed_all(ms, placed), 60, "batch 1 consumed", members.describe)
+    wait_settled(server, group, members)
+    generation = http(server, "GET", f"/v1/groups/{group}")[1]["generation"]
+
+    status, answer = http(server, "POST", f"/v1/groups/{group}/pause")
+    assert status == 200, answer
+    assert answer["in_effect"] is True and answer["members_synced"] == 2, answer
+    assert answer["state"] == "Stable" and answer["generation"] > generation, answer
+    assert answer["pending_members"] == [] and answer["waited_ms"] >= 0, answer
+    during = produce_batch(server, topic, 100, 521, tmp_path)  # at once
+    time.sleep(QUIET_S)
+    consumed = {(p, o) for m in ms for p, o, _k in m.records()}
+    assert not consumed & during.keys(), (
+        "records produced after pause returned were consumed\n" + members.describe()
+    )
+
+    result = cli(server, "resume", group)
+    assert result.returncode == 0, result.stderr
+    assert "In effect: 2 members synced generation" in result.stdout, result.stdout
+    # Every member already holds its partitions again: the records are consumed without another rebalance.
+    after_resume = http(server, "GET", f"/v1/groups/{group}")[1]["generation"]
+    placed |= during
+    wait_for(lambda: consumed_all(ms, placed), 60, "everything consumed after resume", members.describe)
+    assert http(server, "GET", f"/v1/groups/{group}")[1]["generation"] == after_resume
+
+    # ?wait=false answers when the change is recorded; a CLI that cannot wait long enough exits 3 and says why.
+    status, answer = http(server, "POST", f"/v1/groups/{group}/pause?wait=false")
+    assert status == 200 and "in_effect" not in answer, answer
+    result = cli(server, "pause", group, "--timeout", "0")
+    if result.returncode == 3:  # the rebalance the first call started is still under way
+        assert "Not in effect after" in result.stdout and "still to sync it" in result.stdout, result.stdout
+    else:
+        assert result.returncode == 0 and "In effect" in result.stdout, result
+    status, answer = http(server, "POST", f"/v1/groups/{group}/pause?timeout_ms=-1")
+    assert status == 400, answer
+    for m in ms:
+        assert m.close() == 0, members.describe([m])
+    check_exactly_once(ms, placed)

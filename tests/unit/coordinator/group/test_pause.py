@@ -320,6 +320,93 @@ def test_a_static_member_that_rejoins_gets_its_stored_assignment_filtered():
     assert topics_of(sync.response.assignment) == {"foo": (1,)}
 
 
+# -- in effect: every member has synced it -------------------------------------------------------------------
+
+
+def test_a_pause_is_in_effect_once_every_member_has_synced_the_generation_that_withholds():
+    ctx = GroupTestContext()
+    leader_id, follower_id = stable_pair(ctx)
+    assert ctx.shard.pause_progress(GROUP)["in_effect"] is True  # nothing paused, everything delivered
+    pause(ctx, topics=["foo"])
+    progress = ctx.shard.pause_progress(GROUP)
+    assert progress["in_effect"] is False and progress["state"] == "PreparingRebalance"
+    assert progress["pending_members"] == sorted([leader_id, follower_id])
+    kwargs = dict(protocols=FOO_BAR, rebalance_timeout_ms=10000, session_timeout_ms=5000)
+    ctx.join_group(GROUP, leader_id, **kwargs)
+    ctx.join_group(GROUP, follower_id, **kwargs)
+    assigned = {
+        leader_id: assignment({"foo": [0], "bar": [0]}),
+        follower_id: assignment({"foo": [1], "bar": [1]}),
+    }
+    ctx.sync_group(GROUP, leader_id, 2, assignments=assigned)
+    # Stable with the leader's answer out; the follower has not asked for its assignment yet.
+    progress = ctx.shard.pause_progress(GROUP)
+    assert progress == {
+        "in_effect": False,
+        "state": "Stable",
+        "generation": 2,
+        "members_synced": 1,
+        "pending_members": [follower_id],
+    }
+    assert topics_of(ctx.sync_group(GROUP, follower_id, 2).response.assignment) == {"bar": (1,)}
+    assert ctx.shard.pause_progress(GROUP) == {
+        "in_effect": True,
+        "state": "Stable",
+        "generation": 2,
+        "members_synced": 2,
+        "pending_members": [],
+    }
+    # Resuming is pending again until both have the partitions back.
+    resume(ctx)
+    assert ctx.shard.pause_progress(GROUP)["in_effect"] is False
+    stable_pair(ctx, generation=3, leader_id=leader_id, follower_id=follower_id)
+    assert ctx.shard.pause_progress(GROUP)["in_effect"] is True
+
+
+def test_a_pause_of_a_group_without_members_is_in_effect_at_once():
+    ctx = GroupTestContext()
+    pause(ctx, "not-yet")
+    assert ctx.shard.pause_progress("not-yet") == {
+        "in_effect": True,
+        "state": "Dead",
+        "generation": -1,
+        "members_synced": 0,
+        "pending_members": [],
+    }
+
+
+def test_a_pause_recorded_after_the_loaded_assignments_rebalances_the_group_when_loaded():
+    """The coordinator stopped after writing the pause but before the rebalance handed it out: the members still
+    hold the paused partitions and have no reason to rejoin, so loading the log starts that rebalance."""
+    ctx = GroupTestContext()
+    leader_id, follower_id = stable_pair(ctx)
+    pause(ctx, topics=["foo"])  # recorded; the rebalance it started never completes here
+
+    restarted = GroupTestContext(loaded=False)
+    for record in ctx.log:
+        restarted.shard.replay(record)
+    events = Events()
+    restarted.shard.add_listener(events)
+    restarted.apply(restarted.shard.on_loaded())
+    assert restarted.group().state.value == "PreparingRebalance"
+    assert [e.reason for e in events.rebalances()] == [RebalanceReason.PAUSE]
+    assert restarted.shard.pause_progress(GROUP)["in_effect"] is False
+
+
+def test_a_group_loaded_with_its_pause_already_handed_out_does_not_rebalance():
+    ctx = GroupTestContext()
+    leader_id, follower_id = stable_pair(ctx)
+    pause(ctx, topics=["foo"])
+    stable_pair(ctx, generation=2, leader_id=leader_id, follower_id=follower_id)
+
+    restarted = GroupTestContext(loaded=False)
+    for record in ctx.log:
+        restarted.shard.replay(record)
+    restarted.apply(restarted.shard.on_loaded())
+    assert restarted.group().state.value == "Stable"
+    assert restarted.shard.pause_progress(GROUP)["in_effect"] is True
+
+
 # -- durability ------------------------------------------------------------------------------------------------
 
 
