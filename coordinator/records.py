@@ -21,8 +21,10 @@ for one of Kafka's:
 
     key version 0x7F01  GroupPauseKey     {group: string}
                         GroupPauseValue v0 {group_paused: int8 (bool), topics: [string]}
+                                        v1 {group_paused: int8 (bool), topics: [string], resumed_topics: [string]}
                         What the coordinator withholds from the group's consumer-protocol assignments: every
-                        partition (group_paused) or those of the listed topics. A tombstone = nothing paused.
+                        partition (group_paused) but those of resumed_topics, and those of the listed topics.
+                        v1 only when resumed_topics is not empty. A tombstone = nothing paused.
     key version 0x7F02  GroupSettingsKey  {group: string}
                         GroupSettingsValue v0 {settings: [{name: string, value: int64}]}
                         Per-group values of this coordinator's own group settings (by their config names,
@@ -90,7 +92,8 @@ GROUP_METADATA_VALUE_WRITE_VERSION = 3
 _FIRST_FLEXIBLE_VERSION = 4
 GROUP_PAUSE_KEY_VERSION = 0x7F01  # ours (see the module doc)
 GROUP_SETTINGS_KEY_VERSION = 0x7F02  # ours
-OWN_VALUE_VERSION = 0  # the only version of GroupPauseValue and GroupSettingsValue so far
+OWN_VALUE_VERSION = 0  # the only version of GroupSettingsValue so far, and GroupPauseValue's first
+GROUP_PAUSE_VALUE_VERSIONS = (0, 1)  # v1 adds resumed_topics
 
 
 class RecordDecodeError(ValueError):
@@ -160,6 +163,7 @@ class GroupPauseKey:
 class GroupPauseValue:
     group_paused: bool
     topics: tuple[str, ...] = ()
+    resumed_topics: tuple[str, ...] = ()  # exempt from group_paused
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -522,7 +526,9 @@ def default_value_version(value: RecordValue) -> int:
         if value.expire_timestamp_ms != -1:
             return OFFSET_COMMIT_VALUE_WITH_EXPIRE_VERSION
         return OFFSET_COMMIT_VALUE_WRITE_VERSION
-    if isinstance(value, (GroupPauseValue, GroupSettingsValue)):
+    if isinstance(value, GroupPauseValue):
+        return 1 if value.resumed_topics else 0
+    if isinstance(value, GroupSettingsValue):
         return OWN_VALUE_VERSION
     return GROUP_METADATA_VALUE_WRITE_VERSION
 
@@ -569,12 +575,16 @@ def encode_value(value: RecordValue, version: int | None = None) -> bytes:
             w.tagged_fields()
         w.tagged_fields()
     elif isinstance(value, GroupPauseValue):
-        if version != OWN_VALUE_VERSION:
+        if version not in GROUP_PAUSE_VALUE_VERSIONS:
             raise ValueError(f"no GroupPauseValue version {version}")
         w.buf.append(1 if value.group_paused else 0)
         w.array_length(len(value.topics))
         for topic in value.topics:
             w.string(topic)
+        if version >= 1:
+            w.array_length(len(value.resumed_topics))
+            for topic in value.resumed_topics:
+                w.string(topic)
     elif isinstance(value, GroupSettingsValue):
         if version != OWN_VALUE_VERSION:
             raise ValueError(f"no GroupSettingsValue version {version}")
@@ -657,12 +667,14 @@ def _decode_value(key: RecordKey, data: bytes) -> RecordValue:
             raise RecordDecodeError(f"unknown GroupMetadataValue version {version}")
         value = _decode_group_metadata_value(r, version)
     elif isinstance(key, GroupPauseKey):
-        if version != OWN_VALUE_VERSION:
+        if version not in GROUP_PAUSE_VALUE_VERSIONS:
             raise RecordDecodeError(f"unknown GroupPauseValue version {version}")
         flag = r._take(1)[0]
         if flag not in (0, 1):
             raise RecordDecodeError(f"bad boolean {flag}")
-        value = GroupPauseValue(bool(flag), tuple(r.str_() for _ in range(r.array_length())))
+        topics = tuple(r.str_() for _ in range(r.array_length()))
+        resumed = tuple(r.str_() for _ in range(r.array_length())) if version >= 1 else ()
+        value = GroupPauseValue(bool(flag), topics, resumed)
     elif isinstance(key, GroupSettingsKey):
         if version != OWN_VALUE_VERSION:
             raise RecordDecodeError(f"unknown GroupSettingsValue version {version}")
@@ -823,13 +835,17 @@ def new_group_metadata_tombstone(group_id: str) -> CoordinatorRecord:
     return CoordinatorRecord(encode_key(GroupMetadataKey(group_id)), None)
 
 
-def new_group_pause_record(group_id: str, group_paused: bool, topics: Iterable[str]) -> CoordinatorRecord:
-    """The pause state of a group; nothing paused is a tombstone."""
+def new_group_pause_record(
+    group_id: str, group_paused: bool, topics: Iterable[str], resumed_topics: Iterable[str] = ()
+) -> CoordinatorRecord:
+    """The pause state of a group; nothing paused is a tombstone. `resumed_topics` (exempt from a whole-group
+    pause) only count while the group is paused."""
     key = encode_key(GroupPauseKey(group_id))
     topics = tuple(sorted(set(topics)))
+    resumed = tuple(sorted(set(resumed_topics))) if group_paused else ()
     if not group_paused and not topics:
         return CoordinatorRecord(key, None)
-    return CoordinatorRecord(key, encode_value(GroupPauseValue(group_paused, topics)))
+    return CoordinatorRecord(key, encode_value(GroupPauseValue(group_paused, topics, resumed)))
 
 
 def new_group_settings_record(group_id: str, settings: Mapping[str, int]) -> CoordinatorRecord:

@@ -270,9 +270,9 @@ class GroupCoordinatorShard:
         old = self.pauses.state(group_id)
         wanted = sorted(set(topics or ()))
         new = (
-            PauseState(True, old.topics)
+            PauseState(True, old.topics)  # the whole group again: nothing is exempt any more
             if not wanted
-            else PauseState(old.group_paused, old.topics | frozenset(wanted))
+            else PauseState(old.group_paused, old.topics | frozenset(wanted), old.resumed - frozenset(wanted))
         )
         what = "the whole group" if not wanted else f"topics {wanted}"
         self._change_pause(token, group_id, old, new, f"pause of {what}")
@@ -280,21 +280,20 @@ class GroupCoordinatorShard:
     @state_machine_call
     def resume_group(self, token: object, group_id: str, topics: Iterable[str] | None = None) -> None:
         """Resume the whole group (`topics` None or empty: everything paused is resumed) or the partitions of
-        `topics`. Resuming topics of a group paused as a whole is refused: resume the group."""
+        `topics`; in a group paused as a whole, those topics are exempt from the pause and the rest stays
+        paused."""
         old = self.pauses.state(group_id)
-        wanted = sorted(set(topics or ()))
-        if wanted and old.group_paused:
-            self.calls.respond(
-                token,
-                AdminAnswer(
-                    ErrorCode.invalid_request,
-                    f"group {group_id} is paused as a whole: resume the whole group (then pause topics if needed)",
-                    {"paused": old.to_json()},
-                ),
+        wanted = frozenset(topics or ())
+        new = (
+            NOT_PAUSED
+            if not wanted
+            else PauseState(
+                old.group_paused,
+                old.topics - wanted,
+                old.resumed | wanted if old.group_paused else frozenset(),
             )
-            return
-        new = NOT_PAUSED if not wanted else PauseState(False, old.topics - frozenset(wanted))
-        what = "the whole group" if not wanted else f"topics {wanted}"
+        )
+        what = "the whole group" if not wanted else f"topics {sorted(wanted)}"
         self._change_pause(token, group_id, old, new, f"resume of {what}")
 
     def _change_pause(
@@ -333,7 +332,7 @@ class GroupCoordinatorShard:
             {"paused": old.to_json()},
         )
         if new != old:
-            fx.records.append(new_group_pause_record(group_id, new.group_paused, new.topics))
+            fx.records.append(new_group_pause_record(group_id, new.group_paused, new.topics, new.resumed))
             self.pauses.set(group_id, new)
             log.info("group %s: %s; paused now: %s", group_id, what, new.to_json())
             self.classic.rebalance_for_admin(group_id, f"{what} by an administrator")

@@ -473,10 +473,12 @@ def render_pause(data: dict[str, Any]) -> list[Any]:
 
 
 def paused_text(paused: Any) -> str:
-    """`the whole group`, `orders, payments` or `-` (also reads the older list form)."""
+    """`the whole group`, `the whole group but audit`, `orders, payments` or `-` (also reads the older list
+    form)."""
     if isinstance(paused, dict):
         if paused.get("group"):
-            return "the whole group"
+            resumed = paused.get("resumed_topics")
+            return "the whole group" + (f" but {', '.join(resumed)}" if resumed else "")
         return ", ".join(paused.get("topics") or ()) or "-"
     return ", ".join(paused or ()) or "-"
 

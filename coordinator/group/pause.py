@@ -31,20 +31,25 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PauseState:
-    """What is paused in a group: everything (`group_paused`) and/or the partitions of `topics`."""
+    """What is paused in a group: everything (`group_paused`) but the topics `resumed` since, and/or the
+    partitions of `topics`."""
 
     group_paused: bool = False
     topics: frozenset[str] = frozenset()
+    resumed: frozenset[str] = frozenset()  # only while group_paused
 
     def withholds(self, topic: str) -> bool:
-        return self.group_paused or topic in self.topics
+        return (self.group_paused and topic not in self.resumed) or topic in self.topics
 
     @property
     def is_paused(self) -> bool:
         return self.group_paused or bool(self.topics)
 
     def to_json(self) -> dict[str, Any]:
-        return {"group": self.group_paused, "topics": sorted(self.topics)}
+        shown: dict[str, Any] = {"group": self.group_paused, "topics": sorted(self.topics)}
+        if self.resumed:
+            shown["resumed_topics"] = sorted(self.resumed)
+        return shown
 
 
 NOT_PAUSED = PauseState()
@@ -76,7 +81,10 @@ class PauseRegistry:
 
     def replay(self, group_id: str, value: GroupPauseValue | None) -> None:
         self.set(
-            group_id, NOT_PAUSED if value is None else PauseState(value.group_paused, frozenset(value.topics))
+            group_id,
+            NOT_PAUSED
+            if value is None
+            else PauseState(value.group_paused, frozenset(value.topics), frozenset(value.resumed_topics)),
         )
 
     def deliver(self, group: ClassicGroup, member: ClassicGroupMember) -> bytes:

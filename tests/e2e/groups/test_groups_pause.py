@@ -358,3 +358,45 @@ def test_pause_returns_once_no_member_consumes_and_resume_once_every_member_has_
     for m in ms:
         assert m.close() == 0, members.describe([m])
     check_exactly_once(ms, placed)
+
+
+def test_resuming_one_topic_of_a_group_paused_as_a_whole_leaves_the_others_paused(members, server, tmp_path):
+    group, orders, audit = "pause-but", "pb-orders", "pb-audit"
+    for topic in (orders, audit):
+        create_topic(server, topic, PARTITIONS)
+    settings = {**CLIENT, "partition.assignment.strategy": "range", "enable.auto.commit": "true"}
+    ms = [
+        start_member(members, f"b{i}", server, group, "^pb-(orders|audit)$", settings, commit="none")
+        for i in range(2)
+    ]
+    batch1 = produce_batch(server, orders, 30, 530, tmp_path) | produce_batch(
+        server, audit, 30, 531, tmp_path
+    )
+    wait_for(lambda: consumed_keys(ms) >= keys(batch1), 60, "batch 1 of both topics", members.describe)
+    wait_settled(server, group, members)
+
+    status, answer = http(server, "POST", f"/v1/groups/{group}/pause")
+    assert status == 200 and answer["in_effect"], answer
+    held_orders = produce_batch(server, orders, 30, 532, tmp_path)
+    held_audit = produce_batch(server, audit, 30, 533, tmp_path)
+    time.sleep(QUIET_S)
+    assert not consumed_keys(ms) & keys(held_orders | held_audit), members.describe()
+
+    result = cli(server, "resume", group, "--topic", audit)
+    assert result.returncode == 0, result.stderr
+    assert f"Paused: the whole group but {audit}" in result.stdout, result.stdout
+    described = http(server, "GET", f"/v1/groups/{group}")[1]
+    assert described["paused"] == {"group": True, "topics": [], "resumed_topics": [audit]}, described
+    wait_for(
+        lambda: consumed_keys(ms) >= keys(held_audit), 60, "the resumed topic consumed", members.describe
+    )
+    time.sleep(QUIET_S)
+    assert not consumed_keys(ms) & keys(held_orders), (
+        "the topic still paused was consumed\n" + members.describe()
+    )
+
+    result = cli(server, "resume", group)
+    assert result.returncode == 0 and "Paused: -" in result.stdout, result
+    wait_for(lambda: consumed_keys(ms) >= keys(held_orders), 60, "everything consumed", members.describe)
+    for m in ms:
+        assert m.close() == 0, members.describe([m])

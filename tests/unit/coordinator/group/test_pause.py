@@ -262,12 +262,37 @@ def test_pausing_what_is_already_paused_writes_nothing_and_does_not_rebalance():
     assert ctx.group().state.value == "Stable"
 
 
-def test_resuming_a_topic_of_a_group_paused_as_a_whole_is_refused():
+def test_resuming_a_topic_of_a_group_paused_as_a_whole_leaves_the_other_topics_paused():
     ctx = GroupTestContext()
-    pause(ctx, "g")
-    token, result = resume(ctx, "g", ["foo"])
-    assert result.records == [] and ctx.answers[token].error == ErrorCode.invalid_request
-    assert ctx.shard.pause_state("g") == PauseState(True, frozenset())
+    leader_id, follower_id = stable_pair(ctx)
+    pause(ctx)
+    stable_pair(ctx, generation=2, leader_id=leader_id, follower_id=follower_id)
+    token, result = resume(ctx, topics=["foo"])
+    assert ctx.answers[token].error == ErrorCode.none
+    assert [decode_record(r) for r in result.records] == [
+        (GroupPauseKey(GROUP), GroupPauseValue(True, (), ("foo",)))
+    ]
+    assert struct.unpack(">h", result.records[0].value[:2])[0] == 1  # v1: the value that has resumed_topics
+    assert ctx.answers[token].data == {"paused": {"group": True, "topics": [], "resumed_topics": ["foo"]}}
+    stable_pair(ctx, generation=3, leader_id=leader_id, follower_id=follower_id)
+    assert topics_of(ctx.last_syncs[0].response.assignment) == {"foo": (0,)}
+    assert topics_of(ctx.last_syncs[1].response.assignment) == {"foo": (1,)}
+    # Pausing that topic again takes it out of the exempt ones; pausing the whole group clears them all.
+    pause(ctx, topics=["foo"])
+    assert ctx.shard.pause_state(GROUP) == PauseState(True, frozenset({"foo"}), frozenset())
+    resume(ctx, topics=["foo", "bar"])
+    assert ctx.shard.pause_state(GROUP) == PauseState(True, frozenset(), frozenset({"foo", "bar"}))
+    pause(ctx)
+    assert ctx.shard.pause_state(GROUP) == PauseState(True, frozenset())
+    # Survives a restart (the record is replayed).
+    resume(ctx, topics=["bar"])
+    restarted = GroupTestContext(loaded=False)
+    for record in ctx.log:
+        restarted.shard.replay(record)
+    assert restarted.shard.pause_state(GROUP) == PauseState(True, frozenset(), frozenset({"bar"}))
+    # Resuming the whole group resumes everything.
+    token, result = resume(ctx)
+    assert [decode_record(r) for r in result.records] == [(GroupPauseKey(GROUP), None)]
 
 
 def test_a_group_of_another_protocol_type_cannot_be_paused():
