@@ -99,6 +99,10 @@ class ManualClock:
             raise ValueError("time does not go back")
         self._monotonic_ms += ms
 
+    def set_wall_ms(self, wall_ms: int) -> None:
+        """The wall clock reads `wall_ms` now; monotonic time does not move (a process that starts later)."""
+        self._wall_offset_ms = wall_ms - self._monotonic_ms
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ScheduledOp:

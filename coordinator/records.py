@@ -29,6 +29,10 @@ for one of Kafka's:
                         GroupSettingsValue v0 {settings: [{name: string, value: int64}]}
                         Per-group values of this coordinator's own group settings (by their config names,
                         e.g. group.expansion.timeout.ms), overriding the server-wide ones. A tombstone = none.
+    key version 0x7F03  GroupOfflineKey   {group: string}
+                        GroupOfflineValue v0 {members: [{member_id: string, offline_since_ms: int64 (wall)}]}
+                        The static members inside their registration window (group.static.registration.timeout.ms)
+                        and since when, so that a restart keeps their places and their windows. A tombstone = none.
 
 Both live on their own keys rather than inside GroupMetadataValue, so they exist independently of the group
 (a group can be paused before any member has joined it) and Kafka's own record layout stays untouched.
@@ -43,7 +47,7 @@ Names are Kafka's in snake case, with the unit in the name where Kafka leaves it
 `rebalance_timeout_ms`, `commitTimestamp` -> `commit_timestamp_ms`).
 
 Records of three types are applied to memory by the handler that writes them, before they are durable
-(GroupMetadata, GroupPause, GroupSettings; `applied_in_memory_group`): their replay while serving is skipped,
+(GroupMetadata, GroupPause, GroupSettings, GroupOffline; `applied_in_memory_group`): their replay while serving is skipped,
 and requests of their group wait until the append settles.
 """
 
@@ -62,6 +66,8 @@ __all__ = [
     "GroupPauseValue",
     "GroupSettingsKey",
     "GroupSettingsValue",
+    "GroupOfflineKey",
+    "GroupOfflineValue",
     "MemberMetadata",
     "OffsetCommitKey",
     "OffsetCommitValue",
@@ -79,6 +85,7 @@ __all__ = [
     "new_offset_commit_record",
     "new_group_pause_record",
     "new_group_settings_record",
+    "new_group_offline_record",
     "new_offset_commit_tombstone",
 ]
 
@@ -92,6 +99,7 @@ GROUP_METADATA_VALUE_WRITE_VERSION = 3
 _FIRST_FLEXIBLE_VERSION = 4
 GROUP_PAUSE_KEY_VERSION = 0x7F01  # ours (see the module doc)
 GROUP_SETTINGS_KEY_VERSION = 0x7F02  # ours
+GROUP_OFFLINE_KEY_VERSION = 0x7F03  # ours
 OWN_VALUE_VERSION = 0  # the only version of GroupSettingsValue so far, and GroupPauseValue's first
 GROUP_PAUSE_VALUE_VERSIONS = (0, 1)  # v1 adds resumed_topics
 
@@ -176,8 +184,20 @@ class GroupSettingsValue:
     settings: tuple[tuple[str, int], ...] = ()  # (config name, value), sorted by name
 
 
-RecordKey = OffsetCommitKey | GroupMetadataKey | GroupPauseKey | GroupSettingsKey
-RecordValue = OffsetCommitValue | GroupMetadataValue | GroupPauseValue | GroupSettingsValue
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupOfflineKey:
+    group: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupOfflineValue:
+    members: tuple[tuple[str, int], ...]  # (member id, offline since: wall-clock ms), by member id
+
+
+RecordKey = OffsetCommitKey | GroupMetadataKey | GroupPauseKey | GroupSettingsKey | GroupOfflineKey
+RecordValue = (
+    OffsetCommitValue | GroupMetadataValue | GroupPauseValue | GroupSettingsValue | GroupOfflineValue
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -382,6 +402,9 @@ def encode_key(key: RecordKey) -> bytes:
     elif isinstance(key, GroupSettingsKey):
         w.i16(GROUP_SETTINGS_KEY_VERSION)
         w.string(key.group)
+    elif isinstance(key, GroupOfflineKey):
+        w.i16(GROUP_OFFLINE_KEY_VERSION)
+        w.string(key.group)
     else:
         raise TypeError(f"not a record key: {key!r}")
     return bytes(w.buf)
@@ -512,6 +535,8 @@ def _decode_key(data: bytes) -> RecordKey:
         key = GroupPauseKey(r.str_())
     elif version == GROUP_SETTINGS_KEY_VERSION:
         key = GroupSettingsKey(r.str_())
+    elif version == GROUP_OFFLINE_KEY_VERSION:
+        key = GroupOfflineKey(r.str_())
     elif version > GROUP_METADATA_KEY_VERSION:
         raise UnknownRecordType(version)
     else:
@@ -528,7 +553,7 @@ def default_value_version(value: RecordValue) -> int:
         return OFFSET_COMMIT_VALUE_WRITE_VERSION
     if isinstance(value, GroupPauseValue):
         return 1 if value.resumed_topics else 0
-    if isinstance(value, GroupSettingsValue):
+    if isinstance(value, (GroupSettingsValue, GroupOfflineValue)):
         return OWN_VALUE_VERSION
     return GROUP_METADATA_VALUE_WRITE_VERSION
 
@@ -592,6 +617,13 @@ def encode_value(value: RecordValue, version: int | None = None) -> bytes:
         for name, setting in value.settings:
             w.string(name)
             w.i64(setting)
+    elif isinstance(value, GroupOfflineValue):
+        if version != OWN_VALUE_VERSION:
+            raise ValueError(f"no GroupOfflineValue version {version}")
+        w.array_length(len(value.members))
+        for member_id, since_ms in value.members:
+            w.string(member_id)
+            w.i64(since_ms)
     else:
         raise TypeError(f"not a record value: {value!r}")
     return bytes(w.buf)
@@ -679,6 +711,10 @@ def _decode_value(key: RecordKey, data: bytes) -> RecordValue:
         if version != OWN_VALUE_VERSION:
             raise RecordDecodeError(f"unknown GroupSettingsValue version {version}")
         value = GroupSettingsValue(tuple((r.str_(), r.i64()) for _ in range(r.array_length())))
+    elif isinstance(key, GroupOfflineKey):
+        if version != OWN_VALUE_VERSION:
+            raise RecordDecodeError(f"unknown GroupOfflineValue version {version}")
+        value = GroupOfflineValue(tuple((r.str_(), r.i64()) for _ in range(r.array_length())))
     else:
         raise TypeError(f"not a record key: {key!r}")
     r.end()
@@ -856,12 +892,22 @@ def new_group_settings_record(group_id: str, settings: Mapping[str, int]) -> Coo
     return CoordinatorRecord(key, encode_value(GroupSettingsValue(tuple(sorted(settings.items())))))
 
 
+def new_group_offline_record(group_id: str, offline_since_ms: Mapping[str, int]) -> CoordinatorRecord:
+    """The static members of a group inside their registration window, with since when (wall-clock ms); none
+    is a tombstone."""
+    key = encode_key(GroupOfflineKey(group_id))
+    if not offline_since_ms:
+        return CoordinatorRecord(key, None)
+    return CoordinatorRecord(key, encode_value(GroupOfflineValue(tuple(sorted(offline_since_ms.items())))))
+
+
 _GROUP_METADATA_PREFIX = GROUP_METADATA_KEY_VERSION.to_bytes(2, "big")
 _APPLIED_IN_MEMORY_PREFIXES = frozenset(
     {
         _GROUP_METADATA_PREFIX,
         GROUP_PAUSE_KEY_VERSION.to_bytes(2, "big"),
         GROUP_SETTINGS_KEY_VERSION.to_bytes(2, "big"),
+        GROUP_OFFLINE_KEY_VERSION.to_bytes(2, "big"),
     }
 )
 _OFFSET_COMMIT_PREFIXES = frozenset(v.to_bytes(2, "big") for v in (0, OFFSET_COMMIT_KEY_VERSION))
@@ -869,7 +915,7 @@ _OFFSET_COMMIT_PREFIXES = frozenset(v.to_bytes(2, "big") for v in (0, OFFSET_COM
 
 def applied_in_memory_group(record: CoordinatorRecord) -> str | None:
     """The group of a record the state machine applies in memory before it is durable (GroupMetadata,
-    GroupPause, GroupSettings: each key is a version and the group id), else None."""
+    GroupPause, GroupSettings, GroupOffline: each key is a version and the group id), else None."""
     key = record.key
     if key[:2] not in _APPLIED_IN_MEMORY_PREFIXES:
         return None

@@ -53,6 +53,8 @@ from coordinator.records import (
     CoordinatorRecord,
     GroupMetadataKey,
     GroupMetadataValue,
+    GroupOfflineKey,
+    GroupOfflineValue,
     GroupPauseKey,
     GroupPauseValue,
     GroupSettingsKey,
@@ -428,6 +430,9 @@ class GroupCoordinatorShard:
         elif isinstance(key, GroupSettingsKey):
             assert value is None or isinstance(value, GroupSettingsValue)
             self.group_settings.replay(key.group, value)
+        elif isinstance(key, GroupOfflineKey):
+            assert value is None or isinstance(value, GroupOfflineValue)
+            self.classic.replay_group_offline(key.group, value)
         else:
             assert isinstance(key, GroupMetadataKey) and (
                 value is None or isinstance(value, GroupMetadataValue)

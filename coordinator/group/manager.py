@@ -63,6 +63,7 @@ from coordinator.clock import session_timeout_key, sync_key
 from coordinator.records import (
     GroupMetadataKey,
     GroupMetadataValue,
+    GroupOfflineValue,
     new_empty_group_metadata_record,
     new_group_metadata_record,
 )
@@ -807,6 +808,13 @@ class GroupMetadataManager(ClassicRebalancing):
         self._schedule_registration_end(group)
         self._schedule_expansion_end(group)
 
+    def replay_group_offline(self, group_id: str, value: GroupOfflineValue | None) -> None:
+        """A GroupOffline record of the log being loaded: applied to the loaded members in on_loaded."""
+        if value is None:
+            self.loaded_offline.pop(group_id, None)
+        else:
+            self.loaded_offline[group_id] = dict(value.members)
+
     def replay_group_metadata(self, key: GroupMetadataKey, value: GroupMetadataValue | None) -> None:
         """A GroupMetadata record of the log being loaded: the group as Stable with its members and
         assignments, or Empty; a tombstone removes it."""
@@ -846,9 +854,10 @@ class GroupMetadataManager(ClassicRebalancing):
         self.groups[key.group] = group
 
     def on_loaded(self) -> None:
-        """The log is loaded: session timers start for every loaded member; groups over group.max.size (the
-        setting may have shrunk), and groups whose pause state changed after their assignments were handed out,
-        rebalance."""
+        """The log is loaded: session timers start for every loaded member, static members offline before the
+        restart are offline again with the time their registration window has left; groups over group.max.size
+        (the setting may have shrunk), and groups whose pause state changed after their assignments were handed
+        out, rebalance."""
         for group in list(self.groups.values()):
             for member in group.all_members():
                 self._reschedule_heartbeat(group, member)
@@ -863,6 +872,9 @@ class GroupMetadataManager(ClassicRebalancing):
                         self.clock.monotonic_ms(),
                     )
                 )
+            marks = self.loaded_offline.pop(group.group_id, None)
+            if marks:
+                self._restore_offline_marks(group, marks)
             if group.num_members() > self.settings.group_max_size:
                 self._prepare_rebalance(
                     group,
@@ -878,6 +890,7 @@ class GroupMetadataManager(ClassicRebalancing):
                     "a pause or resume recorded before the restart is not in the members' assignments yet",
                     RebalanceTrigger(RebalanceReason.PAUSE),
                 )
+        self.loaded_offline.clear()  # marks of groups that are gone
 
     def on_unloaded(self) -> None:
         """The shard is going away: parked requests are answered NOT_COORDINATOR, timers are cancelled."""

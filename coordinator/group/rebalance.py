@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from coordinator.clock import Clock, Timer, join_key, session_timeout_key, sync_key
-from coordinator.records import new_group_metadata_record
+from coordinator.records import new_group_metadata_record, new_group_offline_record
 from coordinator.result import CoordinatorResult
 from protocol.errors import ErrorCode
 
@@ -104,6 +104,9 @@ class ClassicRebalancing:
         self.group_settings = group_settings
         self._new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
         self.groups: dict[str, ClassicGroup] = {}
+        # GroupOffline records read while loading: group -> member id -> offline since (wall ms); applied when
+        # the log is loaded (coordinator.group.manager.on_loaded).
+        self.loaded_offline: dict[str, dict[str, int]] = {}
 
     # ========================================================================================================
     # Events for observers (coordinator.group.events): rebalances, removals, fencing
@@ -465,6 +468,7 @@ class ClassicRebalancing:
             and self.group_settings.value(group_id, REGISTRATION_TIMEOUT) > 0
         ):
             group.mark_offline(member, self.clock.monotonic_ms())
+            self._write_offline_marks(group)
             log.info(
                 "static member %s (%s) of group %s failed its session timeout; it keeps its place for its "
                 "registration window",
@@ -559,6 +563,7 @@ class ClassicRebalancing:
         if member.offline_since_ms is not None:
             offline_ms = self.clock.monotonic_ms() - member.offline_since_ms
             group.mark_online(member)
+            self._write_offline_marks(group)
             log.info(
                 "static member %s (%s) of group %s is back after %d ms offline",
                 member.group_instance_id,
@@ -567,6 +572,32 @@ class ClassicRebalancing:
                 offline_ms,
             )
             self._reschedule_heartbeat(group, member)  # its session timer fired and was not renewed
+            self._schedule_registration_end(group)
+
+    def _write_offline_marks(self, group: ClassicGroup) -> None:
+        """The group's offline static members and since when, as a GroupOffline record: a coordinator restart
+        keeps their places and the time their registration windows have left."""
+        now_mono, now_wall = self.clock.monotonic_ms(), self.clock.wall_ms()
+        since = {
+            m.member_id: now_wall - (now_mono - m.offline_since_ms)
+            for m in group.offline_members()
+            if m.offline_since_ms is not None
+        }
+        self._fx.records.append(new_group_offline_record(group.group_id, since))
+
+    def _restore_offline_marks(self, group: ClassicGroup, marks: dict[str, int]) -> None:
+        """Marks read from the log (wall-clock ms) on the members loaded with the group."""
+        now_mono, now_wall = self.clock.monotonic_ms(), self.clock.wall_ms()
+        for member_id, since_wall_ms in marks.items():
+            if group.has_member(member_id) and group.member(member_id).is_static:
+                offline_for_ms = max(0, now_wall - since_wall_ms)
+                group.mark_offline(group.member(member_id), now_mono - offline_for_ms)
+        if group.offline_members():
+            log.info(
+                "group %s: static members %s are offline, inside their registration window",
+                group.group_id,
+                [m.group_instance_id for m in group.offline_members()],
+            )
             self._schedule_registration_end(group)
 
     def _schedule_registration_end(self, group: ClassicGroup) -> None:
@@ -604,6 +635,7 @@ class ClassicRebalancing:
             self._drop_member(group, member.member_id, ErrorCode.unknown_member_id)
             self.timer.cancel(session_timeout_key(group_id, member.member_id))
         removed = [m.group_instance_id for m in offline]
+        self._write_offline_marks(group)
         log.info("group %s: registration window ended; removing offline static members %s", group_id, removed)
         reason = f"removing offline static members {removed} at the end of their registration window"
         if group.state in (STABLE, COMPLETING_REBALANCE):

@@ -217,3 +217,46 @@ def test_expansion_window_admits_four_new_members_in_one_rebalance(members, serv
     assert json.loads(changed.stdout)["settings"] == {}, changed.stdout
     for m in everyone:
         assert m.close() == 0, members.describe([m])
+
+
+def test_a_static_member_offline_across_a_coordinator_restart_keeps_its_place(members, server_factory):
+    """The offline marks are durable: the coordinator restarts while a member is inside its registration window,
+    and the member comes back to its partitions after the restart without a rebalance."""
+    from tests.e2e.groups.test_groups_pause import restart_on_same_port
+
+    server = server_factory()
+    group, topic = "window-restart", "window-restart-topic"
+    wait_ready(server)
+    status, answer = http(
+        server, "PUT", f"/v1/groups/{group}/settings", {"group.static.registration.timeout.ms": 60000}
+    )
+    assert status == 200, answer
+    create_topic(server, topic, 4)
+    s0 = members.start("ck", "r0", server, group, topic, instance_id=f"{group}-0", settings=CLIENT)
+    wait_split(members, [s0], 4, [4], timeout=30, stable_for=0)
+    s1 = members.start("ck", "r1", server, group, topic, instance_id=f"{group}-1", settings=CLIENT)
+    split = wait_split(members, [s0, s1], 4, [2, 2], timeout=60, stable_for=QUIET_S)
+    generation = describe(server, group)["generation"]
+
+    s1.kill()
+    wait_for(
+        lambda: describe(server, group)["offline_members"] == [f"{group}-1"],
+        SESSION_MS / 1000 + 10,
+        "r1 to be marked offline",
+        members.describe,
+    )
+    server = restart_on_same_port(server_factory, server)
+    wait_ready(server)
+    after = describe(server, group)
+    assert after["offline_members"] == [f"{group}-1"], after  # not reset by the restart
+    assert after["generation"] == generation, after
+
+    back = members.start("ck", "r1-again", server, group, topic, instance_id=f"{group}-1", settings=CLIENT)
+    wait_for(lambda: back.held(), 30, "the returning static member to be assigned", members.describe)
+    assert back.held() == split["r1"], members.describe()
+    time.sleep(QUIET_S)
+    after = describe(server, group)
+    assert after["generation"] == generation and after["offline_members"] == [], after
+    assert s0.held() == split["r0"], members.describe([s0])
+    for m in (s0, back):
+        assert m.close() == 0, members.describe([m])

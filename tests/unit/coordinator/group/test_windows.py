@@ -9,7 +9,16 @@ from __future__ import annotations
 from coordinator.group.events import MemberRemoved, RebalanceReason, RebalanceStarted, RemovalCause
 from coordinator.group.settings import EXPANSION_TIMEOUT, REGISTRATION_TIMEOUT
 from coordinator.group.windows import expansion_key, registration_key
-from coordinator.records import GroupSettingsKey, GroupSettingsValue, decode_record
+from coordinator.records import (
+    GroupOfflineKey,
+    GroupOfflineValue,
+    GroupSettingsKey,
+    GroupSettingsValue,
+    decode_record,
+    decode_value,
+    encode_value,
+    new_group_offline_record,
+)
 from protocol.errors import ErrorCode
 
 from .context import GroupTestContext
@@ -178,6 +187,79 @@ def test_without_a_registration_window_a_static_member_is_removed_at_session_exp
     members.run_until(start + 3000, {"L"})
     assert [e.member.group_instance_id for e in events.removed()] == ["A"]
     assert len(events.rebalances()) == 1
+
+
+def offline_records(ctx: GroupTestContext) -> list[object]:
+    return [decode_record(r)[1] for r in ctx.log if decode_record(r)[0] == GroupOfflineKey(GROUP)]
+
+
+def restart(
+    ctx: GroupTestContext, members: Members, down_ms: int, **settings: int
+) -> tuple[GroupTestContext, Members]:
+    """A new state machine loaded from `ctx`'s log, started `down_ms` (wall clock) after `ctx`'s now; its
+    monotonic clock starts over."""
+    restarted = GroupTestContext(loaded=False, **settings)
+    restarted.clock.advance(1_000_000)
+    restarted.clock.set_wall_ms(ctx.clock.wall_ms() + down_ms)
+    for record in ctx.log:
+        restarted.shard.replay(record)
+    again = Members(restarted)
+    again.ids, again.instances = dict(members.ids), dict(members.instances)
+    return restarted, again
+
+
+def test_offline_marks_are_a_record_and_a_restart_keeps_the_time_the_window_has_left():
+    ctx = GroupTestContext(group_static_registration_timeout_ms=15000)
+    members = static_group(ctx, ["L", "A"])
+    assert members.heartbeat("A") == ErrorCode.none
+    offline_at = ctx.clock.monotonic_ms() + 3000
+    members.run_until(offline_at, {"L"})
+    offline_at_wall = ctx.clock.wall_ms() - (ctx.clock.monotonic_ms() - offline_at)
+    assert offline_records(ctx) == [GroupOfflineValue(((members.ids["A"], offline_at_wall),))]
+    members.run_until(offline_at + 4000, {"L"})
+
+    # Down for 2 s: 6 s of A's 15 s window are gone when the log is loaded.
+    restarted, members = restart(ctx, members, 2000, group_static_registration_timeout_ms=15000)
+    events = Events()
+    restarted.shard.add_listener(events)
+    restarted.apply(restarted.shard.on_loaded())
+    group = restarted.group()
+    assert group.state.value == "Stable" and group.member(members.ids["A"]).is_offline
+    assert restarted.deadline(registration_key(GROUP)) == 9000
+    loaded_at = restarted.clock.monotonic_ms()
+    members.run_until(loaded_at + 8500, {"L"})
+    assert events.rebalances() == [] and group.has_member(members.ids["A"])
+    members.run_until(loaded_at + 9000, {"L"})
+    assert [(e.member.group_instance_id, e.cause) for e in events.removed()] == [
+        ("A", RemovalCause.SESSION_TIMEOUT)
+    ]
+    assert len(events.rebalances()) == 1
+    assert offline_records(restarted)[-1] is None  # the marks are gone with the member
+
+
+def test_a_member_offline_before_a_restart_comes_back_after_it_without_a_rebalance():
+    ctx = GroupTestContext(group_static_registration_timeout_ms=15000)
+    members = static_group(ctx, ["L", "A"])
+    start = ctx.clock.monotonic_ms()
+    members.run_until(start + 4000, {"L"})
+    assert ctx.group().member(members.ids["A"]).is_offline
+    restarted, members = restart(ctx, members, 1000, group_static_registration_timeout_ms=15000)
+    events = Events()
+    restarted.shard.add_listener(events)
+    restarted.apply(restarted.shard.on_loaded())
+    assert members.heartbeat("A") == ErrorCode.none
+    assert not restarted.group().member(members.ids["A"]).is_offline
+    assert not restarted.timer.is_scheduled(registration_key(GROUP))
+    assert events.rebalances() == []
+    assert offline_records(restarted) == [None]  # a tombstone: nobody is offline any more
+
+
+def test_offline_records_round_trip_and_none_offline_is_a_tombstone():
+    value = GroupOfflineValue((("m-1", 1_700_000_000_123), ("m-2", 5)))
+    assert decode_value(GroupOfflineKey("g"), encode_value(value)) == value
+    record = new_group_offline_record("g", {"m-2": 5, "m-1": 1_700_000_000_123})
+    assert decode_record(record) == (GroupOfflineKey("g"), value)
+    assert new_group_offline_record("g", {}).value is None
 
 
 # -- group.expansion.timeout.ms --------------------------------------------------------------------------------
