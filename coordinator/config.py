@@ -115,8 +115,8 @@ SETTINGS: tuple[Setting, ...] = (
         "max.connections",
         2147483647,
         int,
-        "Connections the listener holds at once; a connection beyond it is closed at accept (Kafka instead "
-        "leaves it in the accept backlog until a slot frees).",
+        "Connections the listener holds at once; as Kafka, a connection beyond it waits, unanswered, until one "
+        "closes (first come, first served), and is closed only when as many wait as a listen backlog holds.",
         minimum=0,
     ),
     Setting(

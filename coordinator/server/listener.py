@@ -11,6 +11,8 @@ answers what is in flight (bounded by `shutdown.timeout.ms`), then closes the co
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -72,6 +74,9 @@ class Server:
         self._ids = itertools.count(1)
         self._servers: list[asyncio.base_events.Server] = []
         self._idle_sweeper: asyncio.Task[None] | None = None
+        # Connections held unread until a slot under max.connections frees (Kafka's acceptor waits too).
+        self._slot_waiters: collections.deque[asyncio.Future[bool]] = collections.deque()
+        self._reserved_slots = 0  # slots freed for a waiter that has not taken its place yet
 
     # -- identity --------------------------------------------------------------------------------------------
 
@@ -140,10 +145,19 @@ class Server:
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer_ip = (writer.get_extra_info("peername") or ("",))[0]
-        refused = self._over_connection_limit(peer_ip)
+        refused = self._over_ip_limit(peer_ip)
         if refused:
             log.info("closing a new connection from %s: %s", peer_ip, refused)
             writer.transport.abort()
+            return
+        if not await self._take_slot(peer_ip):
+            writer.transport.abort()
+            return
+        refused = self._over_ip_limit(peer_ip)  # others from that address may have come in while it waited
+        if refused:
+            log.info("closing a new connection from %s: %s", peer_ip, refused)
+            writer.transport.abort()
+            self._release_slot()
             return
         conn_id = next(self._ids)
         conn = Connection(self, reader, writer, conn_id)
@@ -159,6 +173,7 @@ class Server:
         finally:
             self.metrics.connections.dec()
             self.connections.pop(conn_id, None)
+            self._release_slot()
             left = self.connections_per_ip.pop(peer_ip, 1) - 1
             if left > 0:
                 self.connections_per_ip[peer_ip] = left
@@ -175,10 +190,47 @@ class Server:
 
     # -- resource limits (max.connections, max.connections.per.ip, connections.max.idle.ms) ------------------
 
-    def _over_connection_limit(self, peer_ip: str) -> str | None:
-        """Why a new connection from `peer_ip` is refused, or None. Counted per listener (per worker)."""
-        if len(self.connections) >= self.config["max.connections"]:
-            return f"max.connections={self.config['max.connections']} reached"
+    async def _take_slot(self, peer_ip: str) -> bool:
+        """A place under max.connections (counted per listener, per worker). As Kafka's acceptor, a connection
+        beyond it is not refused: it waits, unread, until one closes, first come first served. False (close it)
+        when the server is closing or as many wait as a listen backlog holds."""
+        limit = self.config["max.connections"]
+        if not self._slot_waiters and len(self.connections) + self._reserved_slots < limit:
+            return True
+        if len(self._slot_waiters) >= LISTEN_BACKLOG:
+            log.info(
+                "closing a new connection from %s: max.connections=%d reached, and its queue", peer_ip, limit
+            )
+            return False
+        if not self._slot_waiters:
+            log.info("max.connections=%d reached: new connections wait for a free slot", limit)
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._slot_waiters.append(waiter)
+        try:
+            granted = await waiter
+        except BaseException:  # the connection's task is cancelled
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self._reserved_slots -= 1  # granted meanwhile: pass the slot on
+                self._release_slot()
+            else:
+                with contextlib.suppress(ValueError):
+                    self._slot_waiters.remove(waiter)
+            raise
+        if granted:
+            self._reserved_slots -= 1
+        return granted and self.listening
+
+    def _release_slot(self) -> None:
+        """A connection closed: the first waiting one takes its place."""
+        limit = self.config["max.connections"]
+        while self._slot_waiters and len(self.connections) + self._reserved_slots < limit:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                self._reserved_slots += 1
+                waiter.set_result(True)
+
+    def _over_ip_limit(self, peer_ip: str) -> str | None:
+        """Why a new connection from `peer_ip` is refused (Kafka closes those too), or None."""
         limit = self.config["max.connections.per.ip"]
         for host, count in self.config["max.connections.per.ip.overrides"]:
             if host == peer_ip or _resolve(host) == peer_ip:
@@ -216,6 +268,10 @@ class Server:
         self.listening = False
         if self._idle_sweeper is not None:
             self._idle_sweeper.cancel()
+        while self._slot_waiters:  # connections waiting for a slot are closed
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(False)
         for server in self._servers:
             server.close()  # stop accepting
         conns = list(self.connections.values())

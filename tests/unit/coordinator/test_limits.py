@@ -116,18 +116,48 @@ def test_per_ip_override_by_hostname():
                 s.close()
 
 
-def test_max_connections_closes_the_connection_beyond_it():
+def test_max_connections_makes_the_connections_beyond_it_wait_for_a_free_slot():
+    """As Kafka's acceptor: not refused, held unanswered until a connection closes, then served in order."""
     with running(max_connections=3) as server:
         socks = [_connect(server) for _ in range(3)]
+        waiting = []
         try:
             assert all(_serves(s) for s in socks)
-            extra = _connect(server)
-            assert _closed_by_server(extra)
-            extra.close()
-            assert all(_serves(s) for s in socks)
+            for i in range(2):
+                extra = _connect(server)
+                extra.sendall(encode_request(ApiVersionsRequestV0(), 100 + i))
+                waiting.append(extra)
+            _wait_until(lambda: len(server._slot_waiters) == 2)
+            for extra in waiting:
+                extra.settimeout(0.3)
+                with pytest.raises(TimeoutError):
+                    extra.recv(1)  # not answered, not closed
+                extra.settimeout(WAIT_S)
+            assert all(_serves(s) for s in socks)  # the others are served meanwhile
+
+            socks.pop().close()  # a slot frees: the first waiting connection takes it
+            assert struct.unpack_from(">i", recv_frame(waiting[0]))[0] == 100
+            waiting[1].settimeout(0.3)
+            with pytest.raises(TimeoutError):
+                waiting[1].recv(1)
+            waiting[1].settimeout(WAIT_S)
+            socks.pop().close()
+            assert struct.unpack_from(">i", recv_frame(waiting[1]))[0] == 101
+            assert _on_loop(server, lambda loop: len(server.connections)) == 3
         finally:
-            for s in socks:
+            for s in socks + waiting:
                 s.close()
+
+
+def test_connections_waiting_for_a_slot_are_closed_at_shutdown():
+    with running(max_connections=1) as server:
+        held = _connect(server)
+        assert _serves(held)
+        extra = _connect(server)
+        _wait_until(lambda: len(server._slot_waiters) == 1)
+    assert _closed_by_server(extra)
+    extra.close()
+    held.close()
 
 
 def _parked_heartbeat(release: list[asyncio.Event]):
