@@ -34,7 +34,7 @@ for one of Kafka's:
                         The static members inside their registration window (group.static.registration.timeout.ms)
                         and since when, so that a restart keeps their places and their windows. A tombstone = none.
 
-Both live on their own keys rather than inside GroupMetadataValue, so they exist independently of the group
+They live on their own keys rather than inside GroupMetadataValue, so they exist independently of the group
 (a group can be paused before any member has joined it) and Kafka's own record layout stays untouched.
 
 kio generates Kafka's request and response schemas but not these coordinator record schemas, so the codec is
@@ -46,9 +46,9 @@ path that falls back to the general decoder for anything it does not take (see "
 Names are Kafka's in snake case, with the unit in the name where Kafka leaves it out (`rebalanceTimeout` ->
 `rebalance_timeout_ms`, `commitTimestamp` -> `commit_timestamp_ms`).
 
-Records of three types are applied to memory by the handler that writes them, before they are durable
-(GroupMetadata, GroupPause, GroupSettings, GroupOffline; `applied_in_memory_group`): their replay while serving is skipped,
-and requests of their group wait until the append settles.
+Records of four types are applied to memory by the handler that writes them, before they are durable
+(GroupMetadata, GroupPause, GroupSettings, GroupOffline; `applied_in_memory_group`): their replay while serving is
+skipped, and requests of their group wait until the append settles.
 """
 
 from __future__ import annotations

@@ -378,12 +378,15 @@ class AdminApi:
             return await self._admin_state(group_id, answer.message)
         progress, waited_ms = await self._until_in_effect(group_id, timeout_ms)
         shard = self._service().shards.for_group(group_id)
-        assert shard is not None
         return web.json_response(
             {
                 "group_id": group_id,
                 "message": answer.message,
-                **_group_admin_state(shard, group_id),
+                **(
+                    _group_admin_state(shard, group_id)
+                    if shard is not None
+                    else {"paused": answer.data["paused"]}
+                ),
                 **progress,
                 "waited_ms": waited_ms,
             },
