@@ -110,7 +110,9 @@ class FSOps:
             self.fsync_dir(os.path.dirname(new_dir) or ".")
 
     def write_atomically(self: FS, path: str, data: bytes) -> None:
-        tmp = path + TEMP_SUFFIX
+        # One temp file per process: the workers of `serve --workers N` may write the same file at once (the
+        # groups' layout.json at their first start), and two writers appending to one temp file garble it.
+        tmp = f"{path}.{os.getpid()}{TEMP_SUFFIX}"
         try:
             if self.exists(tmp):
                 self.remove(tmp)

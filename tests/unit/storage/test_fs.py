@@ -247,3 +247,26 @@ def test_faultfs_over_osfs(tmp_path: os.PathLike[str]) -> None:
     f.close()
     with open(os.path.join(d, "a"), "rb") as raw:
         assert raw.read() == b"ab"
+
+
+def _write_many(path: str, content: bytes, times: int) -> None:
+    fs = OsFS()
+    for _ in range(times):
+        fs.write_atomically(path, content)
+
+
+def test_processes_writing_the_same_file_at_once_each_replace_it_whole(tmp_path: os.PathLike[str]) -> None:
+    """The workers of `serve --workers N` write the groups' layout.json at their first start, at the same time."""
+    import multiprocessing
+
+    path = os.path.join(str(tmp_path), "layout.json")
+    contents = [b'{"shards": %d}' % i for i in range(4)]
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_write_many, args=(path, c, 200)) for c in contents]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+    assert [w.exitcode for w in writers] == [0, 0, 0, 0]
+    assert OsFS().read_file(path) in contents
+    assert os.listdir(str(tmp_path)) == ["layout.json"]  # no temp file left behind
