@@ -70,8 +70,9 @@ class Podman:
     def image_size(self, image: str) -> int:
         return int(self("image", "inspect", "--format", "{{.Size}}", image).stdout.strip())
 
-    def ensure_base(self) -> float:
-        """The stand-in for python:3.11-slim, built once per machine (kept in podman's store). Seconds taken."""
+    def ensure_base(self) -> tuple[float, str | None]:
+        """The stand-in for python:3.11-slim, built once per machine (kept in podman's store), and a container
+        run from it: (seconds taken, why this machine cannot make or run it, or None)."""
         started = time.monotonic()
         done = subprocess.run(
             ["bash", str(REPO / "scripts" / "build-python-base.sh"), BASE_IMAGE],
@@ -81,8 +82,23 @@ class Podman:
             timeout=900,
         )
         if done.returncode != 0:
-            raise AssertionError(f"scripts/build-python-base.sh failed\n{done.stdout}\n{done.stderr}")
-        return time.monotonic() - started
+            return 0.0, f"no base image (scripts/build-python-base.sh failed): {done.stderr.strip()[-800:]}"
+        seconds = time.monotonic() - started
+        ran = self(
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            "--entrypoint",
+            "python3",
+            BASE_IMAGE,
+            "-c",
+            "print('ok')",
+            check=False,
+        )
+        if ran.returncode != 0 or ran.stdout.strip() != "ok":
+            return seconds, f"podman cannot run a container here: {ran.stderr.strip()[-800:]}"
+        return seconds, None
 
     def build(self, wheels: Path) -> float:
         """The project's Dockerfile on the stand-in base, pip reading only the wheelhouse. Seconds taken."""

@@ -4,8 +4,9 @@ packages, pip reading a wheelhouse built on the host, so no registry and no inde
 the volume across a replaced container, a clean stop on SIGTERM within the shutdown timeout. The image holds the
 runtime dependencies only; what it adds above the base is printed (and held under 50 MB).
 
-Where the machine cannot run containers (not root, no podman/runc/debootstrap, podman itself failing) the tests
-skip and say why. The build and run figures are printed (pytest -s, or the captured output of a failure)."""
+Where the machine cannot run containers (not root, no podman/runc/debootstrap, podman itself failing, no base
+image to be made from the Debian mirror, or no container running from it) the tests skip and say why; a failure
+to build or run the project's image is a failure. The build and run figures are printed (pytest -s, or the captured output of a failure)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     reason = podman.probe()
     if reason:
         pytest.skip(reason)
-    base_seconds = podman.ensure_base()
+    base_seconds, reason = podman.ensure_base()
+    if reason:
+        pytest.skip(reason)
     wheels = work / "wheels"
     build_wheelhouse(wheels)
     build_seconds = podman.build(wheels)
