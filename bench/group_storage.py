@@ -41,8 +41,6 @@ import sys
 import tempfile
 import time
 import tracemalloc
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +53,7 @@ from coordinator.records import CoordinatorRecord, decode_record, new_offset_com
 from coordinator.shard import GroupCoordinatorShard  # noqa: E402
 from coordinator.sharding import shard_of  # noqa: E402
 from storage import Log  # noqa: E402
-from tests.support.server import ServerProcess, start_server  # noqa: E402
+from tests.support.server import ServerProcess, readyz, start_server  # noqa: E402
 
 GOAL_SECONDS = 5.0
 GOAL_MB = 300.0
@@ -113,19 +111,6 @@ def vm(pid: int, field: str) -> float:
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def readyz(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/readyz", timeout=2) as resp:
-            resp.read()
-            return resp.status == 200
-    except urllib.error.HTTPError as exc:
-        exc.read()
-        exc.close()
-        return False
-    except OSError:
-        return False
 
 
 class Run:

@@ -9,11 +9,9 @@ import re
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from tests.support.server import PYTHON, REPO
+from tests.support.server import PYTHON, REPO, readyz
 
 CRASH_CLIENTS = REPO / "tests" / "crash" / "clients"
 PARTITIONS = 8  # of every topic create_topics makes, and what committed_offsets reads
@@ -83,16 +81,7 @@ class CrashServer:
         return f"127.0.0.1:{self.port}"
 
     def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.admin_url + "/readyz", timeout=2) as resp:
-                resp.read()
-                return resp.status == 200
-        except urllib.error.HTTPError as exc:
-            exc.read()
-            exc.close()
-            return False
-        except OSError:
-            return False
+        return readyz(self.admin_url)
 
     def wait_ready(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout

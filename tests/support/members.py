@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.e2e import make_messages, produce, run, run_client
-from tests.support.server import PYTHON, REPO, ServerProcess
+from tests.support.server import PYTHON, REPO, ServerProcess, readyz
 
 GROUP_CLIENTS = Path(__file__).resolve().parents[1] / "e2e" / "groups" / "clients"
 MEMBER_SCRIPTS = {"ck": "ck_member.py", "kp": "kp_member.py", "aio": "aio_member.py"}
@@ -377,11 +377,4 @@ def admin_http(server: Any, method: str, path: str, body: Any = None) -> tuple[i
 def wait_ready(server: Any) -> None:
     """The admin API answers 503 while the group log loads."""
 
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(server.admin_url + "/readyz", timeout=10) as response:
-                return response.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
-
-    wait_for(ready, 60, "the server to be ready", server.output)
+    wait_for(lambda: readyz(server.admin_url, timeout=10), 60, "the server to be ready", server.output)

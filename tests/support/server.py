@@ -19,6 +19,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -35,6 +37,20 @@ DEFAULT_SETTINGS: dict[str, str] = {
 }
 
 _LISTENING = re.compile(r"^listening kafka=(?P<kafka>\S+:\d+) admin=(?P<admin>\S+:\d+)\s*$")
+
+
+def readyz(admin_url: str, timeout: float = 2) -> bool:
+    """True once the server's admin listener answers /readyz with 200 (503 while the group log loads)."""
+    try:
+        with urllib.request.urlopen(admin_url + "/readyz", timeout=timeout) as resp:
+            resp.read()
+            return resp.status == 200
+    except urllib.error.HTTPError as exc:
+        exc.read()
+        exc.close()
+        return False
+    except OSError:
+        return False
 
 
 class ServerStartError(RuntimeError):
