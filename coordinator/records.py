@@ -310,6 +310,21 @@ class _Writer:
         if self.flexible:
             self.uvarint(0)
 
+    def strings(self, values: Iterable[str]) -> None:
+        """[string], as this coordinator's own values write lists of names."""
+        values = tuple(values)
+        self.array_length(len(values))
+        for v in values:
+            self.string(v)
+
+    def named_i64s(self, pairs: Iterable[tuple[str, int]]) -> None:
+        """[{name: string, value: int64}]."""
+        pairs = tuple(pairs)
+        self.array_length(len(pairs))
+        for name, value in pairs:
+            self.string(name)
+            self.i64(value)
+
 
 class _Reader:
     def __init__(self, data: bytes, flexible: bool = False) -> None:
@@ -373,6 +388,12 @@ class _Reader:
         if n > len(self.data) - self.pos:  # every element takes at least a byte: refuse absurd counts early
             raise RecordDecodeError(f"array of {n} elements cannot fit in {len(self.data) - self.pos} bytes")
         return n
+
+    def strings(self) -> tuple[str, ...]:
+        return tuple(self.str_() for _ in range(self.array_length()))
+
+    def named_i64s(self) -> tuple[tuple[str, int], ...]:
+        return tuple((self.str_(), self.i64()) for _ in range(self.array_length()))
 
     def skip_tagged_fields(self) -> None:
         if not self.flexible:
@@ -603,27 +624,17 @@ def encode_value(value: RecordValue, version: int | None = None) -> bytes:
         if version not in GROUP_PAUSE_VALUE_VERSIONS:
             raise ValueError(f"no GroupPauseValue version {version}")
         w.buf.append(1 if value.group_paused else 0)
-        w.array_length(len(value.topics))
-        for topic in value.topics:
-            w.string(topic)
+        w.strings(value.topics)
         if version >= 1:
-            w.array_length(len(value.resumed_topics))
-            for topic in value.resumed_topics:
-                w.string(topic)
+            w.strings(value.resumed_topics)
     elif isinstance(value, GroupSettingsValue):
         if version != OWN_VALUE_VERSION:
             raise ValueError(f"no GroupSettingsValue version {version}")
-        w.array_length(len(value.settings))
-        for name, setting in value.settings:
-            w.string(name)
-            w.i64(setting)
+        w.named_i64s(value.settings)
     elif isinstance(value, GroupOfflineValue):
         if version != OWN_VALUE_VERSION:
             raise ValueError(f"no GroupOfflineValue version {version}")
-        w.array_length(len(value.members))
-        for member_id, since_ms in value.members:
-            w.string(member_id)
-            w.i64(since_ms)
+        w.named_i64s(value.members)
     else:
         raise TypeError(f"not a record value: {value!r}")
     return bytes(w.buf)
@@ -704,17 +715,16 @@ def _decode_value(key: RecordKey, data: bytes) -> RecordValue:
         flag = r._take(1)[0]
         if flag not in (0, 1):
             raise RecordDecodeError(f"bad boolean {flag}")
-        topics = tuple(r.str_() for _ in range(r.array_length()))
-        resumed = tuple(r.str_() for _ in range(r.array_length())) if version >= 1 else ()
-        value = GroupPauseValue(bool(flag), topics, resumed)
+        topics = r.strings()
+        value = GroupPauseValue(bool(flag), topics, r.strings() if version >= 1 else ())
     elif isinstance(key, GroupSettingsKey):
         if version != OWN_VALUE_VERSION:
             raise RecordDecodeError(f"unknown GroupSettingsValue version {version}")
-        value = GroupSettingsValue(tuple((r.str_(), r.i64()) for _ in range(r.array_length())))
+        value = GroupSettingsValue(r.named_i64s())
     elif isinstance(key, GroupOfflineKey):
         if version != OWN_VALUE_VERSION:
             raise RecordDecodeError(f"unknown GroupOfflineValue version {version}")
-        value = GroupOfflineValue(tuple((r.str_(), r.i64()) for _ in range(r.array_length())))
+        value = GroupOfflineValue(r.named_i64s())
     else:
         raise TypeError(f"not a record key: {key!r}")
     r.end()
