@@ -163,6 +163,21 @@ class GroupTestContext:
     def _next_uuid(self) -> str:
         return f"uuid{next(self._uuids)}"
 
+    def restart(self, *, down_ms: int = 0, listener: Any = None, **settings: Any) -> GroupTestContext:
+        """A new coordinator that loads the log this one wrote, with this one's settings (`settings` override
+        them); its log starts as this one's. Its monotonic clock reads this one's and its wall clock `down_ms`
+        later (the time it was down); `listener`, a group event listener, sees the load too."""
+        fresh = GroupTestContext(loaded=False, **{**self.settings, **settings})
+        fresh.clock.advance(self.clock.monotonic_ms())
+        fresh.clock.set_wall_ms(self.clock.wall_ms() + down_ms)
+        for record in self.log:
+            fresh.shard.replay(record)
+            fresh.log.append(record)
+        if listener is not None:
+            fresh.shard.add_listener(listener)
+        fresh.apply(fresh.shard.on_loaded())
+        return fresh
+
     # -- the runtime -----------------------------------------------------------------------------------------
 
     def apply(self, result: CoordinatorResult) -> CoordinatorResult:

@@ -51,17 +51,6 @@ def members(rebalance_timeout_ms: int = 9000) -> tuple[MemberMetadata, ...]:
     )
 
 
-def restart(ctx: GroupTestContext, **settings) -> GroupTestContext:
-    """A new coordinator that loads the log the old one wrote."""
-    fresh = GroupTestContext(loaded=False, **{**ctx.settings, **settings})
-    fresh.clock.advance(ctx.clock.monotonic_ms())
-    for record in ctx.log:
-        fresh.shard.replay(record)
-        fresh.log.append(record)
-    fresh.apply(fresh.shard.on_loaded())
-    return fresh
-
-
 @pytest.mark.parametrize("use_default_rebalance_timeout", [True, False])
 @pytest.mark.parametrize("version", [3, 4])
 def test_replay_group_metadata_records(use_default_rebalance_timeout, version):
@@ -202,7 +191,7 @@ def test_restart_restores_stable_group_members_assignments_and_offsets():
         metadata="m",
     )
     ctx.commit("simple", {("bar", 1): 7})
-    fresh = restart(ctx)
+    fresh = ctx.restart()
     group = fresh.group()
     assert group.is_in_state(S.STABLE)
     assert group.generation_id == 1
@@ -234,7 +223,7 @@ def test_restart_after_static_replacement_loads_the_new_member_id():
     rejoin = ctx.join_group(
         group_instance_id="leader", protocols=to_protocols("range", "roundrobin"), version=9
     )
-    fresh = restart(ctx)
+    fresh = ctx.restart()
     assert fresh.group().static_member_id("leader") == rejoin.response.member_id
     assert fresh.group().leader_id == rejoin.response.member_id
 
@@ -249,7 +238,7 @@ def test_restart_of_a_group_mid_rebalance_loads_its_last_written_state():
         version=5,
     )
     assert ctx.group().is_in_state(S.PREPARING_REBALANCE)
-    fresh = restart(ctx)
+    fresh = ctx.restart()
     assert fresh.group().is_in_state(S.STABLE) and fresh.group().generation_id == 1
 
 
@@ -258,14 +247,14 @@ def test_restart_loads_deleted_groups_as_gone():
     leader = ctx.join_as_dynamic_member_and_complete_rebalance()
     ctx.leave_group(members=[(leader.member_id, None)])
     ctx.send("delete_groups", 42, 2, "delete", groups_names=["group-id"])
-    fresh = restart(ctx)
+    fresh = ctx.restart()
     assert "group-id" not in fresh.shard.groups
 
 
 def test_restarted_members_expire_if_they_do_not_come_back():
     ctx = GroupTestContext()
     result = ctx.static_members_join_and_rebalance(session_timeout_ms=5000)
-    fresh = restart(ctx)
+    fresh = ctx.restart()
     assert fresh.session_deadline(result.leader_id) == 5000
     fresh.advance(5000)
     assert fresh.group().is_in_state(S.EMPTY)

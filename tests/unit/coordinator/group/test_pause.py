@@ -286,9 +286,7 @@ def test_resuming_a_topic_of_a_group_paused_as_a_whole_leaves_the_other_topics_p
     assert ctx.shard.pause_state(GROUP) == PauseState(True, frozenset())
     # Survives a restart (the record is replayed).
     resume(ctx, topics=["bar"])
-    restarted = GroupTestContext(loaded=False)
-    for record in ctx.log:
-        restarted.shard.replay(record)
+    restarted = ctx.restart()
     assert restarted.shard.pause_state(GROUP) == PauseState(True, frozenset(), frozenset({"bar"}))
     # Resuming the whole group resumes everything.
     token, result = resume(ctx)
@@ -407,12 +405,8 @@ def test_a_pause_recorded_after_the_loaded_assignments_rebalances_the_group_when
     leader_id, follower_id = stable_pair(ctx)
     pause(ctx, topics=["foo"])  # recorded; the rebalance it started never completes here
 
-    restarted = GroupTestContext(loaded=False)
-    for record in ctx.log:
-        restarted.shard.replay(record)
     events = Events()
-    restarted.shard.add_listener(events)
-    restarted.apply(restarted.shard.on_loaded())
+    restarted = ctx.restart(listener=events)
     assert restarted.group().state.value == "PreparingRebalance"
     assert [e.reason for e in events.rebalances()] == [RebalanceReason.PAUSE]
     assert restarted.shard.pause_progress(GROUP)["in_effect"] is False
@@ -424,10 +418,7 @@ def test_a_group_loaded_with_its_pause_already_handed_out_does_not_rebalance():
     pause(ctx, topics=["foo"])
     stable_pair(ctx, generation=2, leader_id=leader_id, follower_id=follower_id)
 
-    restarted = GroupTestContext(loaded=False)
-    for record in ctx.log:
-        restarted.shard.replay(record)
-    restarted.apply(restarted.shard.on_loaded())
+    restarted = ctx.restart()
     assert restarted.group().state.value == "Stable"
     assert restarted.shard.pause_progress(GROUP)["in_effect"] is True
 
@@ -442,10 +433,7 @@ def test_replaying_the_log_restores_the_pause_and_filtering():
     stable_pair(ctx, generation=2, leader_id=leader_id, follower_id=follower_id)
     pause(ctx, "other-group")
 
-    restarted = GroupTestContext(loaded=False)
-    for record in ctx.log:
-        restarted.shard.replay(record)
-    restarted.apply(restarted.shard.on_loaded())
+    restarted = ctx.restart()
     assert restarted.shard.pause_state(GROUP) == PauseState(False, frozenset({"foo"}))
     assert restarted.shard.pause_state("other-group") == PauseState(True, frozenset())
     sync = restarted.sync_group(GROUP, follower_id, 2)
