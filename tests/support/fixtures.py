@@ -15,6 +15,7 @@ is then killed), or exited non-zero.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -56,6 +57,24 @@ class ServerFactory:
     def stop(self, server: ServerProcess) -> int:
         """Stop one server now (SIGTERM); fail unless it exits cleanly within 10 s."""
         return _stop_checked(server)
+
+    def restart_on_same_port(self, server: ServerProcess) -> ServerProcess:
+        """Stop the server and start it again on its data dir and Kafka port, so running clients reconnect."""
+        self.stop(server)
+        for attempt in range(20):
+            try:
+                again = start_server(
+                    Path(server.run_dir).parent / f"{Path(server.run_dir).name}-again{attempt}",
+                    server.settings,
+                    data_dir=server.data_dir,
+                    extra_args=["--listen", server.bootstrap],
+                )
+            except ServerStartError:
+                time.sleep(0.5)  # the port may still be held for a moment
+                continue
+            self.started.append(again)
+            return again
+        pytest.fail(f"could not restart the server on {server.bootstrap}")
 
 
 def _stop_checked(server: ServerProcess) -> int:

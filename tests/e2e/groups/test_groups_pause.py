@@ -30,7 +30,7 @@ from tests.support.members import (
     wait_for,
     wait_ready,
 )
-from tests.support.server import PYTHON, REPO, ServerStartError, start_server
+from tests.support.server import PYTHON, REPO
 
 pytestmark = pytest.mark.e2e
 
@@ -115,23 +115,18 @@ def wait_settled(server: Any, group: str, pool: Members, quiet_s: float = 3.0, t
     return wait_for(settled, timeout, f"group {group} to settle", pool.describe, interval=0.25)
 
 
-def restart_on_same_port(server_factory: Any, server: Any) -> Any:
-    """Stop the server and start it again on its data dir and Kafka port, so running clients reconnect."""
-    server_factory.stop(server)
-    for attempt in range(20):
-        try:
-            again = start_server(
-                Path(server.run_dir).parent / f"{Path(server.run_dir).name}-again{attempt}",
-                server.settings,
-                data_dir=server.data_dir,
-                extra_args=["--listen", server.bootstrap],
-            )
-        except ServerStartError:
-            time.sleep(0.5)  # the port may still be held for a moment
-            continue
-        server_factory.started.append(again)
-        return again
-    pytest.fail(f"could not restart the server on {server.bootstrap}")
+def consuming_pair(
+    members: Members, server: Any, group: str, topic: str, name: str, count: int, seed: int, tmp_path: Path
+) -> tuple[list[Member], dict]:
+    """Two range members of `group` on a new 4-partition `topic` (committing synchronously), `count` records
+    produced and consumed, the group settled: (members, the records placed)."""
+    create_topic(server, topic, 4)
+    settings = {**CLIENT, "partition.assignment.strategy": "range"}
+    ms = [start_member(members, f"{name}{i}", server, group, topic, settings) for i in range(2)]
+    placed = produce_batch(server, topic, count, seed, tmp_path)
+    wait_for(lambda: consumed_all(ms, placed), 60, "batch 1 consumed", members.describe)
+    wait_settled(server, group, members)
+    return ms, placed
 
 
 def keys(placed: dict[tuple[int, int], str]) -> set[str]:
@@ -193,7 +188,7 @@ def test_pausing_one_of_two_topics_stops_only_that_topic_across_a_restart(
         "records of the paused topic were consumed\n" + members.describe()
     )
 
-    server = restart_on_same_port(server_factory, server)
+    server = server_factory.restart_on_same_port(server)
     wait_ready(server)
     described = wait_settled(server, group, members)
     assert described["paused"] == {"group": False, "topics": [paused]}
@@ -232,12 +227,7 @@ def test_pausing_a_whole_group_stops_it_across_a_restart_and_resume_consumes_exa
 ):
     server = server_factory()
     group, topic = "pause-whole", "pause-whole-topic"
-    create_topic(server, topic, 4)
-    settings = {**CLIENT, "partition.assignment.strategy": "range"}
-    ms = [start_member(members, f"w{i}", server, group, topic, settings) for i in range(2)]
-    placed = produce_batch(server, topic, 200, 510, tmp_path)
-    wait_for(lambda: consumed_all(ms, placed), 60, "batch 1 consumed", members.describe)
-    wait_settled(server, group, members)
+    ms, placed = consuming_pair(members, server, group, topic, "w", 200, 510, tmp_path)
 
     status, answer = http(server, "POST", f"/v1/groups/{group}/pause")
     assert status == 200 and answer["paused"] == {"group": True, "topics": []}, answer
@@ -253,7 +243,7 @@ def test_pausing_a_whole_group_stops_it_across_a_restart_and_resume_consumes_exa
     consumed = {(p, o) for m in ms for p, o, _k in m.records()}
     assert not consumed & during.keys(), "a paused group consumed\n" + members.describe()
 
-    server = restart_on_same_port(server_factory, server)
+    server = server_factory.restart_on_same_port(server)
     wait_ready(server)
     described = wait_settled(server, group, members)
     assert described["paused"] == {"group": True, "topics": []}
@@ -316,12 +306,7 @@ def test_pause_returns_once_no_member_consumes_and_resume_once_every_member_has_
 ):
     """No waiting for a rebalance in the test: what pause's answer promises is checked right after it returns."""
     group, topic = "pause-effect", "pause-effect-topic"
-    create_topic(server, topic, 4)
-    settings = {**CLIENT, "partition.assignment.strategy": "range"}
-    ms = [start_member(members, f"e{i}", server, group, topic, settings) for i in range(2)]
-    placed = produce_batch(server, topic, 100, 520, tmp_path)
-    wait_for(lambda: consumed_all(ms, placed), 60, "batch 1 consumed", members.describe)
-    wait_settled(server, group, members)
+    ms, placed = consuming_pair(members, server, group, topic, "e", 100, 520, tmp_path)
     generation = http(server, "GET", f"/v1/groups/{group}")[1]["generation"]
 
     status, answer = http(server, "POST", f"/v1/groups/{group}/pause")

@@ -48,21 +48,22 @@ def describe(server: Any, group: str) -> dict[str, Any]:
     return data
 
 
+def set_registration_window(server: Any, group: str, window_ms: int) -> None:
+    """The group's own group.static.registration.timeout.ms, set before it exists."""
+    wait_ready(server)
+    status, answer = http(
+        server, "PUT", f"/v1/groups/{group}/settings", {"group.static.registration.timeout.ms": window_ms}
+    )
+    assert (
+        status == 200 and answer["effective_settings"]["group.static.registration.timeout.ms"] == window_ms
+    ), answer
+
+
 def test_registration_window_keeps_a_static_members_place_and_removes_the_absent_in_one_rebalance(
     members, server, tmp_path
 ):
     group, topic = "window-registration", "window-registration-topic"
-    wait_ready(server)
-    status, answer = http(
-        server,
-        "PUT",
-        f"/v1/groups/{group}/settings",
-        {"group.static.registration.timeout.ms": REGISTRATION_MS},
-    )
-    assert (
-        status == 200
-        and answer["effective_settings"]["group.static.registration.timeout.ms"] == REGISTRATION_MS
-    ), answer
+    set_registration_window(server, group, REGISTRATION_MS)
     create_topic(server, topic, PARTITIONS)
     ms = []
     for i in range(3):
@@ -128,11 +129,7 @@ def test_rolling_restart_of_five_static_members_under_the_registration_window_co
     than its session) under a 60 s registration timeout: zero rebalances, by the coordinator's timeline and by
     the clients' rebalance callbacks alike."""
     group, topic = "window-rolling", "window-rolling-topic"
-    wait_ready(server)
-    status, answer = http(
-        server, "PUT", f"/v1/groups/{group}/settings", {"group.static.registration.timeout.ms": 60000}
-    )
-    assert status == 200, answer
+    set_registration_window(server, group, 60000)
     create_topic(server, topic, 10)
     ms = []
     for i in range(5):
@@ -222,15 +219,9 @@ def test_expansion_window_admits_four_new_members_in_one_rebalance(members, serv
 def test_a_static_member_offline_across_a_coordinator_restart_keeps_its_place(members, server_factory):
     """The offline marks are durable: the coordinator restarts while a member is inside its registration window,
     and the member comes back to its partitions after the restart without a rebalance."""
-    from tests.e2e.groups.test_groups_pause import restart_on_same_port
-
     server = server_factory()
     group, topic = "window-restart", "window-restart-topic"
-    wait_ready(server)
-    status, answer = http(
-        server, "PUT", f"/v1/groups/{group}/settings", {"group.static.registration.timeout.ms": 60000}
-    )
-    assert status == 200, answer
+    set_registration_window(server, group, 60000)
     create_topic(server, topic, 4)
     s0 = members.start("ck", "r0", server, group, topic, instance_id=f"{group}-0", settings=CLIENT)
     wait_split(members, [s0], 4, [4], timeout=30, stable_for=0)
@@ -245,7 +236,7 @@ def test_a_static_member_offline_across_a_coordinator_restart_keeps_its_place(me
         "r1 to be marked offline",
         members.describe,
     )
-    server = restart_on_same_port(server_factory, server)
+    server = server_factory.restart_on_same_port(server)
     wait_ready(server)
     after = describe(server, group)
     assert after["offline_members"] == [f"{group}-1"], after  # not reset by the restart
