@@ -144,10 +144,10 @@ class GroupCoordinatorShard:
                 "members_synced": 0,
                 "pending_members": [],
             }
-        state = self.pauses.state(group_id)
-        pending = sorted(m.member_id for m in group.all_members() if m.delivered_pause != state)
+        unsynced = self.pauses.unsynced(group)
+        pending = sorted(m.member_id for m in unsynced)
         return {
-            "in_effect": self.pauses.pending(group) == [],
+            "in_effect": self.pauses.in_effect(group, unsynced),
             "state": str(group.state),
             "generation": group.generation_id,
             "members_synced": group.num_members() - len(pending),

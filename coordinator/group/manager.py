@@ -882,7 +882,7 @@ class GroupMetadataManager(ClassicRebalancing):
                     f"{group.num_members()}) is over capacity "
                     f"{self.settings.group_max_size}",
                 )
-            elif self.pauses.pending(group) and group.uses_consumer_protocol():
+            elif self.pauses.unsynced(group) and group.uses_consumer_protocol():
                 # A pause or resume was recorded after the assignments now loaded were handed out: the
                 # members do not have it yet, and they will not rejoin on their own.
                 self._prepare_rebalance(

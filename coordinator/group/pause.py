@@ -93,16 +93,17 @@ class PauseRegistry:
         member.delivered_pause = self.state(group.group_id)
         return self.deliverable(group, member.assignment)
 
-    def pending(self, group: ClassicGroup | None) -> list[ClassicGroupMember] | None:
-        """The members whose assignment does not yet reflect the group's pause state, or None when the group
-        is not Stable (a rebalance is still to hand out assignments). [] means in effect: every member has
-        synced an assignment filtered by the current state (or the group has no members)."""
-        if group is None or group.num_members() == 0:
-            return []
-        if not group.is_in_state(ClassicGroupState.STABLE):
-            return None
+    def unsynced(self, group: ClassicGroup) -> list[ClassicGroupMember]:
+        """The members whose last assignment was not filtered by the group's current pause state."""
         state = self.state(group.group_id)
         return [m for m in group.all_members() if m.delivered_pause != state]
+
+    def in_effect(self, group: ClassicGroup, unsynced: list[ClassicGroupMember]) -> bool:
+        """Every member has synced an assignment filtered by the current state (the group is Stable: no
+        rebalance is still to hand assignments out), or the group has no members."""
+        if group.num_members() == 0:
+            return True
+        return group.is_in_state(ClassicGroupState.STABLE) and not unsynced
 
     def deliverable(self, group: ClassicGroup, assignment: bytes) -> bytes:
         """A member's assignment as handed out: without the partitions paused in its group."""

@@ -549,7 +549,6 @@ class ClassicRebalancing:
                 if ok
                 else self.pauses.deliverable(group, member.assignment),
             ):
-                assert parked is not None
                 answered.append(parked.token)
                 # The session timer may have fired (and been ignored) while the member waited: restart it.
                 self._reschedule_heartbeat(group, member)
