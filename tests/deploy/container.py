@@ -5,6 +5,7 @@ the wheelhouse that let the Dockerfile build with no registry and no index."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -141,7 +142,17 @@ def build_wheelhouse(target: Path) -> None:
         raise AssertionError(f"pip wheel failed\n{done.stdout}\n{done.stderr}")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def admin_port() -> int:
+    """A port for the admin listener. The HEALTHCHECK reads its number from KGC_ADMIN_LISTEN, so it cannot be 0
+    (the Kafka listener is, and the test reads the port it got from the log): one that is free now, below the
+    kernel's ephemeral range, so that no port-0 bind elsewhere is handed it before the container binds it."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    for port in random.sample(range(max(1024, low - 8000), low), 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port below the ephemeral range")

@@ -11,22 +11,25 @@ to build or run the project's image is a failure. The build and run figures are 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from .container import BASE_IMAGE, IMAGE, Podman, build_wheelhouse, free_port, unavailable
+from tests.support.server import readyz
+
+from .container import BASE_IMAGE, IMAGE, Podman, admin_port, build_wheelhouse, unavailable
 
 pytestmark = pytest.mark.e2e
 
 MB = 1_000_000
 SHUTDOWN_TIMEOUT_S = 10  # shutdown.timeout.ms's default
 ADDED_SIZE_GOAL = 50 * MB
+LISTENING = re.compile(r"^listening kafka=\S+:(?P<port>\d+) ", re.M)
 
 
 @dataclass
@@ -68,8 +71,8 @@ class Container:
     def __init__(self, podman: Podman, volume: str, **env: str) -> None:
         self.podman = podman
         self.name = f"kgc-test-{uuid.uuid4().hex[:8]}"
-        self.kafka_port = free_port()
-        self.admin_port = free_port()
+        self.kafka_port = 0  # bound by the server: read from its listening line
+        self.admin_port = admin_port()
         settings = {
             "KGC_LISTEN": f"127.0.0.1:{self.kafka_port}",
             "KGC_ADMIN_LISTEN": f"127.0.0.1:{self.admin_port}",
@@ -100,14 +103,10 @@ class Container:
     def _wait_ready(self, started: float, timeout: float = 60) -> float:
         deadline = started + timeout
         while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(
-                    f"http://127.0.0.1:{self.admin_port}/readyz", timeout=2
-                ) as answer:
-                    if answer.status == 200:
-                        return time.monotonic() - started
-            except OSError:
-                pass
+            listening = LISTENING.search(self.logs())
+            if listening and readyz(f"http://127.0.0.1:{self.admin_port}"):
+                self.kafka_port = int(listening["port"])
+                return time.monotonic() - started
             if self.state()["Status"] == "exited":
                 break
             time.sleep(0.05)
