@@ -176,6 +176,7 @@ def build(
             security=security,
             peers=peers,
             sock=socket.socket(fileno=placement.admin_fd),
+            worker=topology.index if topology is not None else 0,
         )
     elif placement is None and admin_listen is not None:
         admin = AdminListener(

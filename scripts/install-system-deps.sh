@@ -3,6 +3,7 @@
 #   kcat                      the kcat e2e tests
 #   prometheus (+ promtool)   the observability e2e tests: a real Prometheus scrapes /metrics, promtool lints it
 #   podman runc debootstrap   tests/deploy/test_container.py builds and runs the image (a base made by debootstrap)
+#   chromium                  tests/e2e/test_e2e_console.py drives the web console in it (headless, via Playwright)
 # Idempotent: does nothing when every tool is already on PATH.
 set -euo pipefail
 
@@ -12,12 +13,13 @@ command -v kcat >/dev/null 2>&1 || need+=(kcat)
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
     need+=(prometheus)
 fi
-for tool in podman runc debootstrap; do
+for tool in podman runc debootstrap chromium; do
     command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
 
 if [ "${#need[@]}" -eq 0 ]; then
-    echo "install-system-deps: nothing to do (kcat, prometheus, promtool, podman, runc, debootstrap are installed)"
+    echo "install-system-deps: nothing to do (kcat, prometheus, promtool, podman, runc, debootstrap, chromium are" \
+        "installed)"
     exit 0
 fi
 

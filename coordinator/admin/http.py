@@ -8,6 +8,11 @@
                                               assignment), generation, offsets and lag, paused topics, last
                                               rebalance
     GET    /v1/groups/{group}/timeline        the last rebalances (?limit=N)
+    GET    /v1/groups/{group}/lag-history     lag per partition at each recent sample ([wall ms, lag] points)
+    GET    /v1/coordinator                    each worker's shards, connections, requests per API, log
+                                              (coordinator.admin.status)
+    GET    /ui, /ui/groups/{group},           the web console (coordinator.admin.console): pages over this API
+           /ui/coordinator
     POST   /v1/groups/{group}/reset-offsets   reset the committed offsets of an Empty group (body below)
     POST   /v1/groups/{group}/pause           pause the group, or with {"topics": [...]} those topics
     POST   /v1/groups/{group}/resume          resume the group, or with {"topics": [...]} those topics
@@ -60,7 +65,7 @@ from coordinator.config import Config
 from coordinator.group.state import ClassicGroupState
 from coordinator.observability.collector import CoordinatorCollector
 from coordinator.observability.history import GroupHistory
-from coordinator.observability.lag import MetricsFilter, OffsetHistory
+from coordinator.observability.lag import LagHistory, MetricsFilter, OffsetHistory
 from coordinator.observability.view import CoordinatorView
 from coordinator.security.admin_auth import admin_auth_middleware, admin_ssl_context
 from coordinator.server.group_service import GroupCoordinatorService, ShardUnavailable
@@ -72,9 +77,10 @@ from protocol.api_keys import ApiKey
 from protocol.build import build
 from protocol.errors import ErrorCode
 
-from . import reset
+from . import console, reset
 from .errors import ApiError
 from .peers import AdminPeers
+from .status import worker_status
 
 log = logging.getLogger(__name__)
 
@@ -95,15 +101,18 @@ class Observability:
         self.server = server
         self.groups = groups
         self.history = GroupHistory(config["admin.rebalance.timeline.size"])
+        self.dataplane = dataplane
         self.view: CoordinatorView | None = None
         self._task: asyncio.Task[None] | None = None
         if groups is not None:
             groups.shards.add_listener(self.history)
+            samples = config["metrics.lag.history.samples"]
             self.view = CoordinatorView(
                 groups.shards.view,
                 dataplane,
                 self.history,
-                OffsetHistory(config["metrics.lag.history.samples"]),
+                OffsetHistory(samples),
+                lag_history=LagHistory(samples),
             )
             server.metrics.add_collector(
                 CoordinatorCollector(
@@ -172,16 +181,17 @@ class AdminListener:
         security: Any = None,
         peers: AdminPeers | None = None,
         sock: socket.socket | None = None,
+        worker: int = 0,
     ) -> None:
         """`sock`: an already bound socket to serve on instead of host:port (a worker's, bound by its
-        supervisor); `peers`: worker 0's front for the other workers."""
+        supervisor); `peers`: worker 0's front for the other workers; `worker`: this worker's index."""
         self.host, self.port = host, port
         self.bound: tuple[str, int] | None = None
         self._sock = sock
         self._security = security
         self._peers = peers
         self.observability = Observability(config, server, groups, dataplane)
-        self.api = AdminApi(server, groups, self.observability)
+        self.api = AdminApi(server, groups, self.observability, worker)
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -196,10 +206,13 @@ class AdminListener:
         app.router.add_get("/v1/groups/{group}", api.describe_group)
         app.router.add_delete("/v1/groups/{group}", api.delete_group)
         app.router.add_get("/v1/groups/{group}/timeline", api.timeline)
+        app.router.add_get("/v1/groups/{group}/lag-history", api.lag_history)
+        app.router.add_get("/v1/coordinator", api.coordinator)
         app.router.add_post("/v1/groups/{group}/reset-offsets", api.reset_offsets)
         app.router.add_post("/v1/groups/{group}/pause", api.pause)
         app.router.add_post("/v1/groups/{group}/resume", api.resume)
         app.router.add_put("/v1/groups/{group}/settings", api.put_settings)
+        console.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         sock = self._sock
@@ -237,10 +250,13 @@ def _group_id(request: web.Request) -> str:
 
 
 class AdminApi:
-    def __init__(self, server: Server, groups: GroupCoordinatorService | None, obs: Observability) -> None:
+    def __init__(
+        self, server: Server, groups: GroupCoordinatorService | None, obs: Observability, worker: int = 0
+    ) -> None:
         self.server = server
         self.groups = groups
         self.obs = obs
+        self.worker = worker
 
     # -- health and metrics ----------------------------------------------------------------------------------
 
@@ -256,6 +272,10 @@ class AdminApi:
     async def metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.server.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def coordinator(self, request: web.Request) -> web.Response:
+        status = worker_status(self.server, self.groups, self.obs.dataplane, self.worker)
+        return web.json_response({"workers": [status]})
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -325,6 +345,19 @@ class AdminApi:
                 "state": str(group.state),
                 "generation": group.generation_id,
                 "rebalances": view.timeline_json(group_id, limit, _wall_ms()),
+            }
+        )
+
+    async def lag_history(self, request: web.Request) -> web.Response:
+        view = self._view()
+        group_id = _group_id(request)
+        if view.group(group_id) is None:
+            raise ApiError(404, "GROUP_ID_NOT_FOUND", f"group {group_id} does not exist")
+        return web.json_response(
+            {
+                "group_id": group_id,
+                "sample_interval_ms": self.obs.config["metrics.lag.sample.interval.ms"],
+                "partitions": view.lag_history_json(group_id),
             }
         )
 

@@ -1,7 +1,7 @@
 """Worker 0's admin listener fronts the other workers of `serve --workers N` (coordinator.cluster).
 
 Every worker other than 0 has an internal admin listener on 127.0.0.1. Worker 0 proxies /v1/groups/{group}... for
-groups it does not own to the owner, merges /v1/groups, reports /readyz ready only when every worker is, and
+groups it does not own to the owner, merges /v1/groups and /v1/coordinator, reports /readyz ready only when every worker is, and
 serves every worker's /metrics series with a `worker` label.
 """
 
@@ -56,6 +56,8 @@ class AdminPeers:
                 return await self._metrics(request, handler)
             if path == "/v1/groups":
                 return await self._list_groups(request, handler)
+            if path == "/v1/coordinator":
+                return await self._coordinator(request, handler)
             if path.startswith("/v1/groups/"):
                 group_id = (
                     urllib.parse.unquote(request.match_info.get("group", ""))
@@ -127,6 +129,21 @@ class AdminPeers:
             groups.extend(json.loads(payload)["groups"])
         groups.sort(key=lambda g: str(g.get("group_id", g.get("group", ""))))
         return web.json_response({"groups": groups})
+
+    async def _coordinator(self, request: Any, handler: Any) -> Any:
+        """Every worker's status; a worker that does not answer is listed with its error."""
+        local = await handler(request)
+        workers = list(json.loads(local.body)["workers"])
+        for w, url in self.peers.items():
+            try:
+                status, payload, _ = await self._get(url + "/v1/coordinator")
+                if status != 200:
+                    raise OSError(f"HTTP {status}")
+                workers.extend(json.loads(payload)["workers"])
+            except Exception as exc:  # noqa: BLE001 - shown on the page, not raised
+                workers.append({"worker": w, "error": f"worker {w} does not answer: {exc}"})
+        workers.sort(key=lambda s: int(s.get("worker", 0)))
+        return web.json_response({"workers": workers})
 
     async def _metrics(self, request: Any, handler: Any) -> Any:
         local = await handler(request)

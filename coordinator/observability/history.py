@@ -5,6 +5,7 @@
 * counters: rebalances by reason, member expirations by cause, fenced requests by error, completed rebalances
   (Kafka's CompletedRebalances: the leader's assignment made the group Stable);
 * a histogram of rebalance durations: from PreparingRebalance to Stable, or to Empty when everyone left;
+* when each of its recent rebalances started (for "rebalances in the last hour");
 * the last `timeline_size` rebalances, each with its generation, reason category, the client's KIP-800 text,
   the member that triggered it, duration, outcome and the members that came in and went out (a static member is
   the same member across restarts: it is matched by group instance id).
@@ -45,6 +46,8 @@ from coordinator.group.events import (
 rebalance_log = logging.getLogger("coordinator.rebalance")
 
 DURATION_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+RECENT_STARTS_KEPT = 10_000  # start times kept per group for rebalances_since (a storm of more is "10000+")
 
 IN_PROGRESS, STABLE, EMPTY, SUPERSEDED = "in_progress", "stable", "empty", "superseded"
 
@@ -172,6 +175,7 @@ class _GroupStats:
         "members",
         "removed",
         "completed",
+        "started_ms",
     )
 
     def __init__(self, timeline_size: int) -> None:
@@ -184,6 +188,8 @@ class _GroupStats:
         self.members: dict[str, MemberInfo] = {}  # identity -> member, as of the last generation
         self.removed: dict[str, RemovalCause] = {}  # identity -> why, since the last join phase ended
         self.completed = 0
+        # When each recent rebalance started (wall ms), for "rebalances in the last hour"; bounded.
+        self.started_ms: collections.deque[int] = collections.deque(maxlen=RECENT_STARTS_KEPT)
 
 
 class GroupHistory:
@@ -213,6 +219,13 @@ class GroupHistory:
     def fenced(self, group_id: str) -> dict[str, int]:
         stats = self._groups.get(group_id)
         return dict(stats.fenced) if stats else {}
+
+    def rebalances_since(self, group_id: str, since_wall_ms: int) -> int:
+        """How many rebalances of the group started at or after `since_wall_ms` (the last RECENT_STARTS_KEPT)."""
+        stats = self._groups.get(group_id)
+        if stats is None:
+            return 0
+        return sum(1 for started in stats.started_ms if started >= since_wall_ms)
 
     def durations(self, group_id: str) -> Histogram | None:
         stats = self._groups.get(group_id)
@@ -291,6 +304,7 @@ class GroupHistory:
         stats.open = rebalance
         stats.timeline.append(rebalance)
         stats.rebalances[event.reason.value] += 1
+        stats.started_ms.append(event.wall_ms)
         fields = {
             k: v
             for k, v in rebalance.log_fields().items()

@@ -16,6 +16,9 @@ assuming records arrived evenly in between. A record older than every sample is 
 average rate over the whole history backwards from the oldest sample (or at the oldest sample's time, a lower
 bound, if the log did not grow). Flat stretches are stored as their first and last sample only, so the history
 spans as long a time as possible within its bound.
+
+Lag history (the console's charts): per group and partition, the lag in offsets at each sample, with the wall-clock
+time of the sample, bounded like the offset history.
 """
 
 from __future__ import annotations
@@ -175,6 +178,42 @@ class OffsetHistory:
 
     def __len__(self) -> int:
         return len(self._samples)
+
+
+class LagHistory:
+    """Per group and partition, (wall-clock ms, lag in offsets) at each sample, the last `max_samples`."""
+
+    def __init__(self, max_samples: int = 120) -> None:
+        if max_samples < 2:
+            raise ValueError("the history needs at least 2 samples")
+        self.max_samples = max_samples
+        self._points: dict[str, dict[tuple[str, int], list[tuple[int, int]]]] = {}
+
+    def record(self, group_id: str, topic: str, partition: int, wall_ms: int, lag: int) -> None:
+        points = self._points.setdefault(group_id, {}).setdefault((topic, partition), [])
+        if points and wall_ms < points[-1][0]:
+            points.clear()  # the wall clock went back: the old points would draw backwards
+        points.append((wall_ms, lag))
+        if len(points) > self.max_samples:
+            del points[0]
+
+    def series(self, group_id: str) -> dict[tuple[str, int], list[tuple[int, int]]]:
+        """(topic, partition) -> its points, oldest first."""
+        return {key: list(points) for key, points in sorted(self._points.get(group_id, {}).items())}
+
+    def retain(self, keys: Iterable[tuple[str, str, int]]) -> None:
+        """Keep only these (group, topic, partition) series."""
+        keep: dict[str, set[tuple[str, int]]] = {}
+        for group_id, topic, partition in keys:
+            keep.setdefault(group_id, set()).add((topic, partition))
+        for group_id in list(self._points):
+            wanted = keep.get(group_id)
+            if not wanted:
+                del self._points[group_id]
+                continue
+            series = self._points[group_id]
+            for key in [k for k in series if k not in wanted]:
+                del series[key]
 
 
 # -- what is exported ----------------------------------------------------------------------------------------

@@ -17,7 +17,9 @@ from coordinator.offsets.store import OffsetAndMetadata
 from protocol.consumer import assignment_partitions, decode_assignment, parse_subscription_topics
 
 from .history import GroupHistory, member_json
-from .lag import GroupLag, OffsetHistory, group_lag
+from .lag import GroupLag, LagHistory, OffsetHistory, group_lag
+
+HOUR_MS = 3_600_000
 
 
 class OffsetsReader(Protocol):
@@ -56,13 +58,17 @@ class CoordinatorView:
         history: GroupHistory,
         offset_history: OffsetHistory | None = None,
         *,
+        lag_history: LagHistory | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.shards = shards
         self.dataplane = dataplane
         self.history = history
         self.offset_history = offset_history or OffsetHistory()
+        self.lag_history = lag_history or LagHistory(self.offset_history.max_samples)
         self.monotonic = monotonic
+        self.wall_ms = wall_ms
 
     # -- facts -----------------------------------------------------------------------------------------------
 
@@ -111,11 +117,18 @@ class CoordinatorView:
         now = self.monotonic() if now_s is None else now_s
         return self.offset_history.lag_seconds(topic, partition, committed, log_end_offset, now)
 
-    def sample(self, now_s: float | None = None) -> int:
-        """Record the log-end offset of every partition some group consumes; returns how many."""
+    def sample(self, now_s: float | None = None, wall_ms: int | None = None) -> int:
+        """Record the log-end offset of every partition some group consumes, and every group's lag per
+        partition; returns how many partitions."""
         now = self.monotonic() if now_s is None else now_s
+        wall = self.wall_ms() if wall_ms is None else wall_ms
         keys: set[tuple[str, int]] = set()
+        lag_keys: list[tuple[str, str, int]] = []
         for group in self.groups():
+            for p in self.lag(group).partitions:
+                if p.lag is not None:
+                    self.lag_history.record(group.group_id, p.topic, p.partition, wall, p.lag)
+                    lag_keys.append((group.group_id, p.topic, p.partition))
             topics = set(self.shards.offsets.store.topics(group.group_id))
             if group.uses_consumer_protocol() and group.subscribed_topics:
                 topics |= group.subscribed_topics
@@ -128,14 +141,24 @@ class CoordinatorView:
             if leo is not None:
                 self.offset_history.record(topic, partition, leo, now)
         self.offset_history.retain(keys)
+        self.lag_history.retain(lag_keys)
         return len(keys)
 
     # -- JSON for the admin API ------------------------------------------------------------------------------
 
-    def list_json(self) -> list[dict[str, Any]]:
+    def list_json(self, wall_now_ms: int | None = None) -> list[dict[str, Any]]:
+        wall = self.wall_ms() if wall_now_ms is None else wall_now_ms
+        now = self.monotonic()
         out = []
         for group in sorted(self.groups(), key=lambda g: g.group_id):
             lag = self.lag(group)
+            seconds = [
+                self.lag_seconds(p.topic, p.partition, p.committed_offset, p.log_end_offset, now)
+                for p in lag.partitions
+            ]
+            known = [s for s in seconds if s is not None]
+            paused = self.shards.pause_state(group.group_id)
+            last = self.history.last(group.group_id)
             out.append(
                 {
                     "group_id": group.group_id,
@@ -145,11 +168,22 @@ class CoordinatorView:
                     "generation": group.generation_id,
                     "members": group.num_members(),
                     "lag": lag.lag_sum() if lag.has_lag() else None,
+                    "lag_seconds": round(max(known), 3) if known else None,
                     "uncommitted_partitions": sum(lag.uncommitted.values()),
                     "topics": lag.topics(),
+                    "paused": paused.to_json() if paused.is_paused else None,
+                    "rebalances_last_hour": self.history.rebalances_since(group.group_id, wall - HOUR_MS),
+                    "last_rebalance_reason": last.reason.value if last is not None else None,
                 }
             )
         return out
+
+    def lag_history_json(self, group_id: str) -> list[dict[str, Any]]:
+        """The group's lag per partition at each sample: [{topic, partition, points: [[wall ms, lag], ...]}]."""
+        return [
+            {"topic": topic, "partition": partition, "points": [list(p) for p in points]}
+            for (topic, partition), points in self.lag_history.series(group_id).items()
+        ]
 
     def describe_json(self, group: ClassicGroup, wall_now_ms: int | None = None) -> dict[str, Any]:
         lag = self.lag(group)

@@ -267,6 +267,10 @@ def test_image_filesystem_serves(tmp_path: Path):
                     raise
                 time.sleep(0.1)
 
+        # The web console's files are in the installed package (package data), not only in the repository.
+        with urllib.request.urlopen(f"http://{admin}/ui/static/console.js", timeout=5) as response:
+            assert response.status == 200 and b"function groupsPage" in response.read()
+
         # The HEALTHCHECK command itself, with KGC_ADMIN_LISTEN telling it the port.
         health = one(stage, "HEALTHCHECK").args
         health_argv = one_exec_form(health[health.index("CMD") + 3 :])
