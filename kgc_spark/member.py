@@ -175,6 +175,10 @@ class GroupMember:
 
         return self._call(query, timeout_s * max(1, len(tps)))
 
+    def offsets_for_times(self, stamps: Mapping[TP, int], timeout_s: float) -> dict[TP, int]:
+        """The first offset at or after each timestamp (ListOffsets by time); -1 where there is none."""
+        return self._call(lambda: offsets_for_times(self._consumer, stamps, timeout_s), timeout_s)
+
     def committed(self, partitions: Iterable[TP], timeout_s: float) -> dict[TP, int]:
         """The group's committed offsets (OffsetFetch) of these partitions (those that have one)."""
         tps = [TopicPartition(t, p) for t, p in partitions]
@@ -221,3 +225,28 @@ class GroupMember:
     def _close_now(self) -> None:
         self._closed = True
         self._consumer.close()
+
+
+def topic_partitions(consumer: Consumer, topics: tuple[str, ...], timeout_s: float) -> list[TP]:
+    """Every partition of these topics (a topic that does not exist has none)."""
+    out: list[TP] = []
+    for topic in topics:
+        metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            continue
+        out.extend((topic, p) for p in sorted(metadata.partitions))
+    return out
+
+
+def offsets_for_times(consumer: Consumer, stamps: Mapping[TP, int], timeout_s: float) -> dict[TP, int]:
+    """The first offset at or after each timestamp (ListOffsets by time); -1 where there is none."""
+    if not stamps:
+        return {}
+    query = [TopicPartition(t, p, ts) for (t, p), ts in sorted(stamps.items())]
+    found = consumer.offsets_for_times(query, timeout=timeout_s)
+    out = {}
+    for tp in found:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else -1
+    return out

@@ -8,7 +8,9 @@
           .option("queryName", "billing-v1")    # -> group.instance.id kgc-spark-billing-v1
           .load())
 
-Rows: topic string, partition int, offset long, timestamp timestamp, key binary, value binary.
+Rows: topic string, partition int, offset long, timestamp timestamp, key binary, value binary (and headers
+array<struct<key: string, value: binary>> with includeHeaders=true). Spark's Kafka-source options are taken with
+their names and meanings (kgc_spark.offsets; docs/spark.md lists each one).
 
 How a micro-batch is made (pyspark.sql.datasource.DataSourceStreamReader, Spark 4.0+):
 
@@ -16,22 +18,28 @@ How a micro-batch is made (pyspark.sql.datasource.DataSourceStreamReader, Spark 
   topics with the group's id (and, given `queryName`, a group.instance.id derived from it, so a restarted
   query takes its old place without a rebalance). Its assignment is what this query reads; another query or
   any other consumer with the same group id gets the rest.
-- initialOffset: for each assigned partition, the group's committed offset, else `startingOffsets`
-  (earliest | latest, default earliest).
-- latestOffset: the log-end offsets (ListOffsets) of the partitions assigned now. While a rebalance is under
-  way (nothing assigned) it answers the previous value, so Spark plans no batch from a half-made assignment.
+- initialOffset: for each assigned partition, the group's committed offset, else `startingOffsets` (earliest |
+  latest | JSON per partition, or the timestamp forms, default earliest).
+- latestOffset: the log-end offsets (ListOffsets) of the partitions assigned now, cut to `maxOffsetsPerTrigger`
+  from where the last batch ended (Spark's proration). While a rebalance is under way (nothing assigned) it
+  answers the previous value, so Spark plans no batch from a half-made assignment.
   Spark asks for it only once the previous batch is complete, so it first commits that batch's end offsets.
-- partitions(start, end): one InputPartition per assigned partition with data in [start, end). A partition
-  no longer assigned is left out (its new owner reads it, from the group's committed offset); a partition new
-  to this member starts at the group's committed offset, or `startingOffsets`.
+- partitions(start, end): one InputPartition per assigned partition with data in [start, end) (split further
+  to reach `minPartitions`). A partition no longer assigned is left out (its new owner reads it, from the
+  group's committed offset); a partition new to this member starts at the group's committed offset, or
+  `startingOffsets`. A start past the log's end is data loss (`failOnDataLoss`).
 - read (on the executors): a plain confluent-kafka consumer, assign()ed to one partition at `start`, no
   subscribe and no commits, returns exactly the records with start <= offset < end, as Arrow record batches.
+  Offsets that are gone (out of range, truncated) fail the task, or with failOnDataLoss=false are skipped.
 - Commits: each completed batch's end offsets go to the group (OffsetCommit, with this member's generation)
   for the partitions the driver still owns, so lag tools and the coordinator's metrics show the query's real
   progress. Spark's own commit(end) for batch N arrives only after it planned batch N+1, and never for the
   last batch before the data stops; so latestOffset, which Spark calls only after the previous batch
   completed, commits that batch first, and commit(end) commits whatever is still behind.
 - A driver fenced by a newer one with the same group.instance.id (FENCED_INSTANCE_ID) fails its query.
+
+A batch read (`spark.read.format("kgc")`, KgcBatchReader) joins no group and commits nothing: every partition of
+the topics from startingOffsets to endingOffsets (or endingOffsetsByTimestamp / endingTimestamp).
 
 Offsets are JSON {topic: {partition: offset}} (partition as a string key: JSON has no integer keys).
 
@@ -52,10 +60,23 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from kgc_spark.member import TP, GroupMember
+from kgc_spark.member import TP, GroupMember, offsets_for_times, topic_partitions
+from kgc_spark.offsets import (
+    EARLIEST,
+    LATEST,
+    DataLoss,
+    OffsetSpec,
+    Range,
+    parse_bool,
+    parse_positive,
+    parse_spec,
+    rate_limit,
+    resolve,
+    split_ranges,
+)
 
 log = logging.getLogger("kgc_spark.source")
 LOG_FILE_ENV = "KGC_SPARK_LOG_FILE"
@@ -76,6 +97,7 @@ def _log_to_file_if_asked() -> None:
 
 FORMAT = "kgc"
 SCHEMA = "topic string, partition int, offset long, timestamp timestamp, key binary, value binary"
+HEADERS_SCHEMA = SCHEMA + ", headers array<struct<key: string, value: binary>>"  # includeHeaders=true
 ARROW_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -85,6 +107,9 @@ ARROW_SCHEMA = pa.schema(
         ("key", pa.binary()),
         ("value", pa.binary()),
     ]
+)
+ARROW_HEADERS_SCHEMA = ARROW_SCHEMA.append(
+    pa.field("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
 )
 INSTANCE_ID_PREFIX = "kgc-spark-"
 
@@ -140,16 +165,21 @@ class KafkaRange(InputPartition):
 class SourceOptions:
     kafka: dict[str, str]  # librdkafka settings: the `kafka.`-prefixed options, prefix removed
     topics: tuple[str, ...]
-    group_id: str
+    group_id: str  # for a batch read without kafka.group.id: a generated id no group is formed with
     instance_id: str | None
-    starting_offsets: str
+    starting: OffsetSpec
+    ending: OffsetSpec | None  # batch reads only
+    max_offsets_per_trigger: int | None
+    min_partitions: int | None
+    fail_on_data_loss: bool
+    include_headers: bool
     assignment_timeout_s: float
     request_timeout_s: float
     read_timeout_s: float
     read_batch_size: int
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+    def parse(cls, options: Mapping[str, str], *, batch: bool = False) -> SourceOptions:
         kafka = {k[len("kafka.") :]: str(v) for k, v in options.items() if k.lower().startswith("kafka.")}
         if "bootstrap.servers" not in kafka:
             raise ValueError("the kgc source needs option kafka.bootstrap.servers")
@@ -158,22 +188,40 @@ class SourceOptions:
             raise ValueError("the kgc source needs option subscribe (comma-separated topics)")
         group_id = kafka.pop("group.id", None) or options.get("groupId")
         if not group_id:
-            raise ValueError(
-                "the kgc source needs option kafka.group.id: the group this query is a member of"
-            )
+            if not batch:
+                raise ValueError(
+                    "the kgc source needs option kafka.group.id: the group this query is a member of"
+                )
+            group_id = f"kgc-spark-batch-{uuid.uuid4().hex[:12]}"
         instance_id = kafka.pop("group.instance.id", None)
         query_name = options.get("queryName")
         if instance_id is None and query_name:
             instance_id = instance_id_for(str(query_name))
-        starting = str(options.get("startingOffsets", "earliest")).lower()
-        if starting not in ("earliest", "latest"):
-            raise ValueError(f"startingOffsets must be earliest or latest, not {starting!r}")
+        starting = parse_spec(options, "starting", "earliest")
+        ending: OffsetSpec | None = None
+        if batch:
+            ending = parse_spec(options, "ending", "latest")
+            if starting.kind == "latest" or LATEST in starting.offsets.values():
+                raise ValueError("startingOffsets can't be latest (-1) for batch queries")
+            if ending.kind == "earliest" or EARLIEST in ending.offsets.values():
+                raise ValueError("endingOffsets can't be earliest (-2) for batch queries")
+        else:
+            named = [
+                n for n in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp") if n in options
+            ]
+            if named:
+                raise ValueError(f"{named[0]} is not valid in streaming queries (it is for spark.read)")
         return cls(
             kafka=kafka,
             topics=topics,
             group_id=str(group_id),
             instance_id=instance_id,
-            starting_offsets=starting,
+            starting=starting,
+            ending=ending,
+            max_offsets_per_trigger=parse_positive(options, "maxOffsetsPerTrigger"),
+            min_partitions=parse_positive(options, "minPartitions"),
+            fail_on_data_loss=parse_bool(options, "failOnDataLoss", True),
+            include_headers=parse_bool(options, "includeHeaders", False),
             assignment_timeout_s=float(options.get("assignmentTimeoutMs", "60000")) / 1000.0,
             request_timeout_s=float(options.get("requestTimeoutMs", "30000")) / 1000.0,
             read_timeout_s=float(options.get("readTimeoutMs", "120000")) / 1000.0,
@@ -197,6 +245,8 @@ class SourceOptions:
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "enable.partition.eof": True,
+                # An offset that is gone is reported (failOnDataLoss decides), never silently skipped.
+                "auto.offset.reset": "error",
             }
         )
         return conf
@@ -207,7 +257,7 @@ class KgcStreamReader(DataSourceStreamReader):
         _log_to_file_if_asked()
         self.opts = SourceOptions.parse(options)
         self._member: GroupMember | None = None
-        self._latest: dict[TP, int] = {}  # the last latestOffset answer
+        self._latest: dict[TP, int] = {}  # the last latestOffset answer: where the next batch starts
         self._planned: dict[TP, int] = {}  # end offsets of the ranges planned last, not yet committed
         self._committed: dict[TP, int] = {}  # what this reader committed to the group
 
@@ -225,17 +275,24 @@ class KgcStreamReader(DataSourceStreamReader):
         return self._member
 
     def _starting_positions(self, partitions: frozenset[TP] | set[TP]) -> dict[TP, int]:
-        """Where a partition new to this member starts: the group's committed offset, else startingOffsets."""
+        """Where a partition new to this member starts: the group's committed offset, else startingOffsets (or
+        its timestamp forms)."""
         if not partitions:
             return {}
         timeout = self.opts.request_timeout_s
         positions = self.member.committed(partitions, timeout)
         missing = [tp for tp in partitions if tp not in positions]
         if missing:
-            if self.opts.starting_offsets == "latest":
-                positions.update(self.member.high_watermarks(missing, timeout))
-            else:
-                positions.update(self.member.low_watermarks(missing, timeout))
+            member = self.member
+            positions.update(
+                resolve(
+                    self.opts.starting,
+                    missing,
+                    lambda tps: member.low_watermarks(tps, timeout),
+                    lambda tps: member.high_watermarks(tps, timeout),
+                    lambda stamps: member.offsets_for_times(stamps, timeout),
+                )
+            )
         return positions
 
     def _assignment(self) -> frozenset[TP]:
@@ -262,7 +319,14 @@ class KgcStreamReader(DataSourceStreamReader):
         if not assigned:
             # Mid-rebalance (or more members than partitions): plan nothing new.
             return offsets_to_json(self._latest)
-        self._latest = self.member.high_watermarks(sorted(assigned), self.opts.request_timeout_s)
+        ends = self.member.high_watermarks(sorted(assigned), self.opts.request_timeout_s)
+        if self.opts.max_offsets_per_trigger is not None:
+            # Where this batch starts: where the last one ended, else (first batch, a partition new to this
+            # member, a restarted query) the group's committed offset or startingOffsets.
+            start = {tp: self._latest[tp] for tp in ends if tp in self._latest}
+            start.update(self._starting_positions({tp for tp in ends if tp not in start}))
+            ends = rate_limit(start, ends, self.opts.max_offsets_per_trigger)
+        self._latest = ends
         log.info("latest offsets %s", self._latest)
         return offsets_to_json(self._latest)
 
@@ -272,16 +336,26 @@ class KgcStreamReader(DataSourceStreamReader):
         assigned = self.member.assignment()
         new = {tp for tp in end_at if tp in assigned and tp not in start_at}
         start_at.update(self._starting_positions(new))
+        loss = DataLoss(self.opts.fail_on_data_loss)
         ranges = []
         for tp, stop in sorted(end_at.items()):
             if tp not in assigned:
                 continue  # moved to another member, which reads it from the group's committed offset
             begin = start_at[tp]
+            if begin > stop:
+                loss.report(f"{tp[0]}-{tp[1]}: the log ends at {stop}, before the batch's start {begin}")
+                continue
             if begin < stop:
-                ranges.append(KafkaRange(tp[0], tp[1], begin, stop))
+                ranges.append(Range(tp[0], tp[1], begin, stop))
                 self._planned[tp] = stop
-        log.info("planned %s", ranges)
-        return ranges
+        for warning in loss.warnings:
+            log.warning("data loss: %s", warning)
+        parts = [
+            KafkaRange(r.topic, r.partition, r.start, r.end)
+            for r in split_ranges(ranges, self.opts.min_partitions)
+        ]
+        log.info("planned %s", parts)
+        return parts
 
     def commit(self, end: dict) -> None:
         self._commit(offsets_from_json(end))
@@ -308,22 +382,29 @@ class KgcStreamReader(DataSourceStreamReader):
     # -- executor side ---------------------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if partition is None:  # Spark runs one task with no partition when partitions() planned none
+            return iter(())
         assert isinstance(partition, KafkaRange), partition
         return read_range(self.opts, partition)
 
 
 def read_range(opts: SourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch]:
-    """Records part.start <= offset < part.end of one partition, in Arrow record batches."""
+    """Records part.start <= offset < part.end of one partition, in Arrow record batches (with a headers column
+    when includeHeaders is on). Offsets that are gone (deleted, truncated) fail the read or, with
+    failOnDataLoss=false, are skipped with a warning."""
     if part.start >= part.end:
         return
     conf = opts.reader_config()
     conf["client.id"] = f"{conf['client.id']}-{uuid.uuid4().hex[:8]}"
+    schema = ARROW_HEADERS_SCHEMA if opts.include_headers else ARROW_SCHEMA
+    loss = DataLoss(opts.fail_on_data_loss)
     consumer = Consumer(conf)
     try:
-        consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+        tp = TopicPartition(part.topic, part.partition, part.start)
+        consumer.assign([tp])
         position = part.start
         deadline = time.monotonic() + opts.read_timeout_s
-        columns: dict[str, list] = {name: [] for name in ARROW_SCHEMA.names}
+        columns: dict[str, list] = {name: [] for name in schema.names}
         while position < part.end:
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -340,10 +421,23 @@ def read_range(opts: SourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch
                         # The end of the log; it is short of `end` only if the log was truncated under us.
                         position = max(position, msg.offset())
                         if position < part.end:
-                            raise RuntimeError(
-                                f"kgc: {part.topic}:{part.partition} ends at {msg.offset()}, "
-                                f"before the planned end {part.end}"
+                            loss.report(
+                                f"{part.topic}-{part.partition} ends at {msg.offset()}, before the planned end "
+                                f"{part.end}"
                             )
+                            position = part.end
+                        break
+                    if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                        # Offset out of range: the records from `position` were deleted (or the log truncated).
+                        low, high = consumer.get_watermark_offsets(
+                            TopicPartition(part.topic, part.partition), timeout=opts.request_timeout_s
+                        )
+                        loss.report(
+                            f"{part.topic}-{part.partition}: offset {position} is out of range [{low}, {high})"
+                        )
+                        position = max(position, low) if low > position else part.end
+                        if position < part.end:  # a seek is refused in this state: assign afresh
+                            consumer.assign([TopicPartition(part.topic, part.partition, position)])
                         break
                     raise KafkaException(err)
                 offset = msg.offset()
@@ -363,12 +457,80 @@ def read_range(opts: SourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch
                 )
                 columns["key"].append(msg.key())
                 columns["value"].append(msg.value())
+                if opts.include_headers:
+                    columns["headers"].append([{"key": k, "value": v} for k, v in (msg.headers() or [])])
                 position = offset + 1
             if len(columns["offset"]) >= opts.read_batch_size or (position >= part.end and columns["offset"]):
-                yield pa.RecordBatch.from_pydict(columns, schema=ARROW_SCHEMA)
-                columns = {name: [] for name in ARROW_SCHEMA.names}
+                yield pa.RecordBatch.from_pydict(columns, schema=schema)
+                columns = {name: [] for name in schema.names}
+        for warning in loss.warnings:
+            log.warning("data loss: %s", warning)
     finally:
         consumer.close()
+
+
+class KgcBatchReader(DataSourceReader):
+    """spark.read.format("kgc"): every partition of the subscribed topics from startingOffsets to endingOffsets
+    (or their timestamp forms). No group is joined and nothing is committed, as with Spark's Kafka source."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        _log_to_file_if_asked()
+        self.opts = SourceOptions.parse(options, batch=True)
+
+    def partitions(self) -> list[KafkaRange]:
+        opts = self.opts
+        timeout = opts.request_timeout_s
+        conf = opts.reader_config()
+        conf["client.id"] = "kgc-spark-batch-planner"
+        consumer = Consumer(conf)
+        try:
+            tps = topic_partitions(consumer, opts.topics, timeout)
+            marks = {
+                tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=timeout, cached=False)
+                for tp in tps
+            }
+
+            def low(wanted: list[TP]) -> dict[TP, int]:
+                return {tp: marks[tp][0] for tp in wanted}
+
+            def high(wanted: list[TP]) -> dict[TP, int]:
+                return {tp: marks[tp][1] for tp in wanted}
+
+            def by_time(stamps: dict[TP, int]) -> dict[TP, int]:
+                return offsets_for_times(consumer, stamps, timeout)
+
+            start = resolve(opts.starting, tps, low, high, by_time, unnamed=EARLIEST)
+            assert opts.ending is not None
+            end = resolve(opts.ending, tps, low, high, by_time, unnamed=LATEST)
+        finally:
+            consumer.close()
+        loss = DataLoss(opts.fail_on_data_loss)
+        ranges = []
+        for tp in tps:
+            begin, stop = start[tp], end[tp]
+            if begin < marks[tp][0]:
+                loss.report(
+                    f"{tp[0]}-{tp[1]}: starting offset {begin} is before the log start {marks[tp][0]}"
+                )
+                begin = marks[tp][0]
+            if stop < begin:
+                loss.report(f"{tp[0]}-{tp[1]}: ending offset {stop} is before the starting offset {begin}")
+                continue
+            ranges.append(Range(tp[0], tp[1], begin, stop))
+        for warning in loss.warnings:
+            log.warning("data loss: %s", warning)
+        parts = [
+            KafkaRange(r.topic, r.partition, r.start, r.end)
+            for r in split_ranges(ranges, opts.min_partitions)
+        ]
+        log.info("batch read planned %s", parts)
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if partition is None:  # Spark runs one task with no partition when partitions() planned none
+            return iter(())
+        assert isinstance(partition, KafkaRange), partition
+        return read_range(self.opts, partition)
 
 
 class KgcDataSource(DataSource):
@@ -379,7 +541,10 @@ class KgcDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        return SCHEMA
+        return HEADERS_SCHEMA if parse_bool(self.options, "includeHeaders", False) else SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KgcStreamReader(self.options)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KgcBatchReader(self.options)
