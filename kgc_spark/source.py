@@ -8,9 +8,10 @@
           .option("queryName", "billing-v1")    # -> group.instance.id kgc-spark-billing-v1
           .load())
 
-Rows: topic string, partition int, offset long, timestamp timestamp, key binary, value binary (and headers
-array<struct<key: string, value: binary>> with includeHeaders=true). Spark's Kafka-source options are taken with
-their names and meanings (kgc_spark.offsets; docs/spark.md lists each one).
+Rows: topic string, partition int, offset long, timestamp timestamp, key binary, value binary, timestampType int
+(the columns of Spark's Kafka source), and headers array<struct<key: string, value: binary>> with
+includeHeaders=true. Spark's Kafka-source options are taken with their names and meanings (kgc_spark.offsets;
+docs/spark.md lists each one).
 
 How a micro-batch is made (pyspark.sql.datasource.DataSourceStreamReader, Spark 4.0+):
 
@@ -59,7 +60,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -96,7 +97,7 @@ def _log_to_file_if_asked() -> None:
 
 
 FORMAT = "kgc"
-SCHEMA = "topic string, partition int, offset long, timestamp timestamp, key binary, value binary"
+SCHEMA = "topic string, partition int, offset long, timestamp timestamp, key binary, value binary, timestampType int"
 HEADERS_SCHEMA = SCHEMA + ", headers array<struct<key: string, value: binary>>"  # includeHeaders=true
 ARROW_SCHEMA = pa.schema(
     [
@@ -106,6 +107,7 @@ ARROW_SCHEMA = pa.schema(
         ("timestamp", pa.timestamp("us", tz="UTC")),
         ("key", pa.binary()),
         ("value", pa.binary()),
+        ("timestampType", pa.int32()),  # 0 CreateTime, 1 LogAppendTime (Spark's Kafka source's column)
     ]
 )
 ARROW_HEADERS_SCHEMA = ARROW_SCHEMA.append(
@@ -446,7 +448,7 @@ def read_range(opts: SourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch
                 if offset >= part.end:
                     position = part.end
                     break
-                _ts_type, ts_ms = msg.timestamp()
+                ts_type, ts_ms = msg.timestamp()
                 columns["topic"].append(part.topic)
                 columns["partition"].append(part.partition)
                 columns["offset"].append(offset)
@@ -457,6 +459,7 @@ def read_range(opts: SourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch
                 )
                 columns["key"].append(msg.key())
                 columns["value"].append(msg.value())
+                columns["timestampType"].append(1 if ts_type == TIMESTAMP_LOG_APPEND_TIME else 0)
                 if opts.include_headers:
                     columns["headers"].append([{"key": k, "value": v} for k, v in (msg.headers() or [])])
                 position = offset + 1

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.spark
 PARTITIONS = 3
 PER_PARTITION = 20
 BASE_TS = 1_700_000_000_000  # record i of each partition has timestamp BASE_TS + i * 1000
-COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value"]
+COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "timestampType"]
 
 
 def _produce_timed(bootstrap: str, topic: str) -> None:
