@@ -1,9 +1,12 @@
 """format("kgc")'s Spark Kafka-source options, each checked against Spark's own source (spark-sql-kafka-0-10) on
-the same data in the same SparkSession: batch reads (spark.read) with startingOffsets/endingOffsets as names, JSON
-and timestamps, includeHeaders and minPartitions; a streaming query's maxOffsetsPerTrigger with startingOffsets
-JSON (the same micro-batch sizes); and failOnDataLoss on a topic whose first records retention deleted (both fail
-with true, both read the same records with false; an executor's read of offsets deleted after planning fails or
-skips them)."""
+the same data in the same SparkSession:
+- batch reads (spark.read) with startingOffsets/endingOffsets as names, JSON and timestamps, includeHeaders and
+  minPartitions (the same rows, the same task count);
+- a stream's maxOffsetsPerTrigger with startingOffsets as JSON (the same micro-batch sizes), and a stream from a
+  timestamp with headers (the same rows);
+- failOnDataLoss on a topic whose first records retention deleted: both fail with true, both read the same
+  records with false; an executor's read of offsets deleted after planning fails or skips them.
+"""
 
 from __future__ import annotations
 
@@ -177,6 +180,45 @@ def test_max_offsets_per_trigger_cuts_the_same_micro_batches_as_sparks_kafka_sou
     theirs = [n for n in sizes["kafka"] if n]
     assert ours == theirs, (ours, theirs)
     assert max(ours) <= 10 and len(ours) > 2
+
+
+def test_a_stream_from_a_timestamp_with_headers_reads_what_sparks_kafka_source_reads(
+    spark, timed_topic, tmp_path
+):
+    server, topic = timed_topic
+    columns = ("partition", "offset", "timestampType", "headers")
+    collectors = {"kgc": Collector(columns), "kafka": Collector(columns)}
+    expected = PARTITIONS * (PER_PARTITION - 12)  # records 12.. of each partition
+    queries = []
+    try:
+        for fmt, collector in collectors.items():
+            df = (
+                spark.readStream.format(fmt)
+                .option("kafka.bootstrap.servers", server.bootstrap)
+                .option("subscribe", topic)
+                .option("kafka.group.id", f"opts-ts-{fmt}-{uuid.uuid4().hex[:6]}")
+                .option("startingTimestamp", str(_ts(12)))
+                .option("includeHeaders", "true")
+                .load()
+            )
+            queries.append(
+                df.writeStream.foreachBatch(collector)
+                .option("checkpointLocation", str(tmp_path / fmt))
+                .trigger(processingTime="200 milliseconds")
+                .start()
+            )
+        for collector in collectors.values():
+            wait_until(lambda c=collector: len(c.snapshot()) >= expected, "the records from the timestamp on")
+    finally:
+        stop_all(*queries)
+
+    def rows(fmt):
+        return sorted(
+            (p, o, t, tuple((h["key"], h["value"]) for h in hs)) for p, o, t, hs in collectors[fmt].snapshot()
+        )
+
+    assert rows("kgc") == rows("kafka")
+    assert len(rows("kgc")) == expected and {r[1] for r in rows("kgc")} == set(range(12, PER_PARTITION))
 
 
 # -- failOnDataLoss -----------------------------------------------------------------------------------------------
