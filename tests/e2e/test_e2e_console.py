@@ -136,7 +136,7 @@ def test_console_follows_a_live_group(members, server_factory, tmp_path, page):
     screenshot(page, "group-timeline")
 
     # Pause from the keyboard: focus the button, press Enter; the page says when it is in effect.
-    page.get_by_role("button", name="Pause group").focus()
+    page.get_by_role("button", name="Pause", exact=True).focus()
     page.keyboard.press("Enter")
     page.locator("#status", has_text="Paused the group: in effect").wait_for(timeout=45_000)
     status, data = admin_http(server, "GET", f"/v1/groups/{group}")
@@ -160,7 +160,7 @@ def test_console_follows_a_live_group(members, server_factory, tmp_path, page):
     screenshot(page, "group-paused")
 
     # Resume: everything produced meanwhile is consumed exactly once, and the chart comes back to 0.
-    page.get_by_role("button", name="Resume group").click()
+    page.get_by_role("button", name="Resume", exact=True).click()
     page.locator("#status", has_text="Resumed the group: in effect").wait_for(timeout=45_000)
     wait_for(lambda: consumed_all(ms, batch2), 60, "batch 2 consumed after resume", members.describe)
     check_exactly_once(everyone, batch1 | batch2)
@@ -247,7 +247,7 @@ def test_console_filters_sorts_and_needs_the_admin_token_to_write(server_factory
     # A group id with a slash has its page; a write without the token is refused with a clear message.
     page.locator('a:text-is("beta/with slash")').click()
     page.locator("#group-state", has_text="Empty").wait_for()
-    page.get_by_role("button", name="Pause group").click()
+    page.get_by_role("button", name="Pause", exact=True).click()
     page.locator("#status.error").wait_for()
     assert "admin token" in page.locator("#status").inner_text()
 
@@ -259,7 +259,14 @@ def test_console_filters_sorts_and_needs_the_admin_token_to_write(server_factory
     page.get_by_text("Dry run: 2 partitions would move to latest").wait_for()
     page.get_by_role("button", name="Apply reset").click()
     page.locator("#status", has_text="Reset 2 partitions of beta/with slash to latest").wait_for()
-    page.get_by_role("button", name="Pause group").click()
+    # Pause one topic (the scope select), then the whole group.
+    page.select_option("#scope", topic)
+    page.get_by_role("button", name="Pause", exact=True).click()
+    page.locator("#status", has_text=f"Paused topic {topic}").wait_for()
+    status, data = admin_http(server, "GET", "/v1/groups/beta%2Fwith%20slash")
+    assert status == 200 and data["paused"] == {"group": False, "topics": [topic]}, data
+    page.select_option("#scope", "")
+    page.get_by_role("button", name="Pause", exact=True).click()
     page.locator("#status", has_text="Paused the group").wait_for()
     status, data = admin_http(server, "GET", "/v1/groups/beta%2Fwith%20slash")
     assert status == 200 and data["paused"]["group"] is True, data

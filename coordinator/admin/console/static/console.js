@@ -451,7 +451,8 @@ function memberName(m) {
 function groupPage(groupId) {
   const base = `/v1/groups/${groupPath(groupId)}`;
   const summary = h("div", { id: "summary" });
-  const topicSelect = h("select", { id: "topic" });
+  // What Pause and Resume act on: the whole group (value "") or one topic.
+  const scopeSelect = h("select", { id: "scope" }, h("option", { value: "", text: "the whole group" }));
   const busy = [];
   let previewed = null; // the reset request last previewed: Apply sends exactly it
   let applyButton = null;
@@ -552,11 +553,9 @@ function groupPage(groupId) {
         "fieldset",
         {},
         h("legend", { text: "Pause and resume" }),
-        button("Pause group", null, () => pauseOrResume("pause")),
-        button("Resume group", "secondary", () => pauseOrResume("resume")),
-        h("label", { for: "topic" }, "Topic", topicSelect),
-        button("Pause topic", null, () => topicSelect.value && pauseOrResume("pause", [topicSelect.value])),
-        button("Resume topic", "secondary", () => topicSelect.value && pauseOrResume("resume", [topicSelect.value])),
+        h("label", { for: "scope" }, "Applies to", scopeSelect),
+        button("Pause", null, () => pauseOrResume("pause", scopeSelect.value ? [scopeSelect.value] : undefined)),
+        button("Resume", "secondary", () => pauseOrResume("resume", scopeSelect.value ? [scopeSelect.value] : undefined)),
       ),
       h(
         "fieldset",
@@ -584,11 +583,15 @@ function groupPage(groupId) {
   );
 
   function setTopics(topics) {
-    const current = topicSelect.value;
-    const have = [...topicSelect.options].map((o) => o.value).join("\n");
-    if (have === topics.join("\n")) return;
-    topicSelect.replaceChildren(...topics.map((t) => h("option", { value: t, text: t })));
-    if (topics.includes(current)) topicSelect.value = current;
+    const current = scopeSelect.value;
+    const wanted = ["", ...topics];
+    const have = [...scopeSelect.options].map((o) => o.value);
+    if (have.join("\n") === wanted.join("\n")) return;
+    scopeSelect.replaceChildren(
+      h("option", { value: "", text: "the whole group" }),
+      ...topics.map((t) => h("option", { value: t, text: `topic ${t}` })),
+    );
+    scopeSelect.value = wanted.includes(current) ? current : "";
   }
 
   return async () => {
