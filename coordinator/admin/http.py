@@ -8,7 +8,8 @@
                                               assignment), generation, offsets and lag, paused topics, last
                                               rebalance
     GET    /v1/groups/{group}/timeline        the last rebalances (?limit=N)
-    GET    /v1/groups/{group}/lag-history     lag per partition at each recent sample ([wall ms, lag] points)
+    GET    /v1/groups/{group}/lag-history     lag per partition at each recent sample ([wall ms, lag] points),
+                                              for a group asked about in the last 10 minutes
     GET    /v1/coordinator                    each worker's shards, connections, requests per API, log
                                               (coordinator.admin.status)
     GET    /ui, /ui/groups/{group},           the web console (coordinator.admin.console): pages over this API

@@ -18,7 +18,7 @@ bound, if the log did not grow). Flat stretches are stored as their first and la
 spans as long a time as possible within its bound.
 
 Lag history (the console's charts): per group and partition, the lag in offsets at each sample, with the wall-clock
-time of the sample, bounded like the offset history.
+time of the sample, bounded like the offset history, for the groups someone is looking at (LagHistory).
 """
 
 from __future__ import annotations
@@ -180,14 +180,35 @@ class OffsetHistory:
         return len(self._samples)
 
 
+WATCH_MS = 600_000  # a group's lag is followed this long after the last time someone asked for its history
+
+
 class LagHistory:
-    """Per group and partition, (wall-clock ms, lag in offsets) at each sample, the last `max_samples`."""
+    """Per watched group and partition, (wall-clock ms, lag in offsets) at each sample, the last `max_samples`.
+
+    Only groups someone looks at are followed (`watch`: the console's group page asks every few seconds): a
+    history of every group and partition would cost memory and a pass over every committed offset per sample
+    (1,000,000 offsets: a second of CPU every few seconds). A group is forgotten WATCH_MS after the last look."""
 
     def __init__(self, max_samples: int = 120) -> None:
         if max_samples < 2:
             raise ValueError("the history needs at least 2 samples")
         self.max_samples = max_samples
         self._points: dict[str, dict[tuple[str, int], list[tuple[int, int]]]] = {}
+        self._watched: dict[str, int] = {}  # group -> wall ms of the last look
+
+    def watch(self, group_id: str, wall_ms: int) -> bool:
+        """Follow this group (again); True if it was not followed before."""
+        new = group_id not in self._watched
+        self._watched[group_id] = wall_ms
+        return new
+
+    def watched(self, wall_ms: int) -> list[str]:
+        """The groups still followed at `wall_ms` (the others are forgotten now)."""
+        for group_id in [g for g, seen in self._watched.items() if wall_ms - seen > WATCH_MS]:
+            del self._watched[group_id]
+            self._points.pop(group_id, None)
+        return list(self._watched)
 
     def record(self, group_id: str, topic: str, partition: int, wall_ms: int, lag: int) -> None:
         points = self._points.setdefault(group_id, {}).setdefault((topic, partition), [])
@@ -201,19 +222,14 @@ class LagHistory:
         """(topic, partition) -> its points, oldest first."""
         return {key: list(points) for key, points in sorted(self._points.get(group_id, {}).items())}
 
-    def retain(self, keys: Iterable[tuple[str, str, int]]) -> None:
-        """Keep only these (group, topic, partition) series."""
-        keep: dict[str, set[tuple[str, int]]] = {}
-        for group_id, topic, partition in keys:
-            keep.setdefault(group_id, set()).add((topic, partition))
-        for group_id in list(self._points):
-            wanted = keep.get(group_id)
-            if not wanted:
-                del self._points[group_id]
-                continue
-            series = self._points[group_id]
-            for key in [k for k in series if k not in wanted]:
-                del series[key]
+    def retain(self, group_id: str, keys: Iterable[tuple[str, int]]) -> None:
+        """Keep only these (topic, partition) series of the group."""
+        series = self._points.get(group_id)
+        if series is None:
+            return
+        wanted = set(keys)
+        for key in [k for k in series if k not in wanted]:
+            del series[key]
 
 
 # -- what is exported ----------------------------------------------------------------------------------------

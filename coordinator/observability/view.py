@@ -118,17 +118,12 @@ class CoordinatorView:
         return self.offset_history.lag_seconds(topic, partition, committed, log_end_offset, now)
 
     def sample(self, now_s: float | None = None, wall_ms: int | None = None) -> int:
-        """Record the log-end offset of every partition some group consumes, and every group's lag per
-        partition; returns how many partitions."""
+        """Record the log-end offset of every partition some group consumes, and the lag per partition of the
+        groups whose lag history is watched; returns how many partitions."""
         now = self.monotonic() if now_s is None else now_s
         wall = self.wall_ms() if wall_ms is None else wall_ms
         keys: set[tuple[str, int]] = set()
-        lag_keys: list[tuple[str, str, int]] = []
         for group in self.groups():
-            for p in self.lag(group).partitions:
-                if p.lag is not None:
-                    self.lag_history.record(group.group_id, p.topic, p.partition, wall, p.lag)
-                    lag_keys.append((group.group_id, p.topic, p.partition))
             topics = set(self.shards.offsets.store.topics(group.group_id))
             if group.uses_consumer_protocol() and group.subscribed_topics:
                 topics |= group.subscribed_topics
@@ -141,8 +136,21 @@ class CoordinatorView:
             if leo is not None:
                 self.offset_history.record(topic, partition, leo, now)
         self.offset_history.retain(keys)
-        self.lag_history.retain(lag_keys)
+        for group_id in self.lag_history.watched(wall):
+            self._record_lag(group_id, wall)
         return len(keys)
+
+    def _record_lag(self, group_id: str, wall_ms: int) -> None:
+        group = self.group(group_id)
+        if group is None:
+            self.lag_history.retain(group_id, ())
+            return
+        present = []
+        for p in self.lag(group).partitions:
+            if p.lag is not None:
+                self.lag_history.record(group_id, p.topic, p.partition, wall_ms, p.lag)
+                present.append((p.topic, p.partition))
+        self.lag_history.retain(group_id, present)
 
     # -- JSON for the admin API ------------------------------------------------------------------------------
 
@@ -179,7 +187,11 @@ class CoordinatorView:
         return out
 
     def lag_history_json(self, group_id: str) -> list[dict[str, Any]]:
-        """The group's lag per partition at each sample: [{topic, partition, points: [[wall ms, lag], ...]}]."""
+        """The group's lag per partition at each sample: [{topic, partition, points: [[wall ms, lag], ...]}].
+        Asking watches the group (LagHistory): a group asked for the first time gets its first point now."""
+        wall = self.wall_ms()
+        if self.lag_history.watch(group_id, wall):
+            self._record_lag(group_id, wall)
         return [
             {"topic": topic, "partition": partition, "points": [list(p) for p in points]}
             for (topic, partition), points in self.lag_history.series(group_id).items()

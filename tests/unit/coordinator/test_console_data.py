@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from coordinator.admin import console
 from coordinator.admin.status import _quantile_bound, request_stats
 from coordinator.observability.history import GroupHistory
-from coordinator.observability.lag import LagHistory, OffsetHistory
+from coordinator.observability.lag import WATCH_MS, LagHistory, OffsetHistory
 from coordinator.observability.view import HOUR_MS, CoordinatorView
 from coordinator.server.metrics import ServerMetrics
 
@@ -40,30 +40,40 @@ def live_group() -> tuple[GroupTestContext, GroupHistory, CoordinatorView, Clock
     return ctx, history, view, clock, wall
 
 
-def test_lag_history_follows_each_partition_and_forgets_what_nobody_consumes():
+def test_lag_history_follows_the_partitions_of_watched_groups_only():
     ctx, _, view, clock, wall = live_group()
     dataplane = view.dataplane
-    for step in range(4):
+    view.sample()
+    assert view.lag_history.series("live") == {}  # nobody looked: nothing is followed
+    first = view.lag_history_json("live")  # the first look records a point at once
+    assert [(s["topic"], s["partition"], len(s["points"])) for s in first] == [("foo", 0, 1), ("foo", 1, 1)]
+    for step in range(1, 4):
         dataplane.ends[("foo", 0)] = 100 + 10 * step  # 10 records per sample, none consumed
         clock.now += 1
         wall.now_ms += 1000
         view.sample()
     series = view.lag_history_json("live")
-    assert [(s["topic"], s["partition"]) for s in series] == [("foo", 0), ("foo", 1)]
     assert [lag for _, lag in series[0]["points"]] == [0, 10, 20, 30]
     assert [lag for _, lag in series[1]["points"]] == [0, 0, 0, 0]
     times = [t for t, _ in series[0]["points"]]
     assert times == sorted(times) and times[-1] == wall.now_ms
 
+    wall.now_ms += WATCH_MS + 1  # nobody looked for longer than WATCH_MS: forgotten at the next sample
+    view.sample()
+    assert view.lag_history.series("live") == {} and view.lag_history.watched(wall.now_ms) == []
+    assert view.lag_history_json("no-such-group") == []  # watched, but there is nothing to record
+
+
+def test_lag_history_is_bounded_and_restarts_when_the_clock_goes_back():
     history = LagHistory(3)
     for t in range(5):
         history.record("g", "t", 0, t, t * 2)
     assert history.series("g") == {("t", 0): [(2, 4), (3, 6), (4, 8)]}  # bounded, oldest dropped
     history.record("g", "t", 0, 1, 1)  # the wall clock went back: start again rather than draw backwards
     assert history.series("g") == {("t", 0): [(1, 1)]}
-    history.record("h", "u", 1, 5, 0)
-    history.retain([("h", "u", 1)])
-    assert history.series("g") == {} and list(history.series("h")) == [("u", 1)]
+    history.record("g", "u", 1, 5, 0)
+    history.retain("g", [("u", 1)])  # offsets deleted: that series goes
+    assert list(history.series("g")) == [("u", 1)]
     with pytest.raises(ValueError):
         LagHistory(1)
 
