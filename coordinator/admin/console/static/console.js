@@ -178,10 +178,15 @@ let timer = null;
 let refreshing = false;
 let refreshFn = async () => {};
 
+// The next refresh waits at least 10 times what the last one took, so a coordinator with very many groups (whose
+// answers take long to compute) is not kept busy by an open page.
+let nextWaitMs = REFRESH_MS;
+
 async function refresh() {
   if (refreshing) return;
   refreshing = true;
   clearTimeout(timer);
+  const started = performance.now();
   try {
     await refreshFn();
     updated.textContent = `Updated ${clock(Date.now())}`;
@@ -190,7 +195,8 @@ async function refresh() {
     say(failureText(err), true);
   } finally {
     refreshing = false;
-    if (live.checked) timer = setTimeout(refresh, REFRESH_MS);
+    nextWaitMs = Math.max(REFRESH_MS, 10 * (performance.now() - started));
+    if (live.checked) timer = setTimeout(refresh, nextWaitMs);
   }
 }
 
