@@ -1,8 +1,8 @@
 """Worker 0's admin listener fronts the other workers of `serve --workers N` (coordinator.cluster).
 
 Every worker other than 0 has an internal admin listener on 127.0.0.1. Worker 0 proxies /v1/groups/{group}... for
-groups it does not own to the owner, merges /v1/groups and /v1/coordinator, reports /readyz ready only when every worker is, and
-serves every worker's /metrics series with a `worker` label.
+groups it does not own to the owner, merges /v1/groups and /v1/coordinator, reports /readyz ready only when every
+worker is, and serves every worker's /metrics series with a `worker` label.
 """
 
 from __future__ import annotations
