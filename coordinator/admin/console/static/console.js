@@ -321,6 +321,22 @@ function summaryList(items) {
   );
 }
 
+// Ticks of a time axis from t0 to t1 in `n` steps: [time, label, text-anchor]; spans under 10 s get tenths of a
+// second, and a label equal to the previous one is not repeated.
+function timeTicks(t0, t1, n) {
+  const fine = t1 - t0 < 10_000;
+  const out = [];
+  let previous = null;
+  for (let i = 0; i <= n; i++) {
+    const t = t0 + ((t1 - t0) * i) / n;
+    const label = fine ? `${clock(t)}.${Math.floor((t % 1000) / 100)}` : clock(t);
+    if (label === previous) continue;
+    previous = label;
+    out.push([t, label, i === 0 ? "start" : i === n ? "end" : "middle"]);
+  }
+  return out;
+}
+
 // The smallest of 1, 2, 5 times a power of ten (at least 1) that is >= x: a round gap between axis ticks.
 function niceStep(x) {
   const power = 10 ** Math.floor(Math.log10(Math.max(x, 1)));
@@ -365,10 +381,9 @@ function lagChart(partitions, intervalMs) {
       s("text", { x: M.left - 6, y: y(v) + 4, "text-anchor": "end", text: fmt(v) }),
     );
   }
-  for (let i = 0; i <= 5; i++) {
-    const t = t0 + ((t1 - t0) * i) / 5;
-    svg.append(s("text", { x: x(t), y: H - 8, "text-anchor": i === 0 ? "start" : i === 5 ? "end" : "middle", text: clock(t) }));
-  }
+  timeTicks(t0, t1, 5).forEach(([t, label, anchor]) => {
+    svg.append(s("text", { x: x(t), y: H - 8, "text-anchor": anchor, text: label }));
+  });
   svg.append(
     s("line", { class: "axis", x1: M.left, x2: M.left, y1: M.top, y2: H - M.bottom }),
     s("line", { class: "axis", x1: M.left, x2: W - M.right, y1: H - M.bottom, y2: H - M.bottom }),
@@ -413,13 +428,12 @@ function timelineChart(rebalances, nowMs) {
   const t1 = Math.max(...ends, t0 + 1000);
   const x = (t) => M.left + ((t - t0) / (t1 - t0)) * (W - M.left - M.right);
   svg.setAttribute("aria-label", `Rebalance timeline: ${rebalances.length} rebalances from ${clock(t0)} to ${clock(t1)}; details in the table below`);
-  for (let i = 0; i <= 4; i++) {
-    const t = t0 + ((t1 - t0) * i) / 4;
+  timeTicks(t0, t1, 4).forEach(([t, label, anchor]) => {
     svg.append(
       s("line", { class: "grid", x1: x(t), x2: x(t), y1: M.top, y2: H - M.bottom }),
-      s("text", { x: x(t), y: H - 8, "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle", text: clock(t) }),
+      s("text", { x: x(t), y: H - 8, "text-anchor": anchor, text: label }),
     );
-  }
+  });
   rebalances.forEach((r, i) => {
     const top = M.top + i * ROW;
     const start = x(r.started_at_ms);
@@ -436,8 +450,8 @@ function timelineChart(rebalances, nowMs) {
     const tip = [
       `Generation ${r.from_generation} → ${gen}: ${r.reason}${r.client_reason ? ` (${r.client_reason})` : ""}`,
       `started ${clock(r.started_at_ms)}, ${r.duration_ms !== null ? `took ${fmtMs(r.duration_ms)}` : "in progress"}, ${r.outcome}`,
-      ...r.members_in.map((m) => `in: ${m.group_instance_id || m.member_id}`),
-      ...r.members_out.map((m) => `out: ${m.group_instance_id || m.member_id} (${m.cause || "gone"})`),
+      ...r.members_in.map((m) => `in: ${memberName(m)}`),
+      ...r.members_out.map((m) => `out: ${memberName(m)}: ${m.cause || "gone"}`),
     ].join("\n");
     g.append(
       s("title", { text: tip }),
@@ -450,8 +464,11 @@ function timelineChart(rebalances, nowMs) {
   return svg;
 }
 
+// A member as people know it: its client id and host, its instance id when static, and its member id.
 function memberName(m) {
-  return m.group_instance_id ? `${m.group_instance_id} (${m.member_id})` : m.member_id;
+  const who = [m.client_id, m.client_host].filter(Boolean).join(" @ ");
+  const id = m.group_instance_id ? `${m.group_instance_id}, ${m.member_id}` : m.member_id;
+  return who ? `${who} (${id})` : id;
 }
 
 function groupPage(groupId) {
