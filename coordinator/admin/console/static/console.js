@@ -181,6 +181,7 @@ let refreshFn = async () => {};
 // The next refresh waits at least 10 times what the last one took, so a coordinator with very many groups (whose
 // answers take long to compute) is not kept busy by an open page.
 let nextWaitMs = REFRESH_MS;
+let refreshFailed = false;
 
 async function refresh() {
   if (refreshing) return;
@@ -191,8 +192,11 @@ async function refresh() {
     await refreshFn();
     updated.textContent = `Updated ${clock(Date.now())}`;
     app.setAttribute("aria-busy", "false");
+    if (refreshFailed) say(""); // the coordinator answers again: the error shown is no longer true
+    refreshFailed = false;
   } catch (err) {
     say(failureText(err), true);
+    refreshFailed = true;
   } finally {
     refreshing = false;
     nextWaitMs = Math.max(REFRESH_MS, 10 * (performance.now() - started));
