@@ -4,18 +4,15 @@
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from tests.support.server import PYTHON, REPO, readyz
+from tests.support.server import LISTENING, REPO, readyz, serve_command, server_env
 
 CRASH_CLIENTS = REPO / "tests" / "crash" / "clients"
 PARTITIONS = 8  # of every topic create_topics makes, and what committed_offsets reads
-_LISTENING = re.compile(r"^listening kafka=(?P<kafka>\S+:\d+) admin=(?P<admin>\S+:\d+)\s*$")
 
 
 class CrashServer:
@@ -36,22 +33,8 @@ class CrashServer:
 
     def start(self, timeout: float = 30) -> None:
         self.runs += 1
-        cmd = [
-            PYTHON,
-            "-m",
-            "coordinator",
-            "serve",
-            "--listen",
-            f"127.0.0.1:{self.port}",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(self.data_dir),
-        ]
-        for name, value in self.settings.items():
-            cmd += ["--set", f"{name}={value}"]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        cmd = serve_command(self.port, self.data_dir, self.settings)
+        env = server_env()
         stdout_path = self.run_dir / f"server-{self.runs}.stdout"
         with open(self.stderr_path, "ab") as err:
             err.write(f"===== run {self.runs} started at {time.time():.3f} =====\n".encode())
@@ -63,7 +46,7 @@ class CrashServer:
         deadline = time.monotonic() + timeout
         while True:
             for line in stdout_path.read_text(errors="replace").splitlines():
-                match = _LISTENING.match(line.strip())
+                match = LISTENING.match(line.strip())
                 if match:
                     self.admin_url = "http://" + match["admin"]
                     self.port = int(match["kafka"].rsplit(":", 1)[1])

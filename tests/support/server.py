@@ -36,7 +36,7 @@ DEFAULT_SETTINGS: dict[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
 }
 
-_LISTENING = re.compile(r"^listening kafka=(?P<kafka>\S+:\d+) admin=(?P<admin>\S+:\d+)\s*$")
+LISTENING = re.compile(r"^listening kafka=(?P<kafka>\S+:\d+) admin=(?P<admin>\S+:\d+)\s*$")
 
 
 def readyz(admin_url: str, timeout: float = 2) -> bool:
@@ -135,6 +135,32 @@ class ServerProcess:
             ) from None
 
 
+def serve_command(port: int, data_dir: Path, settings: Mapping[str, object]) -> list[str]:
+    """`python -m coordinator serve` on 127.0.0.1:`port` (0: the server picks), admin on a free port."""
+    cmd = [
+        PYTHON,
+        "-m",
+        "coordinator",
+        "serve",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        str(data_dir),
+    ]
+    for name, value in settings.items():
+        cmd += ["--set", f"{name}={value}"]
+    return cmd
+
+
+def server_env() -> dict[str, str]:
+    """This environment, unbuffered, with the repository first on PYTHONPATH."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
 def start_server(
     run_dir: Path,
     settings: Mapping[str, object] | None = None,
@@ -154,29 +180,13 @@ def start_server(
         if isinstance(value, bool):
             value = "true" if value else "false"
         merged[name] = str(value)
-    cmd = [
-        PYTHON,
-        "-m",
-        "coordinator",
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        str(data_dir),
-    ]
-    for name, value in merged.items():
-        cmd += ["--set", f"{name}={value}"]
-    cmd += extra_args or []
-
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    cmd = serve_command(0, data_dir, merged) + (extra_args or [])
     stdout_path = run_dir / "server.stdout"
     stderr_path = run_dir / "server.stderr"
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=server_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=err
+        )
     server = ServerProcess(proc, "", "", data_dir, run_dir, merged)
 
     deadline = time.monotonic() + ready_timeout
@@ -184,7 +194,7 @@ def start_server(
         match = None
         try:
             for line in stdout_path.read_text(errors="replace").splitlines():
-                match = _LISTENING.match(line.strip())
+                match = LISTENING.match(line.strip())
                 if match:
                     break
         except FileNotFoundError:
