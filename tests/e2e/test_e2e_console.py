@@ -11,13 +11,10 @@ each page are kept in $KGC_ARTIFACTS_DIR (default test-artifacts/) under console
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -191,21 +188,6 @@ def test_console_follows_a_live_group(members, server_factory, tmp_path, page):
     screenshot(page, "coordinator")
 
 
-def authorized_http(server: Any, method: str, path: str, body: Any, token: str) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(
-        server.admin_url + path,
-        data=json.dumps(body).encode(),
-        method=method,
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.load(exc)
-
-
 def test_console_filters_sorts_and_needs_the_admin_token_to_write(server_factory, page):
     # Security on (an authorizer), so the API's writes need the token; ANONYMOUS may do anything over Kafka.
     token = "s3cret"
@@ -222,7 +204,7 @@ def test_console_filters_sorts_and_needs_the_admin_token_to_write(server_factory
     names = ["alpha", "beta/with slash", "gamma"]
     for name in names:  # Empty groups with commits, made by the API's offset reset
         path = f"/v1/groups/{urllib.parse.quote(name, safe='')}/reset-offsets"
-        status, data = authorized_http(server, "POST", path, {"to": "earliest", "topics": [topic]}, token)
+        status, data = admin_http(server, "POST", path, {"to": "earliest", "topics": [topic]}, token=token)
         assert status == 200, data
 
     page.goto(server.admin_url + "/ui")

@@ -360,12 +360,16 @@ def committed_offsets(server: ServerProcess, group: str, topic: str, partitions:
     return {int(k.rsplit(":", 1)[1]): v for k, v in res["offsets"].items() if k.rsplit(":", 1)[0] == topic}
 
 
-def admin_http(server: Any, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-    """A JSON request to the server's admin API: (HTTP status, JSON body)."""
+def admin_http(
+    server: Any, method: str, path: str, body: Any = None, token: str | None = None
+) -> tuple[int, dict[str, Any]]:
+    """A JSON request to the server's admin API (with `token` as the admin bearer token): (HTTP status, JSON
+    body)."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        server.admin_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(server.admin_url + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.load(response)

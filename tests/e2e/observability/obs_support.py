@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.members import admin_http
 from tests.support.server import PYTHON, REPO, ServerProcess
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
@@ -163,14 +163,7 @@ class Members:
 
 
 def get_json(server: ServerProcess, path: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(server.admin_url + path, data=data, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.load(exc)
+    return admin_http(server, method, path, body)
 
 
 def metrics_text(server: ServerProcess) -> str:
