@@ -132,6 +132,43 @@ def test_batch_read_headers_and_min_partitions_as_sparks_kafka_source(spark, tim
     assert df.rdd.getNumPartitions() == kafka_df.rdd.getNumPartitions() == 6
 
 
+def _stream_both(spark, server, topic, tmp_path, options, columns, count, settle_s=0.0):
+    """A kgc and a Spark Kafka streaming query with the same options, each collecting `columns`, until each has
+    read `count` rows (and `settle_s` more); returns {format: Collector} and {format: rows per micro-batch}."""
+    collectors = {"kgc": Collector(columns), "kafka": Collector(columns)}
+    sizes: dict[str, list[int]] = {"kgc": [], "kafka": []}
+    queries = []
+    try:
+        for fmt, collector in collectors.items():
+            reader = (
+                spark.readStream.format(fmt)
+                .option("kafka.bootstrap.servers", server.bootstrap)
+                .option("subscribe", topic)
+                .option("kafka.group.id", f"opts-{fmt}-{uuid.uuid4().hex[:6]}")
+            )
+            for k, v in options.items():
+                reader = reader.option(k, v)
+
+            def per_batch(batch_df, batch_id, collector=collector, fmt=fmt):
+                before = len(collector.snapshot())
+                collector(batch_df, batch_id)
+                sizes[fmt].append(len(collector.snapshot()) - before)
+
+            queries.append(
+                reader.load()
+                .writeStream.foreachBatch(per_batch)
+                .option("checkpointLocation", str(tmp_path / fmt))
+                .trigger(processingTime="200 milliseconds")
+                .start()
+            )
+        for fmt, collector in collectors.items():
+            wait_until(lambda c=collector: len(c.snapshot()) >= count, f"{fmt}: {count} rows read")
+        time.sleep(settle_s)
+    finally:
+        stop_all(*queries)
+    return collectors, sizes
+
+
 def test_max_offsets_per_trigger_cuts_the_same_micro_batches_as_sparks_kafka_source(
     spark, timed_topic, tmp_path
 ):
@@ -142,37 +179,10 @@ def test_max_offsets_per_trigger_cuts_the_same_micro_batches_as_sparks_kafka_sou
         (0, 1),
         *((2, i) for i in range(5)),
     }
-    collectors = {"kgc": Collector(("partition", "offset")), "kafka": Collector(("partition", "offset"))}
-    sizes: dict[str, list[int]] = {"kgc": [], "kafka": []}  # rows per micro-batch
-    queries = []
-    try:
-        for fmt, collector in collectors.items():
-            df = (
-                spark.readStream.format(fmt)
-                .option("kafka.bootstrap.servers", server.bootstrap)
-                .option("subscribe", topic)
-                .option("kafka.group.id", f"opts-{fmt}-{uuid.uuid4().hex[:6]}")
-                .option("startingOffsets", starting)
-                .option("maxOffsetsPerTrigger", "10")
-                .load()
-            )
-
-            def per_batch(batch_df, batch_id, collector=collector, fmt=fmt):
-                before = len(collector.snapshot())
-                collector(batch_df, batch_id)
-                sizes[fmt].append(len(collector.snapshot()) - before)
-
-            queries.append(
-                df.writeStream.foreachBatch(per_batch)
-                .option("checkpointLocation", str(tmp_path / fmt))
-                .trigger(processingTime="200 milliseconds")
-                .start()
-            )
-        for collector in collectors.values():
-            wait_until(lambda c=collector: len(c.snapshot()) >= len(expected), "every record read")
-        time.sleep(1.0)  # nothing more comes
-    finally:
-        stop_all(*queries)
+    options = {"startingOffsets": starting, "maxOffsetsPerTrigger": "10"}
+    collectors, sizes = _stream_both(
+        spark, server, topic, tmp_path, options, ("partition", "offset"), len(expected), settle_s=1.0
+    )
     for fmt, collector in collectors.items():
         rows = collector.snapshot()
         assert sorted(rows) == sorted(expected), f"{fmt}: every record from startingOffsets, exactly once"
@@ -187,30 +197,9 @@ def test_a_stream_from_a_timestamp_with_headers_reads_what_sparks_kafka_source_r
 ):
     server, topic = timed_topic
     columns = ("partition", "offset", "timestampType", "headers")
-    collectors = {"kgc": Collector(columns), "kafka": Collector(columns)}
     expected = PARTITIONS * (PER_PARTITION - 12)  # records 12.. of each partition
-    queries = []
-    try:
-        for fmt, collector in collectors.items():
-            df = (
-                spark.readStream.format(fmt)
-                .option("kafka.bootstrap.servers", server.bootstrap)
-                .option("subscribe", topic)
-                .option("kafka.group.id", f"opts-ts-{fmt}-{uuid.uuid4().hex[:6]}")
-                .option("startingTimestamp", str(_ts(12)))
-                .option("includeHeaders", "true")
-                .load()
-            )
-            queries.append(
-                df.writeStream.foreachBatch(collector)
-                .option("checkpointLocation", str(tmp_path / fmt))
-                .trigger(processingTime="200 milliseconds")
-                .start()
-            )
-        for collector in collectors.values():
-            wait_until(lambda c=collector: len(c.snapshot()) >= expected, "the records from the timestamp on")
-    finally:
-        stop_all(*queries)
+    options = {"startingTimestamp": str(_ts(12)), "includeHeaders": "true"}
+    collectors, _ = _stream_both(spark, server, topic, tmp_path, options, columns, expected)
 
     def rows(fmt):
         return sorted(
