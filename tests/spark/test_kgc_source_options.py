@@ -21,7 +21,7 @@ from pyspark.sql.datasource import CaseInsensitiveDict
 from spark_support import Collector, create_topic, stop_all, wait_until
 
 from kgc_spark.source import KafkaRange, SourceOptions, read_range
-from tests.support.fixtures import ServerFactory, _stop_checked
+from tests.support.fixtures import ServerFactory
 
 pytestmark = pytest.mark.spark
 
@@ -51,8 +51,7 @@ def module_servers(tmp_path_factory):
     """Servers shared by this module's tests (the data they hold is only read)."""
     factory = ServerFactory(tmp_path_factory.mktemp("kgc-opts-server"))
     yield factory
-    for server in factory.started:
-        _stop_checked(server)
+    factory.stop_all()
 
 
 @pytest.fixture(scope="module")

@@ -58,6 +58,17 @@ class ServerFactory:
         """Stop one server now (SIGTERM); fail unless it exits cleanly within 10 s."""
         return _stop_checked(server)
 
+    def stop_all(self) -> None:
+        """Stop every server this factory started; fail (after stopping them all) if any did not stop cleanly."""
+        errors = []
+        for server in self.started:
+            try:
+                _stop_checked(server)
+            except pytest.fail.Exception as exc:
+                errors.append(str(exc))
+        if errors:
+            pytest.fail("\n\n".join(errors), pytrace=False)
+
     def restart_on_same_port(self, server: ServerProcess) -> ServerProcess:
         """Stop the server and start it again on its data dir and Kafka port, so running clients reconnect."""
         self.stop(server)
@@ -103,14 +114,7 @@ def _stop_checked(server: ServerProcess) -> int:
 def server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
     factory = ServerFactory(tmp_path_factory.mktemp("kgc-server"))
     yield factory
-    errors = []
-    for server in factory.started:
-        try:
-            _stop_checked(server)
-        except pytest.fail.Exception as exc:
-            errors.append(str(exc))
-    if errors:
-        pytest.fail("\n\n".join(errors), pytrace=False)
+    factory.stop_all()
 
 
 @pytest.fixture
