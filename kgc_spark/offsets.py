@@ -68,9 +68,12 @@ def _json_offsets(text: str, option: str) -> dict[TP, int]:
 
 def parse_spec(options: Mapping[str, str], prefix: str, default: str) -> OffsetSpec:
     """The starting or ending spec (prefix "starting" or "ending") from Spark's options."""
-    strategy = str(options.get(f"{prefix}OffsetsByTimestampStrategy", "error")).lower()
-    if strategy not in ("error", "latest"):
-        raise ValueError(f"{prefix}OffsetsByTimestampStrategy must be error or latest, not {strategy!r}")
+    if prefix == "ending":
+        strategy = "latest"  # Spark: no offset at or after an ending timestamp means the latest offset
+    else:
+        strategy = str(options.get(f"{prefix}OffsetsByTimestampStrategy", "error")).lower()
+        if strategy not in ("error", "latest"):
+            raise ValueError(f"{prefix}OffsetsByTimestampStrategy must be error or latest, not {strategy!r}")
     one_time = options.get(f"{prefix}Timestamp")
     if one_time is not None:
         try:
@@ -121,7 +124,7 @@ def resolve(
         for tp, offset in found.items():
             if offset >= 0:
                 wanted[tp] = offset
-            elif spec.strategy == "latest" or unnamed == LATEST:
+            elif spec.strategy == "latest":
                 wanted[tp] = LATEST
             else:
                 raise ValueError(

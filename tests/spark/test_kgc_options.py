@@ -13,6 +13,7 @@ from kgc_spark.offsets import (
     DataLoss,
     OffsetSpec,
     Range,
+    parse_spec,
     rate_limit,
     resolve,
     split_ranges,
@@ -127,7 +128,7 @@ def test_batch_reads_need_no_group_and_refuse_what_spark_refuses():
         with pytest.raises(ValueError, match=message):
             SourceOptions.parse(CaseInsensitiveDict({**options, **bad}), batch=True)
     ending = SourceOptions.parse(CaseInsensitiveDict({**options, "endingTimestamp": "5"}), batch=True).ending
-    assert ending == OffsetSpec("timestamp", timestamp=5)
+    assert ending == OffsetSpec("timestamp", timestamp=5, strategy="latest")
 
 
 def test_other_options_and_their_defaults():
@@ -180,6 +181,9 @@ def test_resolve_earliest_latest_json_and_timestamps():
     assert latest == {("a", 0): 60, ("a", 1): 20, ("b", 0): 7}
     ending = _resolve(OffsetSpec("timestamps", ((("a", 0), 1000),)), unnamed=LATEST, times=times)
     assert ending == {("a", 0): 60, ("a", 1): 50, ("b", 0): 7}
+    # An ending timestamp no record reaches means the latest offset (Spark has no strategy option for it).
+    ending_spec = parse_spec(CaseInsensitiveDict({"endingTimestamp": "1000"}), "ending", "latest")
+    assert _resolve(ending_spec, unnamed=LATEST, times=times)[("b", 0)] == 7
 
 
 def test_rate_limit_prorates_like_spark():
