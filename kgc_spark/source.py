@@ -384,10 +384,15 @@ class KgcStreamReader(DataSourceStreamReader):
     # -- executor side ---------------------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if partition is None:  # Spark runs one task with no partition when partitions() planned none
-            return iter(())
-        assert isinstance(partition, KafkaRange), partition
-        return read_range(self.opts, partition)
+        return read_partition(self.opts, partition)
+
+
+def read_partition(opts: SourceOptions, partition: InputPartition | None) -> Iterator[pa.RecordBatch]:
+    """The executor side of both readers: one planned KafkaRange."""
+    if partition is None:  # Spark runs one task with no partition when partitions() planned none
+        return iter(())
+    assert isinstance(partition, KafkaRange), partition
+    return read_range(opts, partition)
 
 
 def read_range(opts: SourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch]:
@@ -530,10 +535,7 @@ class KgcBatchReader(DataSourceReader):
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if partition is None:  # Spark runs one task with no partition when partitions() planned none
-            return iter(())
-        assert isinstance(partition, KafkaRange), partition
-        return read_range(self.opts, partition)
+        return read_partition(self.opts, partition)
 
 
 class KgcDataSource(DataSource):
