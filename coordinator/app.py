@@ -8,12 +8,13 @@ wraps every other API, so it comes last):
                     to worker 0 (coordinator.cluster.forwarding)
     lookup          FindCoordinator (coordinator.server.lookup): this node, or the worker owning the group
     groups          the group coordinator service over the shards this process owns (coordinator.server)
-    security        listeners' sessions, SASL, SCRAM, ACLs (coordinator.security); in worker 0 only, the other
-                    workers relay its APIs
+    security        listeners' sessions, SASL, SCRAM, ACLs (coordinator.security); in every worker, with the
+                    durable state in worker 0 and replicas in the others (coordinator.cluster.security_sync)
 
 and beside it the admin HTTP listener (coordinator.admin.http). A worker (`placement`) brings its share of the
-shards, every worker's address (Metadata lists them all), the sockets its supervisor bound, and a relay to the
-owners of the groups it does not own (coordinator.cluster.relay).
+shards, every worker's address (Metadata lists them all), the sockets its supervisor bound (its Kafka listeners and
+its internal listener, where the other workers' Envelopes arrive: coordinator.cluster.internal), and a relay to
+the owners of the groups it does not own (coordinator.cluster.relay).
 """
 
 from __future__ import annotations
@@ -90,18 +91,37 @@ def build(
     """The server for `serve` in one process (`placement` None) or for worker `placement.index` of a supervisor
     (coordinator.cluster.supervisor). `advertised`: the --advertised-listener (a worker adds its index to the
     port). `fs`: where the group and topic logs live (default: the real filesystem; tests pass a double)."""
+    from coordinator.cluster.forwarding import API_VERSIONS as FORWARDED_APIS
     from coordinator.cluster.forwarding import ForwardingDataPlane
+    from coordinator.cluster.internal import INTERNAL_PRINCIPAL, InternalChannel
     from coordinator.cluster.relay import PeerRelay
+    from coordinator.cluster.security_sync import SecuritySync
     from coordinator.dataplane.embedded import EmbeddedDataPlane
+    from coordinator.security.listeners import parse_advertised, parse_listeners
 
     topology: Topology | None = None
+    channel: InternalChannel | None = None
     if placement is not None:
+        named = parse_listeners(config["listeners"], config["listener.security.protocol.map"])
         topology = Topology(
-            placement, int(config["node.id"]), int(config["offsets.topic.num.partitions"]), advertised
+            placement,
+            int(config["node.id"]),
+            int(config["offsets.topic.num.partitions"]),
+            advertised,
+            parse_advertised(config["advertised.listeners"], named),
         )
         config.set("node.id", topology.node_id_base + placement.index)
         advertised = topology.advertised_for(placement.index)
         listen = (placement.host, placement.kafka_ports[placement.index])
+        protocols = {spec.name: spec.protocol for spec in named}
+
+        def listener_of(name: str | None) -> tuple[str, int, str] | None:
+            for i, (lname, host, ports) in enumerate(placement.listeners):
+                if name is None and i == 0 or lname == name:
+                    return host, ports[placement.index], protocols.get(lname, "PLAINTEXT")
+            return None
+
+        channel = InternalChannel(placement.secret, listener_of)
     metrics = ServerMetrics()
     # The parts are built before the server they serve: they reach it through these late-bound callables.
     server: Server
@@ -123,20 +143,37 @@ def build(
         )
     else:
         dataplane = ForwardingDataPlane(
-            config, topology.upstream(), brokers=topology.brokers, abort_connection=abort_connection
+            config,
+            topology.upstream(),
+            brokers=topology.brokers,
+            abort_connection=abort_connection,
+            channel=channel,
         )
-    security = (
-        Security(config, data_dir, dataplane, metrics.registry)
-        if topology is None or topology.index == 0
-        else None
+    security = Security(
+        config,
+        data_dir,
+        dataplane,
+        metrics.registry,
+        replica=topology is not None and topology.index > 0,
+        super_users=(INTERNAL_PRINCIPAL,) if topology is not None else (),
+        # A forwarder's APIs are authorized by worker 0, which knows the topics (the forwarder's view lags).
+        authorized_elsewhere=frozenset(FORWARDED_APIS)
+        if topology is not None and topology.index > 0
+        else frozenset(),
     )
+    if topology is not None and channel is not None:
+        security.sync = SecuritySync(config, topology, channel, security.store)
 
-    sock = socket.socket(fileno=placement.kafka_fd) if placement is not None else None
+    if placement is None:
+        listeners = _kafka_listeners(listen, advertised, security, None)
+    else:
+        assert topology is not None and channel is not None
+        listeners = _worker_listeners(placement, topology, security, channel)
     server = Server(
         config,
-        _kafka_listeners(listen, advertised, security, sock),
+        listeners,
         metrics=metrics,
-        sessions=security.session if security is not None and security.listeners else None,
+        sessions=security.session if security.listeners else None,
     )
 
     shards = Shards(
@@ -149,15 +186,14 @@ def build(
     )
     relay, owner_of_shard = None, None
     if topology is not None and topology.count > 1:
-        relay = PeerRelay(config, topology.address, abort_connection)
+        relay = PeerRelay(config, topology.address, abort_connection, channel)
         owner_of_shard = functools.partial(worker_of_shard, workers=topology.count)
     groups = GroupCoordinatorService(shards, relay=relay, owner_of_shard=owner_of_shard)
     server.add_part(dataplane)
     server.add_part(CoordinatorLookup(broker, owner=topology.owner_broker if topology is not None else None))
     server.add_part(groups)
     metrics.registry.register(ShardCollector(shards))
-    if security is not None:
-        server.add_part(security)
+    server.add_part(security)
 
     admin = None
     if placement is not None and placement.admin_fd is not None:
@@ -173,7 +209,7 @@ def build(
             0,
             groups=groups,
             dataplane=dataplane,
-            security=security,
+            security=security if topology is None or topology.index == 0 else None,
             peers=peers,
             sock=socket.socket(fileno=placement.admin_fd),
             worker=topology.index if topology is not None else 0,
@@ -208,6 +244,38 @@ def _kafka_listeners(
                 spec=spec,
             )
         )
+    return listeners
+
+
+def _worker_listeners(
+    placement: WorkerSpec, topology: Topology, security: Security, channel: Any
+) -> list[KafkaListener]:
+    """A worker's Kafka listeners on the sockets its supervisor bound (each listener's port + its index), then
+    its internal listener (coordinator.cluster.internal)."""
+    specs = {spec.name: spec for spec in security.listeners}
+    listeners = []
+    for i, (name, host, ports) in enumerate(placement.listeners):
+        spec = specs.get(name)
+        listeners.append(
+            KafkaListener(
+                name,
+                host,
+                ports[placement.index],
+                advertised=topology.advertised_for(placement.index, i),
+                ssl=security.ssl_context if spec is not None and spec.tls else None,
+                spec=spec,
+                sock=socket.socket(fileno=placement.listener_fds[i]),
+            )
+        )
+    listeners.append(
+        KafkaListener(
+            "KGC_INTERNAL",
+            "127.0.0.1",
+            placement.internal_ports[placement.index],
+            sock=socket.socket(fileno=placement.internal_fd),
+            internal=channel,
+        )
+    )
     return listeners
 
 

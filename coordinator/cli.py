@@ -88,13 +88,20 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if count > 1:
             from coordinator.cluster.supervisor import Supervisor
+            from coordinator.security.listeners import ListenerConfigError, parse_listeners
 
+            try:
+                named = parse_listeners(config["listeners"], config["listener.security.protocol.map"])
+            except (ListenerConfigError, ValueError) as exc:
+                print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
+                return 2
             supervisor = Supervisor(
                 count,
                 sys.argv[1:] if argv is None else argv,
                 listen,
                 admin,
                 config["shutdown.timeout.ms"] / 1000,
+                listeners=[(spec.name, spec.host, spec.port) for spec in named],
             )
             return supervisor.run()
         from coordinator import app  # not before: a supervisor does not need it

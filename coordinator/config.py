@@ -145,9 +145,9 @@ SETTINGS: tuple[Setting, ...] = (
         "coordinator.workers",
         0,
         _workers,
-        "Worker processes, each owning a share of the group shards behind its own listener (port + worker "
-        "index) and node id (node.id + index); 0 or `auto`: one per core (with TLS, SASL or an authorizer "
-        "configured, auto means one). `serve --workers` overrides it.",
+        "Worker processes, each owning a share of the group shards behind its own listeners (each listener's "
+        "port + worker index) and node id (node.id + index); 0 or `auto`: one per core. `serve --workers` "
+        "overrides it.",
         kafka=False,
         minimum=0,
     ),
@@ -157,7 +157,8 @@ SETTINGS: tuple[Setting, ...] = (
         (),
         _list,
         "Kafka listeners, `NAME://HOST:PORT,...` (names mapped by listener.security.protocol.map; port 0 picks "
-        "a free port). Empty: the one PLAINTEXT listener of --listen. The first is announced as kafka=.",
+        "a free port; with several workers, worker w listens on PORT+w). Empty: the one PLAINTEXT listener of "
+        "--listen. The first is announced as kafka=.",
     ),
     Setting(
         "advertised.listeners",

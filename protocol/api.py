@@ -65,6 +65,9 @@ class DecodedRequest:
     context: RequestContext
     body: Any  # the kio request entity; None when the version is unsupported
     spec: ApiSpec
+    envelope: Any = (
+        None  # the Envelope it came in (coordinator.cluster.internal): its answer goes back in one
+    )
 
 
 @functools.cache

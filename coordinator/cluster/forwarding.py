@@ -6,8 +6,13 @@ Workers w > 0 still get Metadata (clients ask any broker they know), CreateTopic
 InitProducerId, and whatever a client sends before it has read Metadata. They answer them by relaying:
 
 * The forwarder registers the same APIs and version ranges as the embedded data plane and the security part
-  declare (their VERSIONS tables, so they cannot drift), so ApiVersions is identical on every worker. Security state (ACLs, SCRAM credentials, in DATA_DIR/security) is worker 0's alone: its APIs are
-  relayed too. (SASL listeners and the authorizer are refused with several workers, see topology.py.)
+  declare (their VERSIONS tables, so they cannot drift), so ApiVersions is identical on every worker. The
+  durable security state (ACLs, SCRAM credentials, in DATA_DIR/security) is worker 0's: its APIs are relayed
+  too, and worker 0 pushes every change to the other workers before it answers
+  (coordinator.cluster.security_sync). SASL is not relayed: every worker authenticates its own connections.
+* Every request goes to worker 0's internal listener in an Envelope with the client's principal, address and
+  listener (coordinator.cluster.internal), so worker 0 authorizes the client itself; the forwarder's own requests
+  (the cache below) are the worker's.
 * Each client connection gets its own upstream connection to worker 0, opened on its first forwarded request
   and closed with it. A handler encodes the request (the decoded kio entity, re-encoded for the same version,
   with the client's client id and an upstream correlation id) and writes it synchronously, before its first
@@ -45,11 +50,11 @@ from coordinator.brokers import Broker
 from coordinator.config import Config
 from coordinator.dataplane.embedded import VERSIONS as DATA_PLANE_VERSIONS
 from coordinator.security.apis import VERSIONS as SECURITY_API_VERSIONS
-from coordinator.security.sasl import VERSIONS as SASL_VERSIONS
 from protocol.api import ApiTable, RequestContext, decode_response, encode_body, request_class
 from protocol.api_keys import ApiKey
 from protocol.build import build
 
+from .internal import InternalChannel, origin_of
 from .upstream import Upstream
 
 log = logging.getLogger(__name__)
@@ -62,7 +67,6 @@ CACHE_CONNECTION = -1  # the connection key of the forwarder's own requests (cac
 # same ranges here, so ApiVersions is identical on every worker.
 API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     **DATA_PLANE_VERSIONS,
-    **SASL_VERSIONS,
     **SECURITY_API_VERSIONS,
 }
 
@@ -77,10 +81,12 @@ class ForwardingDataPlane:
         *,
         brokers: Callable[[], list[Broker]],
         abort_connection: Callable[[int], None],
+        channel: InternalChannel | None = None,
     ) -> None:
-        """`upstream`: worker 0's Kafka listener; `brokers()`: every worker as the current client sees it;
+        """`upstream`: worker 0's internal listener; `brokers()`: every worker as the current client sees it;
         `abort_connection(id)`: drop a client connection whose relay broke with requests in flight."""
         self._config = config
+        self._channel = channel
         self._abort_connection = abort_connection
         self._address = upstream
         self._brokers = brokers
@@ -142,6 +148,7 @@ class ForwardingDataPlane:
                 self._address,
                 self._config["socket.request.max.bytes"],
                 functools.partial(self._broken, connection_id),
+                channel=self._channel,
             )
             self._upstreams[connection_id] = upstream
         return upstream
@@ -160,7 +167,12 @@ class ForwardingDataPlane:
         async def forward(ctx: RequestContext, request: Any) -> Any:
             no_answer = api_key == ApiKey.PRODUCE and getattr(request, "acks", 1) == 0
             future = self._upstream(ctx.connection_id).send(
-                api_key, ctx.api_version, ctx.client_id, request, expect_answer=not no_answer
+                api_key,
+                ctx.api_version,
+                ctx.client_id,
+                request,
+                expect_answer=not no_answer,
+                origin=origin_of(ctx),
             )
             if future is None:
                 return None

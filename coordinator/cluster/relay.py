@@ -5,8 +5,9 @@ FindCoordinator sends stock clients straight to a group's owner, so they never c
 owner's answer instead of NOT_COORDINATOR. One upstream connection per client connection and owner
 (coordinator.cluster.upstream), written before the first await (so a client's requests reach the owner in the
 order it sent them), closed with the client connection; a broken upstream with requests in flight closes the
-client connection. The owner sees the relay's address as the member's client host (DescribeGroups); the client id
-is the client's own.
+client connection. The request goes to the owner's internal listener in an Envelope with the client's principal,
+address and listener (coordinator.cluster.internal): the owner authorizes the client, and DescribeGroups shows the
+client's own host and client id.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from coordinator.config import Config
 from protocol.api import RequestContext, decode_response
 
+from .internal import InternalChannel, origin_of
 from .upstream import Upstream
 
 log = logging.getLogger(__name__)
@@ -32,9 +34,11 @@ class PeerRelay:
         config: Config,
         address_of: Callable[[int], tuple[str, int]],
         abort_connection: Callable[[int], None],
+        channel: InternalChannel | None = None,
     ) -> None:
-        """`address_of(worker)`: where that worker's Kafka listener is; `abort_connection(id)`: drop a client
+        """`address_of(worker)`: where that worker's internal listener is; `abort_connection(id)`: drop a client
         connection whose relay broke with requests in flight."""
+        self._channel = channel
         self._max_bytes = config["socket.request.max.bytes"]
         self._abort_connection = abort_connection
         self._address_of = address_of
@@ -49,9 +53,10 @@ class PeerRelay:
                 self._max_bytes,
                 functools.partial(self._broken, key),
                 name=f"worker {worker}",
+                channel=self._channel,
             )
             self._upstreams[key] = upstream
-        future = upstream.send(ctx.api_key, ctx.api_version, ctx.client_id, request)
+        future = upstream.send(ctx.api_key, ctx.api_version, ctx.client_id, request, origin=origin_of(ctx))
         assert future is not None
         return decode_response(ctx.api_key, ctx.api_version, await future)
 

@@ -26,6 +26,7 @@ import dataclasses
 import errno
 import logging
 import os
+import secrets
 import select
 import signal
 import socket
@@ -98,23 +99,35 @@ class Supervisor:
         listen: tuple[str, int],
         admin_listen: tuple[str, int] | None,
         shutdown_timeout_s: float,
+        listeners: Sequence[tuple[str, str, int]] = (),
     ) -> None:
+        """`listeners`: the `listeners` setting as (name, host, port), in its order; none: --listen only."""
         self.count = count
         self.child_args = list(child_args)
-        self.listen = listen
+        self.named_listeners = bool(listeners)
+        self.listeners = list(listeners) or [("PLAINTEXT", *listen)]
+        self.listen = (self.listeners[0][1], self.listeners[0][2])
         self.admin_listen = admin_listen
         self.shutdown_timeout_s = shutdown_timeout_s
         self.children = [_Child(w) for w in range(count)]
-        self.kafka_sockets: list[socket.socket] = []
+        self.listener_sockets: list[list[socket.socket]] = []  # [listener][worker]
+        self.internal_sockets: list[socket.socket] = []
         self.admin_sockets: list[socket.socket | None] = []
+        self.secret = secrets.token_hex(32)  # the internal channel's (coordinator.cluster.internal)
         self._stop = False
 
+    @property
+    def kafka_sockets(self) -> list[socket.socket]:
+        """Every worker's socket of the primary listener."""
+        return self.listener_sockets[0] if self.listener_sockets else []
+
     def bind(self) -> None:
-        host, port = self.listen
-        if port:
-            self.kafka_sockets = [bind_listener(host, port + w) for w in range(self.count)]
-        else:
-            self.kafka_sockets = _bind_block(host, self.count)
+        for _name, host, port in self.listeners:
+            if port:
+                self.listener_sockets.append([bind_listener(host, port + w) for w in range(self.count)])
+            else:
+                self.listener_sockets.append(_bind_block(host, self.count))
+        self.internal_sockets = [bind_listener("127.0.0.1", 0) for _ in range(self.count)]
         for w in range(self.count):
             if w == 0:
                 if self.admin_listen is None:
@@ -129,13 +142,18 @@ class Supervisor:
         return WorkerSpec(
             index=w,
             count=self.count,
-            host=self.listen[0],
-            kafka_ports=tuple(s.getsockname()[1] for s in self.kafka_sockets),
+            listeners=tuple(
+                (name, host, tuple(s.getsockname()[1] for s in socks))
+                for (name, host, _port), socks in zip(self.listeners, self.listener_sockets, strict=True)
+            ),
+            listener_fds=tuple(socks[w].fileno() for socks in self.listener_sockets),
+            internal_ports=tuple(s.getsockname()[1] for s in self.internal_sockets),
+            internal_fd=self.internal_sockets[w].fileno(),
+            secret=self.secret,
             internal_admin=tuple(
                 None if w2 == 0 or s is None else f"127.0.0.1:{s.getsockname()[1]}"
                 for w2, s in enumerate(self.admin_sockets)
             ),
-            kafka_fd=self.kafka_sockets[w].fileno(),
             admin_fd=admin.fileno() if admin is not None else None,
             admin_host=(self.admin_listen[0] if w == 0 and self.admin_listen else "127.0.0.1")
             if admin is not None
@@ -154,10 +172,19 @@ class Supervisor:
         )
         return f"listening kafka={kafka} admin={admin}"
 
+    def listeners_line(self) -> str | None:
+        """`listeners NAME=HOST:PORT ...` (worker 0's) for the `listeners` setting, as one process prints it."""
+        if not self.named_listeners:
+            return None
+        return "listeners " + " ".join(
+            f"{name}={show_host(host)}:{socks[0].getsockname()[1]}"
+            for (name, host, _port), socks in zip(self.listeners, self.listener_sockets, strict=True)
+        )
+
     def spawn(self, child: _Child) -> None:
         read_fd, write_fd = os.pipe()
         spec = self.spec(child.index, write_fd)
-        fds = [self.kafka_sockets[child.index].fileno(), write_fd]
+        fds = [*spec.listener_fds, spec.internal_fd, write_fd]
         if spec.admin_fd is not None:
             fds.append(spec.admin_fd)
         cmd = [sys.executable, "-m", "coordinator", *self.child_args]
@@ -206,6 +233,9 @@ class Supervisor:
                     self.spawn(child)
             if not announced and all(c.ready for c in self.children):
                 announced = True
+                listeners = self.listeners_line()
+                if listeners is not None:
+                    print(listeners, flush=True)  # before the announce line, which scripts wait for
                 line = self.announce()
                 print(line, flush=True)
                 log.info("%s (%d workers)", line, self.count)
@@ -251,7 +281,8 @@ class Supervisor:
         # Our copies of the listening sockets go first: once a stopping worker closes its own, its port is closed
         # for good, so a peer relaying to it is refused at once (a connection left in a backlog that nobody
         # accepts any more would wait on a dead peer until the shutdown timeout).
-        for sock in [*self.kafka_sockets, *self.admin_sockets]:
+        every = [sock for socks in self.listener_sockets for sock in socks]
+        for sock in [*every, *self.internal_sockets, *self.admin_sockets]:
             if sock is not None:
                 sock.close()
         for child in self.children:

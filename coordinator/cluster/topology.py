@@ -3,11 +3,14 @@ group shards, each a broker to the clients.
 
 This is how Kafka spreads group coordinators over brokers, done inside one machine: groups are partitioned into
 shards by `coordinator.sharding.shard_of(group_id, offsets.topic.num.partitions)`, and worker w owns the shards p
-with p % N == w. Every worker is a broker to the clients: it has its own Kafka listener (with `--listen HOST:PORT`,
-worker w listens on PORT+w; with port 0 on the consecutive ports of a free block) and node id (node.id + w),
-Metadata from any worker lists all of them, and FindCoordinator answers the worker that owns the group's shard. A
-group API sent to a worker that does not own the group is relayed to the owner (coordinator.cluster.relay). The
-data plane stays in worker 0; the others forward data-plane requests to it (coordinator.cluster.forwarding).
+with p % N == w. Every worker is a broker to the clients: it has its own Kafka listeners (with `--listen HOST:PORT`,
+worker w listens on PORT+w; with port 0 on the consecutive ports of a free block; with the `listeners` setting,
+each listener's PORT+w the same way) and node id (node.id + w), Metadata from any worker lists all of them on the
+listener the client came in on, and FindCoordinator answers the worker that owns the group's shard. A group API
+sent to a worker that does not own the group is relayed to the owner (coordinator.cluster.relay). The data plane
+stays in worker 0; the others forward data-plane requests to it (coordinator.cluster.forwarding). Both go to the
+peer's internal listener with the client's principal (coordinator.cluster.internal). Every worker terminates TLS
+and SASL on its own listeners and authorizes with the same ACLs (coordinator.cluster.security_sync).
 
 Light on imports: the supervisor (coordinator.cluster.supervisor) imports this before it starts the workers.
 """
@@ -19,7 +22,7 @@ import json
 import logging
 import os
 
-from coordinator.brokers import WILDCARDS, Broker, client_address
+from coordinator.brokers import Broker, client_address, local_address
 from coordinator.config import Config
 from coordinator.sharding import shard_of
 
@@ -38,19 +41,6 @@ def owned_shards(index: int, shards: int, workers: int) -> frozenset[int]:
 def owner_of(group_id: str, shards: int, workers: int) -> int:
     """The worker that coordinates `group_id`."""
     return worker_of_shard(shard_of(group_id, shards), workers)
-
-
-def unsupported_with_workers(config: Config) -> str | None:
-    """Why these settings cannot run with several workers yet, or None. Authentication sessions live on a
-    connection and the authorizer would have to wrap every worker's APIs with one shared ACL state."""
-    names = [
-        name
-        for name in ("listeners", "authorizer.class.name", "scram.bootstrap.users")
-        if name in dict(config.items()) and config[name]
-    ]
-    if names:
-        return f"{', '.join(names)}: not supported with more than one worker yet"
-    return None
 
 
 def cores() -> int:
@@ -74,17 +64,8 @@ def requested_workers(value: int | str | None, config: Config) -> int:
 
 
 def resolve_workers(value: int | str | None, config: Config) -> int:
-    """How many workers to run: as requested, or one per core for auto (the default). Settings that cannot run
-    with several workers (see unsupported_with_workers) make auto one, and a number above one a ValueError."""
-    requested = requested_workers(value, config)
-    count = requested or cores()
-    why = unsupported_with_workers(config) if count > 1 else None
-    if why is None:
-        return count
-    if requested:
-        raise ValueError(f"--workers {count}: {why}")
-    log.info("one worker instead of one per core: %s", why)
-    return 1
+    """How many workers to run: as requested, or one per core for auto (the default)."""
+    return requested_workers(value, config) or cores()
 
 
 # -- what a worker is told ----------------------------------------------------------------------------------------
@@ -96,14 +77,30 @@ class WorkerSpec:
 
     index: int
     count: int
-    host: str  # the Kafka listen host (the same for every worker)
-    kafka_ports: tuple[int, ...]  # bound port of every worker's Kafka listener
+    # Every Kafka listener, the primary one first: (name, host, the bound port of each worker's socket). Without
+    # the `listeners` setting, one: ("PLAINTEXT", the --listen host, ports).
+    listeners: tuple[tuple[str, str, tuple[int, ...]], ...]
+    listener_fds: tuple[int, ...]  # this worker's socket of each listener
+    internal_ports: tuple[
+        int, ...
+    ]  # each worker's internal listener on 127.0.0.1 (coordinator.cluster.internal)
+    internal_fd: int
+    secret: str  # the internal channel's token, the same for every worker of this supervisor
     internal_admin: tuple[str | None, ...]  # "127.0.0.1:PORT" of each worker's internal admin listener
-    kafka_fd: int
     admin_fd: int | None  # worker 0: the public admin socket; others: their internal one
     admin_host: str | None
     notify_fd: int
     supervisor_pid: int
+
+    @property
+    def host(self) -> str:
+        """The primary listener's host."""
+        return self.listeners[0][1]
+
+    @property
+    def kafka_ports(self) -> tuple[int, ...]:
+        """Every worker's port of the primary listener."""
+        return self.listeners[0][2]
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -111,8 +108,9 @@ class WorkerSpec:
     @classmethod
     def from_json(cls, text: str) -> WorkerSpec:
         data = json.loads(text)
-        data["kafka_ports"] = tuple(data["kafka_ports"])
-        data["internal_admin"] = tuple(data["internal_admin"])
+        data["listeners"] = tuple((name, host, tuple(ports)) for name, host, ports in data["listeners"])
+        for name in ("listener_fds", "internal_ports", "internal_admin"):
+            data[name] = tuple(data[name])
         return cls(**data)
 
 
@@ -120,27 +118,50 @@ class Topology:
     """The workers as clients see them, from inside worker `spec.index`."""
 
     def __init__(
-        self, spec: WorkerSpec, node_id_base: int, shards: int, advertised: tuple[str, int] | None
+        self,
+        spec: WorkerSpec,
+        node_id_base: int,
+        shards: int,
+        advertised: tuple[str, int] | None,
+        advertised_listeners: dict[str, tuple[str, int]] | None = None,
     ) -> None:
+        """`advertised`: --advertised-listener (for the primary listener unless `advertised_listeners`, the
+        advertised.listeners setting by listener name, names it)."""
         self.spec = spec
         self.index = spec.index
         self.count = spec.count
         self.node_id_base = node_id_base
         self.shards = shards
-        self.advertised = advertised
+        self.advertised: list[tuple[str, int] | None] = [
+            (advertised_listeners or {}).get(name) for name, _host, _ports in spec.listeners
+        ]
+        if self.advertised[0] is None:
+            self.advertised[0] = advertised
 
-    def advertised_for(self, worker: int) -> tuple[str, int] | None:
-        """Worker `worker`'s advertised address: the advertised host with port + worker (0: its bound port)."""
-        if self.advertised is None:
+    def advertised_for(self, worker: int, listener: int = 0) -> tuple[str, int] | None:
+        """Worker `worker`'s advertised address on a listener: the advertised host with port + worker (0: its
+        bound port)."""
+        advertised = self.advertised[listener]
+        if advertised is None:
             return None
-        host, port = self.advertised
+        host, port = advertised
         return host, port + worker if port else 0
 
+    def listener_index(self) -> int:
+        """The listener the current request came in on (coordinator.brokers.local_address), else the primary."""
+        local = local_address.get(None)
+        if local is not None:
+            for i, (_name, _host, ports) in enumerate(self.spec.listeners):
+                if ports[self.index] == local[1]:
+                    return i
+        return 0
+
     def broker(self, worker: int) -> Broker:
-        """Worker `worker` as a client should reach it (coordinator.brokers.client_address)."""
-        host, port = client_address(
-            self.spec.host, self.spec.kafka_ports[worker], self.advertised_for(worker)
-        )
+        """Worker `worker` as the client of the current request should reach it, on the listener it came in on
+        (coordinator.brokers.client_address)."""
+        listener = self.listener_index()
+        _name, host, ports = self.spec.listeners[listener]
+        host, port = client_address(host, ports[worker], self.advertised_for(worker, listener))
         return Broker(self.node_id_base + worker, host, port)
 
     def brokers(self) -> list[Broker]:
@@ -156,15 +177,12 @@ class Topology:
         return owned_shards(self.index, self.shards, self.count)
 
     def upstream(self) -> tuple[str, int]:
-        """Where worker 0's Kafka listener is reachable from this machine."""
+        """Where worker 0's internal listener is."""
         return self.address(0)
 
     def address(self, worker: int) -> tuple[str, int]:
-        """Where worker `worker`'s Kafka listener is reachable from this machine."""
-        host = self.spec.host
-        if host in WILDCARDS:
-            host = "::1" if host == "::" else "127.0.0.1"
-        return host, self.spec.kafka_ports[worker]
+        """Where worker `worker`'s internal listener is (coordinator.cluster.internal)."""
+        return "127.0.0.1", self.spec.internal_ports[worker]
 
     def peer_admin_urls(self) -> dict[int, str]:
         """The internal admin listeners of the other workers (worker 0 asks them)."""

@@ -4,6 +4,10 @@ correlation id (used by the relay and the forwarder of coordinator.cluster).
 A request is encoded and written synchronously, before the caller's first await: connection handlers start in
 request order, so requests reach the peer in the order the client sent them. When the connection breaks, every
 request without an answer fails with UpstreamError and `on_broken(upstream, lost)` says whether any was lost.
+
+With a channel (coordinator.cluster.internal; the workers of a supervisor always have one) the peer's address is
+its internal listener and every request goes inside an Envelope naming who it is from (`origin`): the client whose
+request is relayed, or the worker itself.
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol.api import encode_request
+from protocol.envelope import decode_envelope_response
 from protocol.framing import frame_length
+
+from .internal import REQUEST, WORKER_ORIGIN, InternalChannel, Origin
 
 _CID = struct.Struct(">i")
 
@@ -33,27 +40,54 @@ class Upstream:
         max_bytes: int,
         on_broken: Callable[[Upstream, bool], None],
         name: str = "worker 0",
+        channel: InternalChannel | None = None,
     ) -> None:
         """`on_broken(self, lost)` when the connection ends by itself; `lost`: requests had no answer yet."""
+        self._channel = channel
         self._address = address
         self._name = name
         self._max_bytes = max_bytes
         self._on_broken = on_broken
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[bytes]] = {}
+        self._raw: set[int] = set()  # correlation ids of send_kind messages
         self._queued: list[bytes] = []  # written once connected
         self._writer: asyncio.StreamWriter | None = None
         self._broken: BaseException | None = None
         self._task = asyncio.create_task(self._run())
 
     def send(
-        self, api_key: int, version: int, client_id: str | None, body: Any, expect_answer: bool = True
+        self,
+        api_key: int,
+        version: int,
+        client_id: str | None,
+        body: Any,
+        expect_answer: bool = True,
+        origin: Origin | None = None,
     ) -> asyncio.Future[bytes] | None:
-        """Write one request now (or queue it until connected); the future gets the answer's bytes."""
+        """Write one request now (or queue it until connected); the future gets the answer's bytes from after
+        its correlation id. `origin`: whom it is from (default: this worker)."""
         if self._broken is not None:
             raise UpstreamError(f"the connection to {self._name} is closed: {self._broken}")
         cid = next(self._ids) & 0x7FFFFFFF
         data = encode_request(body, cid, client_id)
+        if self._channel is not None:
+            data = self._channel.envelope(memoryview(data)[4:].tobytes(), cid, origin or WORKER_ORIGIN)
+        return self._write(cid, data, expect_answer)
+
+    def send_kind(self, kind: str, data: bytes, **extra: Any) -> asyncio.Future[bytes]:
+        """One of the channel's own messages (not a Kafka request); the future gets the answer's data."""
+        if self._broken is not None:
+            raise UpstreamError(f"the connection to {self._name} is closed: {self._broken}")
+        assert self._channel is not None and kind != REQUEST
+        cid = next(self._ids) & 0x7FFFFFFF
+        frame = self._channel.envelope(data, cid, WORKER_ORIGIN, kind, **extra)
+        future = self._write(cid, frame, True)
+        assert future is not None
+        self._raw.add(cid)
+        return future
+
+    def _write(self, cid: int, data: bytes, expect_answer: bool) -> asyncio.Future[bytes] | None:
         future: asyncio.Future[bytes] | None = None
         if expect_answer:
             future = asyncio.get_running_loop().create_future()
@@ -76,8 +110,19 @@ class Upstream:
                 frame = await reader.readexactly(size)
                 (cid,) = _CID.unpack_from(frame, 0)
                 future = self._pending.pop(cid, None)
-                if future is not None and not future.done():
+                if future is None or future.done():
+                    continue
+                if self._channel is None:
                     future.set_result(frame[4:])
+                    continue
+                error, inner = decode_envelope_response(memoryview(frame)[4:])
+                if error or inner is None:
+                    future.set_exception(UpstreamError(f"{self._name} refused an Envelope: error {error}"))
+                elif cid in self._raw:
+                    self._raw.discard(cid)
+                    future.set_result(bytes(inner))
+                else:
+                    future.set_result(bytes(inner)[4:])
         except asyncio.CancelledError:
             self._fail(UpstreamError("closed"))
             raise

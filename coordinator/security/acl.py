@@ -236,6 +236,9 @@ class Authorizer:
             if not bindings:
                 del by_name[acl.resource_name]
 
+    def clear(self) -> None:
+        self._acls.clear()
+
     def __contains__(self, acl: AclBinding) -> bool:
         return acl in self._acls.get((acl.resource_type, acl.pattern_type), {}).get(acl.resource_name, ())
 

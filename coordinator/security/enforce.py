@@ -113,7 +113,9 @@ class Enforcer:
 
     # -- installation -------------------------------------------------------------------------------
 
-    def install(self, table: ApiTable) -> None:
+    def install(self, table: ApiTable, elsewhere: frozenset[int] = frozenset()) -> None:
+        """Wrap every registered API but the self-checked ones and `elsewhere`: APIs this process forwards to
+        another that authorizes them with the caller's principal (a worker's data plane, worker 0's)."""
         wrappers: dict[int, Wrapped] = {
             ApiKey.JOIN_GROUP: self.join_group,
             ApiKey.SYNC_GROUP: self.sync_group,
@@ -135,7 +137,7 @@ class Enforcer:
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
         }
         for spec in table.specs():
-            if spec.api_key in SELF_CHECKED:
+            if spec.api_key in SELF_CHECKED or spec.api_key in elsewhere:
                 continue
             wrapper = wrappers.get(spec.api_key)
             if wrapper is None:

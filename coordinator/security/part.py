@@ -38,18 +38,36 @@ log = logging.getLogger(__name__)
 
 class Security:
     def __init__(
-        self, config: Any, data_dir: str | None, dataplane: Any = None, registry: Any = None
+        self,
+        config: Any,
+        data_dir: str | None,
+        dataplane: Any = None,
+        registry: Any = None,
+        *,
+        replica: bool = False,
+        super_users: tuple[str, ...] = (),
+        authorized_elsewhere: frozenset[int] = frozenset(),
     ) -> None:
+        """`replica`: a worker other than worker 0 of `serve --workers N`, whose state comes from worker 0
+        through `sync` (coordinator.cluster.security_sync) and which forwards the ACL and SCRAM APIs to it;
+        `super_users`: besides super.users (the workers' own principal); `authorized_elsewhere`: the APIs this
+        process forwards with the caller's principal to one that authorizes them (a replica's data plane)."""
         self.config = config
+        self.replica = replica
+        self.authorized_elsewhere = authorized_elsewhere
+        self.sync: Any = None  # coordinator.cluster.security_sync.SecuritySync, with several workers
         self.listeners: list[ListenerSpec] = parse_listeners(
             config["listeners"], config["listener.security.protocol.map"]
         )
         self.advertised = parse_advertised(config["advertised.listeners"], self.listeners)
         self.authorizer_enabled = bool(str(config["authorizer.class.name"]).strip())
         self.authorizer = Authorizer(
-            parse_principals(config["super.users"]), config["allow.everyone.if.no.acl.found"]
+            parse_principals(config["super.users"]) | set(super_users),
+            config["allow.everyone.if.no.acl.found"],
         )
-        self.store = SecurityStore(self.authorizer, data_dir, config["offsets.commit.timeout.ms"])
+        self.store = SecurityStore(
+            self.authorizer, None if replica else data_dir, config["offsets.commit.timeout.ms"]
+        )
         self.dataplane = dataplane
         self.ssl_context: ssl.SSLContext | None = None
         if any(spec.tls for spec in self.listeners):
@@ -94,10 +112,17 @@ class Security:
 
     def register(self, table: Any) -> None:
         self.sasl.register(table)
-        self.apis.register(table)
+        if not self.replica:
+            self.apis.register(table)
         self._table = table
 
     async def start(self) -> None:
+        if self.replica:
+            if self.sync is not None:
+                await self.sync.initial_sync()  # before the listeners open: never serve without the ACLs
+            if self.authorizer_enabled and self._table is not None:
+                self.enforcer.install(self._table, self.authorized_elsewhere)
+            return
         count = await asyncio.to_thread(self.store.open)
         log.info(
             "security: %d records replayed, %d ACLs, %d SCRAM credentials",
@@ -106,12 +131,16 @@ class Security:
             len(self.store.credentials),
         )
         await self._bootstrap_users()
+        if self.sync is not None:
+            self.sync.start_publishing()
         if self.authorizer_enabled and self._table is not None:
             self.enforcer.install(self._table)
         if self.store.log is not None:
             self._compaction = asyncio.create_task(self._compact_periodically())
 
     async def close(self) -> None:
+        if self.sync is not None:
+            await self.sync.close()
         if self._compaction is not None:
             self._compaction.cancel()
             try:

@@ -10,6 +10,10 @@ Records (key -> value, a None value is a tombstone, compaction keeps the last va
 `replay(key, value)` is the only code that changes the in-memory state, both while loading at start and after
 each write; a change is applied (and answered) only once its records are fsynced, as Kafka answers CreateAcls only
 once the ACL records are committed. With no data dir (tests) the state is in memory only.
+
+With several workers (coordinator.cluster.security_sync) worker 0's store is the durable one and `on_written`
+pushes each write to the other workers before it is answered; theirs are replicas without a log, changed only by
+`replace` and `replay` from what worker 0 sends.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from storage import Log
 
@@ -55,6 +59,8 @@ class SecurityStore:
         self.directory = os.path.join(data_dir, "security") if data_dir else None
         self.credentials: dict[tuple[str, str], ScramCredential] = {}  # (user, mechanism) -> credential
         self.log: Log | None = None
+        # Awaited with each write's records once they are durable and applied here, before the write returns.
+        self.on_written: Callable[[list[tuple[bytes, bytes | None]]], Awaitable[None]] | None = None
 
     def open(self) -> int:
         """Open the log and replay it (blocking: run it in a thread). Returns the records replayed."""
@@ -105,6 +111,24 @@ class SecurityStore:
             # an error), it does not hold it forever.
             await asyncio.wait_for(asyncio.wrap_future(self.log.append(batch)), self.timeout_s)
         for key, value in batch:
+            self.replay(key, value)
+        if self.on_written is not None:
+            await self.on_written(batch)
+
+    def snapshot(self) -> list[tuple[bytes, bytes | None]]:
+        """The whole state as records (what `replace` takes)."""
+        records = [self.acl_record(acl, True) for acl in self.authorizer.acls()]
+        records += [
+            self.credential_record(user, mechanism, credential)
+            for (user, mechanism), credential in sorted(self.credentials.items())
+        ]
+        return records
+
+    def replace(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Drop the state and replay `records` (a replica taking worker 0's snapshot)."""
+        self.authorizer.clear()
+        self.credentials.clear()
+        for key, value in records:
             self.replay(key, value)
 
     # -- typed writes -------------------------------------------------------------------------------

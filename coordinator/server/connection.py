@@ -98,6 +98,9 @@ class Connection:
         self._reader_task: asyncio.Task[None] | None = None
         self.done = asyncio.Event()
         self.session: Any = None  # coordinator.security's SecuritySession on a server with security
+        # On a worker's internal listener: the channel that unwraps the Envelopes other workers send (every
+        # request is one) and wraps the answers (coordinator.cluster.internal).
+        self.internal: Any = None
         # connections.max.idle.ms: loop time of the last complete request or answer, and requests not yet answered
         self._loop = asyncio.get_running_loop()
         self.last_active = self._loop.time()
@@ -179,7 +182,10 @@ class Connection:
                 frame = await self.reader.readexactly(size)
                 started = time.perf_counter()
                 self.last_active = self._loop.time()
-                decoded = table.decode(frame, self.peer_host, self.connection_id)
+                if self.internal is None:
+                    decoded = table.decode(frame, self.peer_host, self.connection_id)
+                else:
+                    decoded = self.internal.unwrap(frame, table, self.connection_id)
                 if self.session is not None:
                     self._authenticate(decoded)
                 task = asyncio.create_task(self._handle(decoded))
@@ -247,7 +253,12 @@ class Connection:
                 metrics.observe_request(ctx.api_key, ctx.api_version, None, time.perf_counter() - started)
             else:
                 try:
-                    payload = table.encode_response(decoded.context, response)
+                    if isinstance(response, bytes):  # an internal message's answer, already encoded
+                        payload = response
+                    else:
+                        payload = table.encode_response(decoded.context, response)
+                    if decoded.envelope is not None:
+                        payload = self.internal.wrap(decoded, payload)
                 except Exception:
                     log.exception(
                         "cannot encode the answer to api %d v%d",

@@ -46,6 +46,9 @@ class KafkaListener:
     spec: Any = None  # passed to the server's `sessions` for each connection (coordinator.security's spec)
     sock: socket.socket | None = None  # already bound (a worker's, bound by its supervisor)
     bound_port: int = 0
+    # A worker's internal listener: the channel its connections unwrap every request with (Envelopes from the
+    # other workers, coordinator.cluster.internal); not counted against the connection limits.
+    internal: Any = None
 
 
 Sessions = Callable[[Any, Any], Any]
@@ -77,6 +80,7 @@ class Server:
         # Connections held unread until a slot under max.connections frees (Kafka's acceptor waits too).
         self._slot_waiters: collections.deque[asyncio.Future[bool]] = collections.deque()
         self._reserved_slots = 0  # slots freed for a waiter that has not taken its place yet
+        self._internal = 0  # connections from other workers (in `connections`, outside max.connections)
 
     # -- identity --------------------------------------------------------------------------------------------
 
@@ -145,6 +149,9 @@ class Server:
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer_ip = (writer.get_extra_info("peername") or ("",))[0]
+        if listener.internal is not None:
+            await self._serve_internal(reader, writer, listener)
+            return
         refused = self._over_ip_limit(peer_ip)
         if refused:
             log.info("closing a new connection from %s: %s", peer_ip, refused)
@@ -182,6 +189,28 @@ class Server:
                 if closed is not None:
                     closed(conn_id)  # e.g. the forwarder drops this connection's upstream
 
+    async def _serve_internal(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: KafkaListener
+    ) -> None:
+        """A connection from another worker: outside max.connections (a relay must not wait behind the clients
+        it relays for), closed with the server like any other."""
+        conn_id = next(self._ids)
+        conn = Connection(self, reader, writer, conn_id)
+        conn.internal = listener.internal
+        self.connections[conn_id] = conn
+        self._internal += 1
+        try:
+            await conn.run()
+        except Exception:
+            log.exception("internal connection %d failed", conn_id)
+        finally:
+            self.connections.pop(conn_id, None)
+            self._internal -= 1
+            for part in self.parts:
+                closed = getattr(part, "connection_closed", None)
+                if closed is not None:
+                    closed(conn_id)
+
     def abort_connection(self, connection_id: int) -> None:
         """Drop a client connection without answering what is in flight (its relay to another node broke)."""
         conn = self.connections.get(connection_id)
@@ -195,7 +224,7 @@ class Server:
         beyond it is not refused: it waits, unread, until one closes, first come first served. False (close it)
         when the server is closing or as many wait as a listen backlog holds."""
         limit = self.config["max.connections"]
-        if not self._slot_waiters and len(self.connections) + self._reserved_slots < limit:
+        if not self._slot_waiters and len(self.connections) - self._internal + self._reserved_slots < limit:
             return True
         if len(self._slot_waiters) >= LISTEN_BACKLOG:
             log.info(
@@ -223,7 +252,7 @@ class Server:
     def _release_slot(self) -> None:
         """A connection closed: the first waiting one takes its place."""
         limit = self.config["max.connections"]
-        while self._slot_waiters and len(self.connections) + self._reserved_slots < limit:
+        while self._slot_waiters and len(self.connections) - self._internal + self._reserved_slots < limit:
             waiter = self._slot_waiters.popleft()
             if not waiter.done():
                 self._reserved_slots += 1

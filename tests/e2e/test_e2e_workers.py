@@ -30,6 +30,7 @@ from tests.support.members import (  # noqa: E402 - the group e2e helpers live b
     produce_batch,
     wait_for,
 )
+from tests.support.server import running, worker_pid, worker_pids  # noqa: E402
 from tests.support.wire import WireClient, decode_response, encode_request, make, recv_frame, request_class
 
 pytestmark = pytest.mark.e2e
@@ -95,44 +96,6 @@ def http_text(url: str) -> tuple[int, str]:
             return exc.code, exc.read().decode()
     except OSError as exc:
         return 0, str(exc)
-
-
-def worker_pids(supervisor_pid: int) -> list[int]:
-    """The live children of the supervisor, from /proc."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == supervisor_pid and fields[0] != "Z":
-            pids.append(int(entry))
-    return sorted(pids)
-
-
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def worker_pid(server, worker: int) -> int:
-    """The pid of worker `worker`: its environment carries KGC_WORKER_SPEC={"index": W, ...}."""
-    for pid in worker_pids(server.proc.pid):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
-        except OSError:
-            continue
-        if b"KGC_WORKER_SPEC" in env and json.loads(env[b"KGC_WORKER_SPEC"])["index"] == worker:
-            return pid
-    raise AssertionError(f"no worker {worker} among the children of {server.proc.pid}\n{server.output()}")
 
 
 def wait_ready(server, timeout: float = 60) -> None:

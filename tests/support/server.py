@@ -13,6 +13,7 @@ unclosed pipe is a ResourceWarning under filterwarnings=error).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -90,7 +91,7 @@ class ServerProcess:
     @property
     def workers(self) -> int:
         """How many worker processes (brokers in Metadata) the server runs: its `coordinator.workers`, else one
-        per core (`serve`'s default), one when security settings rule several out."""
+        per core (`serve`'s default)."""
         from coordinator.cluster.topology import resolve_workers
         from coordinator.config import Config
 
@@ -216,3 +217,44 @@ def start_server(
                 f"command: {' '.join(cmd)}\n{server.output()}"
             )
         time.sleep(0.05)
+
+
+# -- the workers of `serve --workers N` ------------------------------------------------------------------------
+
+
+def worker_pids(supervisor_pid: int) -> list[int]:
+    """The live children of the supervisor, from /proc."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == supervisor_pid and fields[0] != "Z":
+            pids.append(int(entry))
+    return sorted(pids)
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def worker_pid(server: ServerProcess, worker: int) -> int:
+    """The pid of worker `worker`: its environment carries KGC_WORKER_SPEC={"index": W, ...}."""
+    for pid in worker_pids(server.proc.pid):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+        except OSError:
+            continue
+        if b"KGC_WORKER_SPEC" in env and json.loads(env[b"KGC_WORKER_SPEC"])["index"] == worker:
+            return pid
+    raise AssertionError(f"no worker {worker} among the children of {server.proc.pid}\n{server.output()}")

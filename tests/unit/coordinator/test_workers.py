@@ -3,6 +3,8 @@ the merged metrics exposition, and the relay's request/response codec."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,10 +40,12 @@ def spec(
     return WorkerSpec(
         index=index,
         count=count,
-        host=host,
-        kafka_ports=ports[:count],
+        listeners=(("PLAINTEXT", host, ports[:count]),),
+        listener_fds=(3,),
+        internal_ports=(7000, 7001, 7002)[:count],
+        internal_fd=6,
+        secret="s3cret",
         internal_admin=(None, "127.0.0.1:4001", "127.0.0.1:4002")[:count],
-        kafka_fd=3,
         admin_fd=4,
         admin_host="127.0.0.1",
         notify_fd=5,
@@ -110,7 +114,8 @@ def test_every_worker_is_a_broker_with_its_own_node_id_and_port():
     ]
     assert topology.owner_broker("foo") == topology.broker(owner_of("foo", 50, 3))
     assert topology.owned_shards() == owned_shards(1, 50, 3)
-    assert topology.upstream() == ("127.0.0.1", 9092)
+    assert topology.upstream() == ("127.0.0.1", 7000)
+    assert topology.address(2) == ("127.0.0.1", 7002)
     assert topology.peer_admin_urls() == {2: "http://127.0.0.1:4002"}
 
 
@@ -137,7 +142,6 @@ def test_a_wildcard_listener_advertises_the_address_the_client_reached():
         ]
     finally:
         local_address.reset(token)
-    assert topology.upstream() == ("127.0.0.1", 9092)
 
 
 # -- metrics of several workers as one exposition -----------------------------------------------------------------
@@ -217,27 +221,39 @@ def test_other_workers_advertise_the_same_data_plane_and_security_apis_as_worker
     Security(config, None).register(worker0)
     relay = ApiTable()
     ForwardingDataPlane(config, ("127.0.0.1", 1), brokers=list, abort_connection=print).register(relay)
+    Security(config, None, replica=True).register(relay)
     ranges = [(s.api_key, s.min_version, s.max_version) for s in worker0.specs()]
     assert [(s.api_key, s.min_version, s.max_version) for s in relay.specs()] == ranges
 
 
-def test_security_settings_are_refused_with_several_workers():
-    assert workers.unsupported_with_workers(Config()) is None
-    why = workers.unsupported_with_workers(
-        Config.load(
-            environ={},
-            overrides=["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"],
-        )
+def test_each_listener_lists_every_worker_on_that_listener():
+    """With the `listeners` setting every worker has each listener at its port + index; Metadata answers with the
+    listener the client came in on, advertised.listeners applying per listener."""
+    two = WorkerSpec.from_json(
+        dataclasses.replace(
+            spec(index=1, count=2),
+            listeners=(("SASL_SSL", "127.0.0.1", (9093, 9094)), ("PLAINTEXT", "0.0.0.0", (9192, 9193))),
+            listener_fds=(3, 4),
+        ).to_json()
     )
-    assert why is not None and "authorizer.class.name" in why
+    topology = Topology(
+        two, node_id_base=1, shards=50, advertised=None, advertised_listeners={"SASL_SSL": ("sec.example", 0)}
+    )
+    assert [(b.node_id, b.host, b.port) for b in topology.brokers()] == [
+        (1, "sec.example", 9093),
+        (2, "sec.example", 9094),
+    ]
+    token = local_address.set(("10.0.0.5", 9193))  # this worker's PLAINTEXT socket
+    try:
+        assert [(b.host, b.port) for b in topology.brokers()] == [("10.0.0.5", 9192), ("10.0.0.5", 9193)]
+    finally:
+        local_address.reset(token)
 
 
-def test_security_settings_make_auto_one_worker_and_refuse_an_explicit_count(monkeypatch):
+def test_auto_is_one_worker_per_core_whatever_the_security_settings(monkeypatch):
     monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: {0, 1})
     secured = Config.load(environ={}, overrides=["listeners=SASL_PLAINTEXT://127.0.0.1:0"])
-    assert resolve_workers(None, secured) == 1
-    assert resolve_workers("auto", secured) == 1
+    assert resolve_workers(None, secured) == 2
+    assert resolve_workers("auto", secured) == 2
     assert resolve_workers("1", secured) == 1
-    with pytest.raises(ValueError, match="listeners"):
-        resolve_workers("2", secured)
     assert resolve_workers(None, Config()) == 2
