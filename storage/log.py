@@ -118,6 +118,8 @@ __all__ = ["CompactionResult", "Log", "LogStats", "Recovery", "Truncation"]
 
 log = logging.getLogger(__name__)
 
+SettledFn = Callable[[list[concurrent.futures.Future[int]]], None]
+
 
 @dataclass(frozen=True)
 class Truncation:
@@ -217,8 +219,10 @@ class Log:
         next_seq: int,
         recovery: Recovery,
         dir_lock: Lock,
+        settled: SettledFn | None = None,
     ) -> None:
         self.directory = directory
+        self._settled = settled
         self._dir_lock = dir_lock
         self.recovery = recovery
         self._fs = fs
@@ -270,11 +274,15 @@ class Log:
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         wall_ms: Callable[[], int] | None = None,
         progress: ProgressFn | None = None,
+        settled: SettledFn | None = None,
     ) -> Log:
         """Open (creating if needed) the log in `directory`, recover it, and start its writer thread.
 
         Recovery (see the module docstring) reads every segment; `progress(bytes_done, bytes_total, entries)`
         reports on it. `wall_ms` gives the append time stored in entries that are appended without one.
+        `settled(futures)`, called in the writer thread, gets the append futures each flush completed (or
+        failed), in append order, once they all are: one call per flush, for a caller that would rather not
+        be woken once per future (an event loop: one thread-safe call instead of one per append).
         Raises StorageError if the directory cannot be read or repaired (StorageFormatError: newer format).
         """
         if segment_bytes < FRAME_SIZE:
@@ -311,6 +319,7 @@ class Log:
             next_seq=next_seq,
             recovery=recovery,
             dir_lock=dir_lock,
+            settled=settled,
         )
 
     # -- replay ---------------------------------------------------------------------------------------------
@@ -434,8 +443,7 @@ class Log:
                 gone = StorageClosedError("log was abandoned", op="append")
                 for p in live:
                     p.future.set_exception(gone)
-                live = []
-            if live:
+            elif live:
                 try:
                     self._flush(live)
                 except BaseException as exc:  # the writer thread must survive anything
@@ -444,6 +452,15 @@ class Log:
                     for p in live:
                         if not p.future.done():
                             p.future.set_exception(err)
+            if live:
+                self._notify_settled([p.future for p in live])
+
+    def _notify_settled(self, futures: list[concurrent.futures.Future[int]]) -> None:
+        if self._settled is not None:
+            try:
+                self._settled(futures)
+            except Exception:  # a closed event loop, say: the futures themselves are settled anyway
+                log.exception("log %s: the settled callback failed", self.directory)
 
     def _flush(self, batch: list[_Pending]) -> None:
         parts: list[bytes] = []
@@ -761,9 +778,13 @@ class Log:
             self._queued_bytes = 0
             self._cond.notify_all()
         gone = StorageClosedError("log was abandoned", op="append")
+        failed = []
         for p in queued:
             if p.future.set_running_or_notify_cancel():
                 p.future.set_exception(gone)
+                failed.append(p.future)
+        if failed:
+            self._notify_settled(failed)
         if self._compact_lock.acquire(timeout=compaction_wait_s):
             self._compact_lock.release()
         else:

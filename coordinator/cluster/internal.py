@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import json
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -41,6 +42,8 @@ from protocol.envelope import (
     host_text,
 )
 from protocol.errors import RequestDecodeError
+
+log = logging.getLogger(__name__)
 
 INTERNAL_PRINCIPAL = "KgcWorker:internal"
 INTERNAL_LISTENER = "KGC_INTERNAL"
@@ -128,7 +131,7 @@ class InternalChannel:
             ctx = RequestContext(ENVELOPE, 0, correlation_id, "kgc-worker", client_host, connection_id)
             ctx.principal = INTERNAL_PRINCIPAL
             data = bytes(envelope.request_data)
-            spec = ApiSpec(ENVELOPE, 0, 0, lambda _ctx, _body: handler(meta, data))
+            spec = ApiSpec(ENVELOPE, 0, 0, lambda _ctx, _body: _answer(handler, meta, data))
             return DecodedRequest(ctx, data, spec, envelope=correlation_id)
         decoded = table.decode(envelope.request_data, client_host, connection_id)
         listener = self._listeners(meta.get("listener"))
@@ -150,3 +153,13 @@ class InternalChannel:
     def wrap(decoded: DecodedRequest, payload: bytes) -> bytes:
         """The inner answer (header and body) as the Envelope's answer."""
         return encode_envelope_response(decoded.envelope, payload)
+
+
+async def _answer(handler: KindHandler, meta: dict[str, Any], data: bytes) -> bytes:
+    """A kind handler's answer; a failure is answered `error: ...` (the sender treats it as one), never as a
+    Kafka error response the sender would not expect."""
+    try:
+        return await handler(meta, data)
+    except Exception as exc:  # noqa: BLE001 - any failure is the sender's to see
+        log.exception("internal %s message failed", meta.get("kind"))
+        return f"error: {exc!r}".encode()

@@ -120,6 +120,8 @@ class SecuritySync:
             answer = await self._send(worker, data, full=False, seq=seq)
             if answer == b"need_full":
                 await self._send_full(worker)
+            elif answer != b"ok":
+                raise RuntimeError(f"worker {worker} did not apply the security change: {answer!r}")
 
     async def _send_full(self, worker: int) -> None:
         answer = await self._send(worker, encode_records(self.store.snapshot()), full=True, seq=self.seq)
@@ -190,9 +192,10 @@ class SecuritySync:
                 self.topology.address(0), self.max_bytes, lambda _u, _lost: None, channel=self.channel
             )
             try:
-                answer = json.loads(
-                    await asyncio.wait_for(upstream.send_kind(HELLO, b""), deadline - loop.time())
-                )
+                data = await asyncio.wait_for(upstream.send_kind(HELLO, b""), deadline - loop.time())
+                if data.startswith(b"error:"):
+                    raise UpstreamError(data.decode(errors="replace"))
+                answer = json.loads(data)
                 records = decode_records(json.dumps(answer["records"]).encode())
                 self._take(answer["epoch"], int(answer["seq"]), records)
                 log.info(

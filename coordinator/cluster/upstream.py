@@ -110,6 +110,8 @@ class Upstream:
                 frame = await reader.readexactly(size)
                 (cid,) = _CID.unpack_from(frame, 0)
                 future = self._pending.pop(cid, None)
+                raw = cid in self._raw
+                self._raw.discard(cid)
                 if future is None or future.done():
                     continue
                 if self._channel is None:
@@ -118,8 +120,7 @@ class Upstream:
                 error, inner = decode_envelope_response(memoryview(frame)[4:])
                 if error or inner is None:
                     future.set_exception(UpstreamError(f"{self._name} refused an Envelope: error {error}"))
-                elif cid in self._raw:
-                    self._raw.discard(cid)
+                elif raw:
                     future.set_result(bytes(inner))
                 else:
                     future.set_result(bytes(inner)[4:])

@@ -1,8 +1,10 @@
 """One client connection: framing, ordered pipelining and backpressure.
 
-The reader decodes frames and starts a handler task per request, in arrival order, so the synchronous part of each
-handler runs in request order; the writer awaits those tasks in the same order and writes each answer as soon as it
-and everything before it is ready. A parked answer (JoinGroup waiting for the join barrier) therefore holds back the
+The reader decodes frames and starts each request's handler at once, in arrival order, so the synchronous part of
+each handler runs in request order; the writer awaits their answers in the same order and writes each answer as
+soon as it and everything before it is ready. A handler runs eagerly (`start`): on the reader's own stack until its
+first real suspension, and only then as a task. Most answers (a heartbeat, a fetch of committed offsets) never
+suspend, so they cost no task and no event-loop round. A parked answer (JoinGroup waiting for the join barrier) therefore holds back the
 answers behind it on that connection only, as it does in Kafka.
 
 Backpressure both ways: at most `queued.max.requests.per.connection` requests are in flight (the reader stops
@@ -19,7 +21,7 @@ import asyncio
 import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol
 
 from coordinator.brokers import local_address
@@ -67,6 +69,64 @@ class RequestMemory:
     def releaser(self, size: int) -> Callable[[Any], None]:
         """A done-callback for the request's handler task: its bytes are free once it has run."""
         return lambda _task: self.release(size)
+
+
+class Ready:
+    """A handler's answer that was ready when it was started (see `start`): stands where its task would."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def done(self) -> bool:
+        return True
+
+    def cancel(self) -> bool:
+        return False
+
+
+class _Resume:
+    """The rest of a coroutine that `start` ran up to its first suspension, as an awaitable for a task: it hands
+    the task what the coroutine yielded (the future it waits for) and passes every resumption and exception on."""
+
+    __slots__ = ("_coro", "_yielded")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
+        self._coro = coro
+        self._yielded = yielded
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, value = self._coro, self._yielded
+        self._yielded = None
+        while True:
+            try:
+                sent = yield value
+            except BaseException as exc:  # noqa: BLE001 - thrown in by the task (cancellation): pass it on
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+async def _finish(resume: _Resume) -> Any:
+    return await resume
+
+
+def start(coro: Coroutine[Any, Any, Any]) -> Ready | asyncio.Task[Any]:
+    """Run `coro` now, on the caller's stack, up to its first suspension (Python 3.12's eager tasks, for 3.11):
+    Ready with its result if it finished without suspending, else a task that carries on from there. An
+    exception it raises before suspending propagates to the caller."""
+    try:
+        yielded = coro.send(None)
+    except StopIteration as stop:
+        return Ready(stop.value)
+    return asyncio.get_running_loop().create_task(_finish(_Resume(coro, yielded)))
 
 
 class ConnectionContext(Protocol):
@@ -188,8 +248,11 @@ class Connection:
                     decoded = self.internal.unwrap(frame, table, self.connection_id)
                 if self.session is not None:
                     self._authenticate(decoded)
-                task = asyncio.create_task(self._handle(decoded))
-                task.add_done_callback(memory.releaser(size))
+                task = start(self._handle(decoded))
+                if isinstance(task, Ready):
+                    memory.release(size)
+                else:
+                    task.add_done_callback(memory.releaser(size))
                 held = 0
                 await self._queue.put((decoded, task, started))
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -238,7 +301,7 @@ class Connection:
             decoded, task, started = item
             self.awaiting_answer = True
             try:
-                response = await task
+                response = task.value if isinstance(task, Ready) else await task
             except asyncio.CancelledError:
                 break
             finally:

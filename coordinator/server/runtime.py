@@ -176,6 +176,38 @@ class ShardRuntime:
         self.hung = False  # the last append timed out (an error that comes back at once piles nothing up)
         self.fast_failures = 0
         self.aborted = False
+        # Appends in flight when the log reports settled flushes (settled_hook): append future -> the future
+        # _persist waits on, and when it was queued. Without the hook, each append future is wrapped instead.
+        self._bridged = False
+        self._durable: dict[Any, tuple[asyncio.Future[Any], float]] = {}
+
+    def settled_hook(self) -> Callable[[list[Any]], None]:
+        """For storage.Log.open(settled=...): the writer thread hands over each flush's futures with one
+        thread-safe call, instead of one per append (asyncio.wrap_future). Call on the event loop."""
+        loop = asyncio.get_running_loop()
+        self._bridged = True
+
+        def settled(futures: list[Any]) -> None:
+            loop.call_soon_threadsafe(self._settle, futures)
+
+        return settled
+
+    def _settle(self, futures: list[Any]) -> None:
+        now = time.perf_counter()
+        for appended in futures:
+            waiting = self._durable.pop(appended, None)
+            if waiting is None:
+                continue  # timed out meanwhile
+            durable, started = waiting
+            if durable.done():
+                continue
+            exc = appended.exception()
+            if exc is not None:
+                durable.set_exception(exc)
+                continue
+            durable.set_result(appended.result())
+            if self._on_append is not None:
+                self._on_append(now - started)
 
     async def quiesce(self, group_id: str | None = None) -> None:
         """Wait until no barrier write is in flight (of `group_id` only, when given: a group's requests never
@@ -298,13 +330,22 @@ class ShardRuntime:
 
     async def _persist(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
         entries = [(r.key, r.value) for r in result.records]
+        appended = None
         try:
             appended = self.log.append(entries)
-            if self._on_append is not None:
-                appended.add_done_callback(functools.partial(_observe, self._on_append, time.perf_counter()))
-            durable = asyncio.wrap_future(appended)
+            if self._bridged:
+                durable: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                self._durable[appended] = (durable, time.perf_counter())
+            else:
+                if self._on_append is not None:
+                    appended.add_done_callback(
+                        functools.partial(_observe, self._on_append, time.perf_counter())
+                    )
+                durable = asyncio.wrap_future(appended)
             await asyncio.wait_for(durable, self.timeout_ms / 1000)
         except Exception as exc:  # StorageError, timeout, closed log: all answer a retriable error
+            if appended is not None:
+                self._durable.pop(appended, None)
             self.append_failures += 1
             if self.stalled_since is None:
                 self.stalled_since = asyncio.get_running_loop().time()

@@ -97,6 +97,7 @@ class Shard:
                 fs=self.fs,
                 segment_bytes=self.config["offsets.topic.segment.bytes"],
                 linger_ms=self.config["group.coordinator.append.linger.ms"],
+                settled=self.runtime.settled_hook(),
             )
             recovery = the_log.recovery
             if recovery.truncation is not None or recovery.lost_segments:

@@ -115,3 +115,39 @@ def test_max_batch_bytes_cuts_the_linger_short(logs: Logs) -> None:
     started = time.monotonic()
     assert first.result(5) == 0 and queued.result(5) == 1
     assert time.monotonic() - started < 2.0
+
+
+def test_settled_hands_over_each_flush_once_in_append_order(logs: Logs) -> None:
+    """`settled` gets every flush's futures in one call, after each of them is done: an event loop needs one
+    wake-up per flush, not one per append."""
+    mem = MemFS()
+    fs = FaultFS(mem)
+    fs.slow_fsyncs(0.002)
+    calls: list[list[Future[int]]] = []
+    lock = threading.Lock()
+
+    def settled(futures: list[Future[int]]) -> None:
+        assert all(f.done() for f in futures)
+        with lock:
+            calls.append(futures)
+
+    lg = logs.open(DIR, fs=fs, linger_ms=1, settled=settled)
+    futures = [lg.append([kv(i)]) for i in range(50)]
+    assert [f.result(10) for f in futures] == list(range(50))
+    deadline = time.monotonic() + 5
+    while sum(len(c) for c in calls) < 50 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    handed = [f for call in calls for f in call]
+    assert handed == futures  # each once, in append order
+    assert len(calls) == lg.stats().flushes < 50
+
+    # Appends failed by abandon() are handed over too.
+    fs.hang_fsyncs()
+    stuck = lg.append([kv(50)])
+    assert fs.wait_until_hung(5)
+    queued = lg.append([kv(51)])
+    lg.abandon()
+    assert queued.exception(5) is not None
+    assert calls[-1] == [queued]
+    fs.release_fsyncs()
+    stuck.result(5)
