@@ -193,6 +193,7 @@ def test_sasl_ssl_with_acls_on_two_workers(secure_servers: SecureServers, pki: P
         for port in ssl_ports
     ]
     received: list[bytes] = []
+    by_member = [0] * len(consumers)
     try:
         for consumer in consumers:
             consumer.subscribe([TOPIC])
@@ -207,13 +208,15 @@ def test_sasl_ssl_with_acls_on_two_workers(secure_servers: SecureServers, pki: P
         producer = Producer(sasl_ssl(pki, ssl_ports[1], "alice", **{"message.timeout.ms": 20000}))
         delivered: list[Any] = []
         for i in range(RECORDS):
-            producer.produce(TOPIC, f"r{i}".encode(), callback=lambda err, _m: delivered.append(err))
+            producer.produce(
+                TOPIC, f"r{i}".encode(), partition=i % 4, callback=lambda err, _m: delivered.append(err)
+            )
         producer.flush(30)
         assert delivered == [None] * RECORDS
 
         deadline = time.monotonic() + 60
         while len(received) < RECORDS and time.monotonic() < deadline:
-            for consumer in consumers:
+            for index, consumer in enumerate(consumers):
                 msg = consumer.poll(0.2)
                 if msg is None:
                     continue
@@ -221,8 +224,10 @@ def test_sasl_ssl_with_acls_on_two_workers(secure_servers: SecureServers, pki: P
                     assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
                     continue
                 received.append(msg.value())
+                by_member[index] += 1
                 consumer.commit(msg, asynchronous=False)
         assert sorted(received) == sorted(f"r{i}".encode() for i in range(RECORDS))  # each exactly once
+        assert all(by_member), by_member  # both members read their share
         description = root.describe_consumer_groups([group], request_timeout=30)[group].result()
         assert description.coordinator.id == 2  # worker 1 coordinates it
         assert len(description.members) == WORKERS
@@ -232,7 +237,7 @@ def test_sasl_ssl_with_acls_on_two_workers(secure_servers: SecureServers, pki: P
     committed = root.list_consumer_group_offsets(
         [_request(group, [TopicPartition(TOPIC, p) for p in range(4)])], request_timeout=30
     )[group].result()
-    assert sum(tp.offset for tp in committed.topic_partitions) == RECORDS
+    assert sorted(tp.offset for tp in committed.topic_partitions) == [RECORDS // 4] * 4
 
     # An ACL written through one worker is in force on the other when it is answered (no wait), both ways.
     alice = [plain_client(port, "alice") for port in plain_ports]
