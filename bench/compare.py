@@ -123,7 +123,8 @@ def rss_bytes(pid: int) -> int:
 
 
 class Profiler:
-    """py-spy record on the target's process while a workload runs (raw collapsed stacks)."""
+    """py-spy record on the target's process and its children (the workers of `serve --workers N`) while a
+    workload runs (raw collapsed stacks)."""
 
     def __init__(self, pid: int, out: Path, rate: int = 250) -> None:
         self.out = out
@@ -138,6 +139,7 @@ class Profiler:
                 "--rate",
                 str(rate),
                 "--nonblocking",
+                "--subprocesses",
                 "--output",
                 str(out),
             ],

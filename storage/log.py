@@ -416,7 +416,11 @@ class Log:
                 raise StorageClosedError("log is closed", op="append")
             self._queue.append(pending)
             self._queued_bytes += nbytes
-            self._cond.notify()
+            # The writer waits for the first append of a batch, then lingers on a timeout: waking it for
+            # every append in between only to wait again cost a thread hand-off per append. It is woken
+            # again only when the batch is full.
+            if len(self._queue) == 1 or self._queued_bytes >= self._max_batch_bytes:
+                self._cond.notify()
         return future
 
     def _run_writer(self) -> None:
