@@ -137,6 +137,13 @@ def build(cls: type[E], data: Any = None, /, **overrides: Any) -> E:
     return cls(**kwargs)
 
 
+@functools.cache
+def entity_array_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a kio entity class that hold arrays of entities (where nested error codes live)."""
+    plan_of: Any = cls
+    return tuple(p.name for p in _plan(plan_of) if p.is_tuple and p.nested is not None)
+
+
 def fields_of(cls: type) -> frozenset[str]:
     """The field names of an entity class (cached)."""
     return frozenset(p.name for p in _plan(cls))

@@ -8,6 +8,7 @@ constructor), and LeaveGroup v0-v2 has no member list, so the first member error
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -73,7 +74,9 @@ def sync_response(
     )
 
 
+@functools.cache
 def heartbeat_response(error: ErrorCode = ErrorCode.none) -> HeartbeatResponse:
+    """One (immutable) answer per error code: heartbeats are the most frequent request there is."""
     return build(HeartbeatResponse, {"error_code": error})
 
 

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.registry import Collector
 
 from protocol.api_keys import api_name
+from protocol.build import entity_array_fields
 from protocol.errors import ErrorCode
 
 # `_created` series double every counter and histogram for little use; they are off for the whole process.
@@ -136,11 +137,16 @@ def _error_in(obj: Any, depth: int, budget: list[int]) -> int | None:
         return int(code)
     if depth == 0:
         return None
-    fields = (
-        obj.values()
-        if isinstance(obj, dict)
-        else (getattr(obj, name, None) for name in getattr(obj, "__dataclass_fields__", ()))
-    )
+    if isinstance(obj, dict):
+        fields: Any = obj.values()
+    elif hasattr(obj, "__dataclass_fields__"):
+        kind: Any = type(obj)
+        names = entity_array_fields(kind)
+        if not names:
+            return None  # no entries to look into (a Heartbeat answer): the common case, kept cheap
+        fields = (getattr(obj, name, None) for name in names)
+    else:
+        return None
     for value in fields:
         if isinstance(value, (list, tuple)):
             for item in value:

@@ -228,6 +228,16 @@ def test_request_metric_helpers():
     }
     assert response_error(nested) == 22
     assert response_error({"topics": []}) == 0 and response_error(None) == 0
+    # Entities: the nested arrays are looked into, an answer without any is read at the top only.
+    from kio.schema.heartbeat.v4.response import HeartbeatResponse
+    from kio.schema.offset_commit.v9.response import OffsetCommitResponse
+
+    from protocol.build import build
+
+    assert response_error(build(OffsetCommitResponse, nested)) == 22
+    assert response_error(build(OffsetCommitResponse, {"topics": nested["topics"][:0]})) == 0
+    assert response_error(build(HeartbeatResponse, {"error_code": 27})) == 27
+    assert response_error(build(HeartbeatResponse, {"error_code": 0})) == 0
 
 
 def test_paused_partitions_count_the_assigned_partitions_the_coordinator_withholds():
