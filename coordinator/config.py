@@ -165,7 +165,8 @@ SETTINGS: tuple[Setting, ...] = (
         (),
         _list,
         "`NAME://HOST:PORT,...`: the address Metadata and FindCoordinator give clients that came in on listener "
-        "NAME (default: the address they reached). Port 0: the bound port.",
+        "NAME (default: the address they reached). Port 0: the bound port. With several workers, worker w "
+        "advertises PORT+w.",
     ),
     Setting(
         "listener.security.protocol.map",
