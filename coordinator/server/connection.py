@@ -4,8 +4,8 @@ The reader decodes frames and starts each request's handler at once, in arrival 
 each handler runs in request order; the writer awaits their answers in the same order and writes each answer as
 soon as it and everything before it is ready. A handler runs eagerly (`start`): on the reader's own stack until its
 first real suspension, and only then as a task. Most answers (a heartbeat, a fetch of committed offsets) never
-suspend, so they cost no task and no event-loop round. A parked answer (JoinGroup waiting for the join barrier) therefore holds back the
-answers behind it on that connection only, as it does in Kafka.
+suspend, so they cost no task and no event-loop round. A parked answer (JoinGroup waiting for the join barrier)
+therefore holds back the answers behind it on that connection only, as it does in Kafka.
 
 Backpressure both ways: at most `queued.max.requests.per.connection` requests are in flight (the reader stops
 reading when the queue is full, so TCP pushes back on the client), and the writer waits for the socket buffer to
