@@ -1,4 +1,4 @@
-"""A connection's security session and the SASL APIs: SaslHandshake (17, v1) and SaslAuthenticate (36, v0-2).
+"""A connection's security session and the SASL APIs: SaslHandshake (17, v0-1) and SaslAuthenticate (36, v0-2).
 
 Every connection gets a `SecuritySession` from its listener. Its principal starts as `User:ANONYMOUS` (or the
 client certificate's `User:<DN>` on SSL listeners) and, on SASL listeners, becomes `User:<name>` once the client
@@ -12,10 +12,13 @@ mechanism's messages (PLAIN: one; SCRAM: client-first, client-final). A failed e
 SASL_AUTHENTICATION_FAILED with Kafka's message and closes the connection after the answer is written. On a
 non-SASL listener, or after authentication, both APIs answer ILLEGAL_SASL_STATE (Kafka's KafkaApis does).
 
-SaslHandshake v0 is not advertised: after a v0 handshake Kafka reads the mechanism's tokens as bare length-prefixed
-frames instead of SaslAuthenticate requests, which this server does not implement (every client since Kafka 1.0
-uses v1 with SaslAuthenticate; a v0 request answers UNSUPPORTED_VERSION). Not implemented either: re-authentication
-(KIP-368: the session lifetime answered is 0, so clients never re-authenticate).
+SaslHandshake v0 is advertised, as Kafka does, but not served: after a v0 handshake Kafka reads the mechanism's
+tokens as bare length-prefixed frames instead of SaslAuthenticate requests, which this server does not implement
+(every client since Kafka 1.0 sends v1 and SaslAuthenticate). A v0 handshake answers UNSUPPORTED_VERSION and the
+connection is closed. It is advertised because librdkafka enables SASL only when the range includes v0 (its "SASL
+handshake" feature: librdkafka 2.0.2, the one Debian's kcat links, refuses SCRAM without it) and then sends v1.
+Not implemented either: re-authentication (KIP-368: the session lifetime answered is 0, so clients never
+re-authenticate).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ log = logging.getLogger(__name__)
 
 PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 # api key -> (min version, max version) of the SASL APIs served here.
-VERSIONS: dict[ApiKey, tuple[int, int]] = {ApiKey.SASL_HANDSHAKE: (1, 1), ApiKey.SASL_AUTHENTICATE: (0, 2)}
+VERSIONS: dict[ApiKey, tuple[int, int]] = {ApiKey.SASL_HANDSHAKE: (0, 1), ApiKey.SASL_AUTHENTICATE: (0, 2)}
 
 
 class SecuritySession:
@@ -80,6 +83,10 @@ class SaslApis:
     async def handshake(self, ctx: RequestContext, request: Any) -> dict[str, Any]:
         session: SecuritySession | None = ctx.session
         answer = {"mechanisms": self.mechanisms}
+        if ctx.api_version == 0:  # unframed tokens would follow: not served (see the module doc)
+            if session is not None:
+                session.close_after_response = True
+            return answer | {"error_code": ErrorCode.unsupported_version}
         if session is None or not session.sasl or session.authenticated or session.mechanism is not None:
             return answer | {"error_code": ErrorCode.illegal_sasl_state}
         if request.mechanism not in self.mechanisms:

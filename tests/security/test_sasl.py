@@ -20,6 +20,7 @@ from confluent_kafka.admin import (
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as SaslHandshakeRequestV0
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from security_clients import admin, binding, create_acls, produce, sasl
 from security_support import SecureServers, acl_server_settings
@@ -84,7 +85,7 @@ def test_wire_sasl_errors_and_pre_auth_gate(server) -> None:  # type: ignore[no-
     with WireClient(host, port) as client:
         versions = client.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
         keys = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
-        assert keys[17] == (1, 1) and keys[36] == (0, 2) and keys[50] == (0, 0) and keys[51] == (0, 0)
+        assert keys[17] == (0, 1) and keys[36] == (0, 2) and keys[50] == (0, 0) and keys[51] == (0, 0)
         client.send(
             MetadataRequest(
                 topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
@@ -99,6 +100,11 @@ def test_wire_sasl_errors_and_pre_auth_gate(server) -> None:  # type: ignore[no-
             "SCRAM-SHA-256",
             "SCRAM-SHA-512",
         }
+        assert _closed(client.sock)
+    # SaslHandshake v0 (unframed tokens would follow) is advertised but answers UNSUPPORTED_VERSION and closes.
+    with WireClient(host, port) as client:
+        answer = client.call(SaslHandshakeRequestV0(mechanism="PLAIN"))
+        assert answer.error_code == 35 and "PLAIN" in answer.mechanisms
         assert _closed(client.sock)
     # A bad PLAIN password: SASL_AUTHENTICATION_FAILED (58) with Kafka's message, then closed.
     with WireClient(host, port) as client:
@@ -280,3 +286,43 @@ def test_advertised_listeners_per_listener(secure_servers: SecureServers) -> Non
         assert client.call(SaslAuthenticateRequest(auth_bytes=b"\x00bob\x00bob-secret")).error_code == 0
         broker = client.call(meta_request).brokers[0]
         assert (broker.host, broker.port) == ("kafka.example", 9999)
+
+
+def test_kcat_authenticates_with_sasl_plain(server) -> None:  # type: ignore[no-untyped-def]
+    """Debian's kcat links librdkafka 2.0.2, which enables SASL only when SaslHandshake v0 is advertised (Kafka
+    advertises v0-1). Its SCRAM is broken whatever the broker: its client-final message repeats the client nonce
+    in front of the combined one, which Kafka refuses ("Invalid client nonce") and so does this server."""
+    mechanism = "PLAIN"
+    import shutil
+    import subprocess
+
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        pytest.fail("kcat is missing: scripts/install-system-deps.sh installs it")
+    out = subprocess.run(
+        [
+            kcat,
+            "-L",
+            "-J",
+            "-b",
+            server.listeners["SASL_PLAINTEXT"],
+            "-X",
+            "security.protocol=SASL_PLAINTEXT",
+            "-X",
+            f"sasl.mechanism={mechanism}",
+            "-X",
+            "sasl.username=alice",
+            "-X",
+            "sasl.password=alice-secret",
+            "-m",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    import json
+
+    brokers = json.loads(out.stdout)["brokers"]
+    assert len(brokers) == server.process.workers
