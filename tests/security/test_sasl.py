@@ -290,8 +290,8 @@ def test_advertised_listeners_per_listener(secure_servers: SecureServers) -> Non
 
 def test_kcat_authenticates_with_sasl_plain(server) -> None:  # type: ignore[no-untyped-def]
     """Debian's kcat links librdkafka 2.0.2, which enables SASL only when SaslHandshake v0 is advertised (Kafka
-    advertises v0-1). Its SCRAM is broken whatever the broker: its client-final message repeats the client nonce
-    in front of the combined one, which Kafka refuses ("Invalid client nonce") and so does this server."""
+    advertises v0-1). Its SCRAM fails here: its client-final message repeats the client nonce in front of the
+    combined one, which current Kafka refuses too ("Invalid client nonce"; older releases checked only the suffix)."""
     mechanism = "PLAIN"
     import shutil
     import subprocess
