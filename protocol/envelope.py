@@ -19,13 +19,13 @@ from kio.schema.envelope.v0.response import EnvelopeResponse
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 
+from .api import encode_request
 from .errors import ErrorCode, RequestDecodeError
 
 ENVELOPE = 58
 _PREFIX = struct.Struct(">hhi")
 _CID = struct.Struct(">i")
 _read_request = entity_reader(EnvelopeRequest)
-_write_request = entity_writer(EnvelopeRequest)
 _read_response = entity_reader(EnvelopeResponse)
 _write_response = entity_writer(EnvelopeResponse)
 
@@ -49,25 +49,10 @@ def encode_envelope(
     inner: bytes, correlation_id: int, principal: bytes, client_host: str, client_id: str | None = None
 ) -> bytes:
     """An Envelope request frame (with its length prefix) around `inner`, a request without its length prefix."""
-    buf = io.BytesIO()
-    buf.write(b"\0\0\0\0")
-    buf.write(_PREFIX.pack(ENVELOPE, 0, correlation_id))
-    if client_id is None:
-        buf.write(b"\xff\xff")
-    else:
-        raw = client_id.encode()
-        buf.write(struct.pack(">h", len(raw)))
-        buf.write(raw)
-    buf.write(b"\x00")  # request header v2: no tagged fields
-    _write_request(
-        buf,
-        EnvelopeRequest(
-            request_data=inner, request_principal=principal, client_host_address=host_bytes(client_host)
-        ),
+    envelope = EnvelopeRequest(
+        request_data=inner, request_principal=principal, client_host_address=host_bytes(client_host)
     )
-    data = buf.getbuffer()
-    struct.pack_into(">i", data, 0, len(data) - 4)
-    return bytes(data)
+    return encode_request(envelope, correlation_id, client_id)
 
 
 def decode_envelope(frame: bytes | memoryview) -> tuple[int, EnvelopeRequest]:
