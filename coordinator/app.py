@@ -89,8 +89,8 @@ def build(
     fs: FS | None = None,
 ) -> App:
     """The server for `serve` in one process (`placement` None) or for worker `placement.index` of a supervisor
-    (coordinator.cluster.supervisor). `advertised`: the --advertised-listener (a worker adds its index to the
-    port). `fs`: where the group and topic logs live (default: the real filesystem; tests pass a double)."""
+    (coordinator.cluster.supervisor). `listen`: one process's --listen (a worker serves on the sockets in its
+    placement). `advertised`: the --advertised-listener (a worker adds its index to the port). `fs`: where the group and topic logs live (default: the real filesystem; tests pass a double)."""
     from coordinator.cluster.forwarding import API_VERSIONS as FORWARDED_APIS
     from coordinator.cluster.forwarding import ForwardingDataPlane
     from coordinator.cluster.internal import INTERNAL_PRINCIPAL, InternalChannel
@@ -111,8 +111,6 @@ def build(
             parse_advertised(config["advertised.listeners"], named),
         )
         config.set("node.id", topology.node_id_base + placement.index)
-        advertised = topology.advertised_for(placement.index)
-        listen = (placement.host, placement.kafka_ports[placement.index])
         protocols = {spec.name: spec.protocol for spec in named}
 
         def listener_of(name: str | None) -> tuple[str, int, str] | None:
@@ -165,7 +163,7 @@ def build(
         security.sync = SecuritySync(config, topology, channel, security.store)
 
     if placement is None:
-        listeners = _kafka_listeners(listen, advertised, security, None)
+        listeners = _kafka_listeners(listen, advertised, security)
     else:
         assert topology is not None and channel is not None
         listeners = _worker_listeners(placement, topology, security, channel)
@@ -224,13 +222,12 @@ def build(
 def _kafka_listeners(
     listen: tuple[str, int],
     advertised: tuple[str, int] | None,
-    security: Security | None,
-    sock: socket.socket | None,
+    security: Security,
 ) -> list[KafkaListener]:
     """--listen, or with the `listeners` setting its listeners (the first one is the primary; --advertised-listener
     applies to it when `advertised.listeners` does not name it)."""
-    if security is None or not security.listeners:
-        return [KafkaListener("PLAINTEXT", listen[0], listen[1], advertised=advertised, sock=sock)]
+    if not security.listeners:
+        return [KafkaListener("PLAINTEXT", listen[0], listen[1], advertised=advertised)]
     listeners = []
     for i, spec in enumerate(security.listeners):
         named = security.advertised.get(spec.name)
