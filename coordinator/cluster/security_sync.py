@@ -45,20 +45,24 @@ RETRY_S = 0.2
 Records = list[tuple[bytes, bytes | None]]
 
 
+def records_json(records: Records) -> list[list[str | None]]:
+    """Records as JSON values (base64 keys and values, None for a tombstone)."""
+    return [
+        [base64.b64encode(k).decode(), None if v is None else base64.b64encode(v).decode()]
+        for k, v in records
+    ]
+
+
+def records_from_json(items: list[list[str | None]]) -> Records:
+    return [(base64.b64decode(str(k)), None if v is None else base64.b64decode(v)) for k, v in items]
+
+
 def encode_records(records: Records) -> bytes:
-    return json.dumps(
-        [
-            [base64.b64encode(k).decode(), None if v is None else base64.b64encode(v).decode()]
-            for k, v in records
-        ]
-    ).encode()
+    return json.dumps(records_json(records)).encode()
 
 
 def decode_records(data: bytes) -> Records:
-    return [
-        (base64.b64decode(k), None if v is None else base64.b64decode(v))
-        for k, v in json.loads(data or b"[]")
-    ]
+    return records_from_json(json.loads(data or b"[]"))
 
 
 class SecuritySync:
@@ -168,7 +172,7 @@ class SecuritySync:
             {
                 "epoch": self.epoch,
                 "seq": self.seq,
-                "records": json.loads(encode_records(self.store.snapshot())),
+                "records": records_json(self.store.snapshot()),
             }
         ).encode()
 
@@ -196,8 +200,7 @@ class SecuritySync:
                 if data.startswith(b"error:"):
                     raise UpstreamError(data.decode(errors="replace"))
                 answer = json.loads(data)
-                records = decode_records(json.dumps(answer["records"]).encode())
-                self._take(answer["epoch"], int(answer["seq"]), records)
+                self._take(answer["epoch"], int(answer["seq"]), records_from_json(answer["records"]))
                 log.info(
                     "security state from worker 0: %d ACLs, %d SCRAM credentials",
                     len(self.store.authorizer.acls()),
