@@ -184,10 +184,7 @@ class Server:
             left = self.connections_per_ip.pop(peer_ip, 1) - 1
             if left > 0:
                 self.connections_per_ip[peer_ip] = left
-            for part in self.parts:
-                closed = getattr(part, "connection_closed", None)
-                if closed is not None:
-                    closed(conn_id)  # e.g. the forwarder drops this connection's upstream
+            self._connection_closed(conn_id)
 
     async def _serve_internal(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: KafkaListener
@@ -206,10 +203,13 @@ class Server:
         finally:
             self.connections.pop(conn_id, None)
             self._internal -= 1
-            for part in self.parts:
-                closed = getattr(part, "connection_closed", None)
-                if closed is not None:
-                    closed(conn_id)
+            self._connection_closed(conn_id)
+
+    def _connection_closed(self, conn_id: int) -> None:
+        for part in self.parts:
+            closed = getattr(part, "connection_closed", None)
+            if closed is not None:
+                closed(conn_id)  # e.g. the forwarder drops this connection's upstream
 
     def abort_connection(self, connection_id: int) -> None:
         """Drop a client connection without answering what is in flight (its relay to another node broke)."""
