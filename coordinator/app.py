@@ -130,8 +130,24 @@ def build(
     def abort_connection(connection_id: int) -> None:
         server.abort_connection(connection_id)
 
+    front: Any = None
     dataplane: Any
-    if topology is None or topology.index == 0:
+    if config["upstream.bootstrap.servers"]:
+        from coordinator.front.cluster import UpstreamCluster
+        from coordinator.front.dataplane import FrontDataPlane
+
+        def add_listener(listener: Any) -> Any:
+            return server.add_listener(listener)
+
+        primary: list[KafkaListener] = []  # known once the listeners are built, below
+        dataplane = front = FrontDataPlane(
+            config,
+            UpstreamCluster(config),
+            primary=lambda: primary[0],
+            add_listener=add_listener,
+            abort_connection=abort_connection,
+        )
+    elif topology is None or topology.index == 0:
         dataplane = EmbeddedDataPlane(
             config,
             broker,
@@ -167,6 +183,13 @@ def build(
     else:
         assert topology is not None and channel is not None
         listeners = _worker_listeners(placement, topology, security, channel)
+    if front is not None:
+        if len(listeners) > 1:
+            raise ValueError(
+                "in front of an upstream cluster the server has one listener (the `listeners` setting "
+                "names more)"
+            )
+        primary.append(listeners[0])
     server = Server(
         config,
         listeners,
@@ -188,8 +211,20 @@ def build(
         owner_of_shard = functools.partial(worker_of_shard, workers=topology.count)
     groups = GroupCoordinatorService(shards, relay=relay, owner_of_shard=owner_of_shard)
     server.add_part(dataplane)
-    server.add_part(CoordinatorLookup(broker, owner=topology.owner_broker if topology is not None else None))
-    server.add_part(groups)
+    if front is not None:
+        from coordinator.front.groups import FrontGroups
+
+        front_groups = FrontGroups(front)
+        server.add_part(CoordinatorLookup(broker, owner=front_groups.group_broker))
+        server.add_part(groups)
+        server.add_part(
+            front_groups
+        )  # inside the authorizer: it wraps the group APIs before the security part
+    else:
+        server.add_part(
+            CoordinatorLookup(broker, owner=topology.owner_broker if topology is not None else None)
+        )
+        server.add_part(groups)
     metrics.registry.register(ShardCollector(shards))
     server.add_part(security)
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 ENV_PREFIX = "KGC_"
+UPSTREAM_PREFIX = "upstream."
 
 
 def _bool(text: str) -> bool:
@@ -493,6 +494,81 @@ SETTINGS: tuple[Setting, ...] = (
         "ms",
         minimum=1,
     ),
+    # -- in front of an existing cluster (coordinator.front) --
+    Setting(
+        "upstream.bootstrap.servers",
+        (),
+        _list,
+        "`HOST:PORT,...` of an existing Kafka cluster: this server runs in front of it (records stay there, "
+        "groups are coordinated here) instead of keeping topics itself. Empty: the embedded data plane.",
+        kafka=False,
+    ),
+    Setting(
+        "upstream.security.protocol",
+        "PLAINTEXT",
+        str,
+        "How this server connects to the upstream cluster: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.",
+        kafka=False,
+    ),
+    Setting(
+        "upstream.sasl.mechanism",
+        "PLAIN",
+        str,
+        "SASL mechanism towards the upstream cluster: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
+        kafka=False,
+    ),
+    Setting("upstream.sasl.username", "", str, "SASL user name towards the upstream cluster.", kafka=False),
+    Setting("upstream.sasl.password", "", str, "SASL password towards the upstream cluster.", kafka=False),
+    Setting(
+        "upstream.sasl.jaas.config",
+        "",
+        str,
+        'A Kafka client JAAS line (`... required username="U" password="P";`): the upstream SASL user and '
+        "password, when upstream.sasl.username is not set.",
+        kafka=False,
+    ),
+    Setting(
+        "upstream.ssl.truststore.location",
+        "",
+        str,
+        "PEM file of the CA certificates the upstream brokers' certificates are checked against (default: the "
+        "system's).",
+        kafka=False,
+    ),
+    Setting(
+        "upstream.ssl.keystore.location",
+        "",
+        str,
+        "PEM file with this server's client certificate and key, for upstream brokers that require one.",
+        kafka=False,
+    ),
+    Setting(
+        "upstream.ssl.endpoint.identification.algorithm",
+        "https",
+        str,
+        "`https`: check the upstream broker's host name against its certificate; empty: do not.",
+        kafka=False,
+    ),
+    Setting(
+        "upstream.request.timeout.ms",
+        30000,
+        int,
+        "How long a request forwarded to the upstream cluster may wait for its answer. Past it the client's "
+        "connection is closed (clients retry, as after losing a broker); the front's own requests fail with a "
+        "retriable error.",
+        "ms",
+        kafka=False,
+        minimum=1,
+    ),
+    Setting(
+        "upstream.node.port.base",
+        -1,
+        int,
+        "Upstream broker N is reached through this server's port BASE+N (on the --listen host). -1: the "
+        "--listen port + 1; with --listen port 0, every node's port is a free one.",
+        kafka=False,
+        minimum=-1,
+    ),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -512,6 +588,11 @@ class Config:
 
     def set(self, name: str, value: Any) -> None:
         setting = _BY_NAME.get(name)
+        if setting is None and name.startswith(UPSTREAM_PREFIX) and len(name) > len(UPSTREAM_PREFIX):
+            # Any other Kafka client setting for the upstream connection is taken (users copy their client
+            # config); coordinator.front says at start which of those it does not use.
+            self._values[name] = str(value)
+            return
         if setting is None:
             raise ConfigError(f"unknown setting {name!r}")
         if isinstance(value, str):

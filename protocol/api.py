@@ -31,6 +31,7 @@ from .errors import ErrorCode, RequestDecodeError, UnknownApiKey
 from .shape import array_check
 
 _PREFIX = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
 
 
 @dataclasses.dataclass(slots=True)
@@ -58,6 +59,9 @@ class ApiSpec:
     min_version: int
     max_version: int
     handler: Handler
+    # Passed on undecoded (a front's forwarding to an upstream broker): the handler gets the request frame itself
+    # as the body and answers the encoded answer (bytes from the correlation id on).
+    raw: bool = False
 
 
 @dataclasses.dataclass(slots=True)
@@ -159,6 +163,18 @@ class ApiTable:
             response_class(api_key, v)
         self._specs[api_key] = ApiSpec(api_key, min_version, max_version, handler)
 
+    def register_raw(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
+        """An API whose requests are not decoded (see ApiSpec.raw); any key and version, known to kio or not."""
+        self._specs[api_key] = ApiSpec(api_key, min_version, max_version, handler, raw=True)
+
+    def narrow(self, api_key: int, min_version: int, max_version: int) -> None:
+        """Serve a registered API at these versions only (what an upstream cluster serves too)."""
+        spec = self._specs[api_key]
+        self._specs[api_key] = dataclasses.replace(spec, min_version=min_version, max_version=max_version)
+
+    def unregister(self, api_key: int) -> None:
+        self._specs.pop(api_key, None)
+
     def wrap(self, api_key: int, wrapper: Callable[[Handler], Handler]) -> None:
         """Put a layer in front of a registered handler (authorization): the spec keeps its version range and
         gets `wrapper(old_handler)`. Unregistered keys are left alone."""
@@ -192,6 +208,17 @@ class ApiTable:
         ctx = RequestContext(api_key, version, correlation_id, None, client_host, connection_id)
         if not spec.min_version <= version <= spec.max_version:
             return DecodedRequest(ctx, None, spec)
+        if spec.raw:
+            # Header v1 and v2 both begin with the client id as a (non-compact) nullable string.
+            if len(frame) < _PREFIX.size + 2:
+                raise RequestDecodeError(f"request of {len(frame)} bytes is shorter than a request header")
+            (length,) = _I16.unpack_from(frame, _PREFIX.size)
+            if length >= 0:
+                start = _PREFIX.size + 2
+                if start + length > len(frame):
+                    raise RequestDecodeError("the client id runs past the end of the request")
+                ctx.client_id = bytes(frame[start : start + length]).decode("utf-8", "replace")
+            return DecodedRequest(ctx, frame, spec)
         cls = request_class(api_key, version)
         header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
         try:

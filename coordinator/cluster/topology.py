@@ -64,8 +64,16 @@ def requested_workers(value: int | str | None, config: Config) -> int:
 
 
 def resolve_workers(value: int | str | None, config: Config) -> int:
-    """How many workers to run: as requested, or one per core for auto (the default)."""
-    return requested_workers(value, config) or cores()
+    """How many workers to run: as requested, or one per core for auto (the default). In front of an upstream
+    cluster (coordinator.front) one: each upstream broker has one listener port here."""
+    requested = requested_workers(value, config)
+    if config["upstream.bootstrap.servers"]:
+        if requested > 1:
+            raise ValueError(
+                "in front of an upstream cluster (upstream.bootstrap.servers) the server runs one worker"
+            )
+        return 1
+    return requested or cores()
 
 
 # -- what a worker is told ----------------------------------------------------------------------------------------

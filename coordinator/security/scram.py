@@ -229,3 +229,45 @@ def plain_authenticate(message: bytes, check) -> str:  # type: ignore[no-untyped
     if not check(user, password):
         raise AuthenticationFailed(PLAIN_FAILURE)
     return user
+
+
+class ScramClient:
+    """The client side of one SCRAM exchange (RFC 5802, no channel binding): `first()`, then `final(server_first)`,
+    then `verify(server_final)`; raises AuthenticationFailed when the server's answer is wrong. Used by the front
+    to authenticate to an upstream cluster (coordinator.front)."""
+
+    def __init__(self, mechanism: str, username: str, password: str, nonce: str | None = None) -> None:
+        self.mechanism = mechanism
+        self._hash = HASHES[mechanism]
+        self._password = password
+        name = username.replace("=", "=3D").replace(",", "=2C")
+        self._nonce = nonce if nonce is not None else secrets.token_urlsafe(24)
+        self._first_bare = f"n={name},r={self._nonce}"
+        self._auth_message = b""
+        self._salted = b""
+
+    def first(self) -> bytes:
+        return f"n,,{self._first_bare}".encode()
+
+    def final(self, server_first: bytes) -> bytes:
+        text = server_first.decode("utf-8")
+        attrs = dict(_attributes(text))
+        nonce, salt, iterations = attrs.get("r", ""), attrs.get("s", ""), attrs.get("i", "")
+        if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce) or not salt or not iterations:
+            raise scram_failure(self.mechanism)
+        self._salted = salted_password(
+            self.mechanism, self._password, base64.b64decode(salt), int(iterations)
+        )
+        without_proof = f"c={base64.b64encode(b'n,,').decode()},r={nonce}"
+        self._auth_message = f"{self._first_bare},{text},{without_proof}".encode()
+        client_key = _hmac(self._salted, b"Client Key", self._hash)
+        stored_key = hashlib.new(self._hash, client_key).digest()
+        signature = _hmac(stored_key, self._auth_message, self._hash)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def verify(self, server_final: bytes) -> None:
+        server_key = _hmac(self._salted, b"Server Key", self._hash)
+        expected = b"v=" + base64.b64encode(_hmac(server_key, self._auth_message, self._hash))
+        if not hmac.compare_digest(server_final, expected):
+            raise scram_failure(self.mechanism)

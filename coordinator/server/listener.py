@@ -118,24 +118,34 @@ class Server:
         for part in self.parts:
             await part.start()
         for listener in self.listeners:
-            sock = listener.sock
-            if sock is None:
-                sock = await asyncio.to_thread(bind_listener, listener.host, listener.port)
-            # backlog: asyncio listens again on a given socket, with 100 unless told (500 clients connecting at
-            # once overflowed that and got resets)
-            self._servers.append(
-                await asyncio.start_server(
-                    functools.partial(self._accept, listener=listener),
-                    sock=sock,
-                    backlog=LISTEN_BACKLOG,
-                    limit=2**20,
-                    ssl=listener.ssl,
-                )
-            )
-            listener.bound_port = sock.getsockname()[1]
+            await self._listen(listener)
         self.listening = True
         if self.config["connections.max.idle.ms"] >= 0:
             self._idle_sweeper = asyncio.create_task(self._sweep_idle())
+
+    async def add_listener(self, listener: KafkaListener) -> None:
+        """One more listener: bound now when the server listens already, else with the others at start (a part
+        may add listeners while it starts: the front's one per upstream broker, coordinator.front)."""
+        self.listeners.append(listener)
+        if self.listening:
+            await self._listen(listener)
+
+    async def _listen(self, listener: KafkaListener) -> None:
+        sock = listener.sock
+        if sock is None:
+            sock = await asyncio.to_thread(bind_listener, listener.host, listener.port)
+        # backlog: asyncio listens again on a given socket, with 100 unless told (500 clients connecting at
+        # once overflowed that and got resets)
+        self._servers.append(
+            await asyncio.start_server(
+                functools.partial(self._accept, listener=listener),
+                sock=sock,
+                backlog=LISTEN_BACKLOG,
+                limit=2**20,
+                ssl=listener.ssl,
+            )
+        )
+        listener.bound_port = sock.getsockname()[1]
 
     @property
     def ready(self) -> bool:

@@ -1,0 +1,274 @@
+"""The upstream cluster as the front sees it: its brokers (node id -> address, from Metadata), the API versions
+they serve, this server's own connection to each broker (for its own requests: Metadata, ListOffsets for lag, the
+group coordinator lookups and offset commits of coordinator.front.groups), and the deadline every request to it
+has (`upstream.request.timeout.ms`).
+
+Requests of the front's own are retried across connection failures and coordinator moves until the deadline; a
+request still unanswered then fails with UpstreamTimeout, which callers turn into Kafka's retriable errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.cluster.upstream import Upstream, UpstreamError
+from coordinator.config import Config, parse_hostport
+from protocol.api import decode_response, request_class
+from protocol.api_keys import ApiKey
+from protocol.build import build
+from protocol.errors import ErrorCode
+
+from .connect import Connector, UpstreamAuthError
+
+log = logging.getLogger(__name__)
+
+MAX_ANSWER_BYTES = 1 << 30  # an upstream answer (a Fetch of many partitions) may be far larger than a request
+RETRY_PAUSE_S = 0.1
+BOOTSTRAP = -1  # the key of the connection to a bootstrap address before any node id is known
+# Errors that mean "ask again, perhaps elsewhere" for the front's own group requests.
+COORDINATOR_MOVED = frozenset(
+    {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress}
+)
+
+
+class UpstreamTimeout(TimeoutError):
+    """The upstream cluster did not answer within upstream.request.timeout.ms."""
+
+
+@dataclasses.dataclass
+class NodeStats:
+    """Per upstream broker, for /readyz and metrics: requests of the front's own, their failures, last latency."""
+
+    requests: int = 0
+    errors: int = 0
+    last_latency_s: float = 0.0
+    reachable: bool = False
+    last_error: str = ""
+
+
+class UpstreamCluster:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.timeout_s = config["upstream.request.timeout.ms"] / 1000
+        self.connector = Connector(config)
+        self.bootstrap = [parse_hostport(s, 9092) for s in config["upstream.bootstrap.servers"]]
+        if not self.bootstrap:
+            raise ValueError("upstream.bootstrap.servers is empty")
+        self.nodes: dict[int, tuple[str, int]] = {}
+        self.versions: dict[int, tuple[int, int]] = {}
+        self.cluster_id: str | None = None
+        self.stats: dict[int, NodeStats] = {}
+        self._own: dict[int, Upstream] = {}
+        self._coordinators: dict[str, int] = {}  # group id -> the cluster's coordinator node for it
+
+    # -- connections ------------------------------------------------------------------------------------------
+
+    def connection(self, node: int, on_broken: Callable[[Upstream, bool], None]) -> Upstream:
+        """A new connection to node `node` (BOOTSTRAP: the first bootstrap address)."""
+        host, port = self.nodes[node] if node != BOOTSTRAP else self.bootstrap[0]
+        return Upstream(
+            (host, port),
+            MAX_ANSWER_BYTES,
+            on_broken,
+            name=f"upstream broker {node} ({host}:{port})",
+            opener=functools.partial(self.connector.open, host, port, self.timeout_s),
+        )
+
+    def _own_connection(self, node: int) -> Upstream:
+        upstream = self._own.get(node)
+        if upstream is None:
+            upstream = self.connection(node, functools.partial(self._own_broken, node))
+            self._own[node] = upstream
+        return upstream
+
+    def _own_broken(self, node: int, upstream: Upstream, lost: bool) -> None:
+        if self._own.get(node) is upstream:
+            del self._own[node]
+
+    def sweep(self, now: float) -> None:
+        """Fail the front's own connections with a request older than the timeout."""
+        for node, upstream in list(self._own.items()):
+            if upstream.overdue(now, self.timeout_s):
+                log.warning("upstream broker %d did not answer within %.0f s", node, self.timeout_s)
+                self._note_error(node, "timed out")
+                upstream.fail("upstream.request.timeout.ms passed")
+
+    def close(self) -> None:
+        for upstream in self._own.values():
+            upstream.close()
+        self._own.clear()
+
+    # -- requests of the front's own -----------------------------------------------------------------------------
+
+    def version(self, api_key: int, newest: int) -> int:
+        """The newest version of `api_key` up to `newest` the cluster serves (ValueError when it serves none)."""
+        low, high = self.versions.get(api_key, (0, -1))
+        chosen = min(high, newest)
+        if chosen < low:
+            raise ValueError(f"the upstream cluster serves no usable version of api {api_key}")
+        return chosen
+
+    async def ask_node(self, node: int, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        """One request on this server's own connection to `node`; raises UpstreamError, TimeoutError."""
+        upstream = self._own_connection(node)
+        started = time.perf_counter()
+        stats = self.stats.setdefault(node, NodeStats())
+        stats.requests += 1
+        try:
+            future = upstream.send(
+                api_key, version, "kgc-front", build(request_class(api_key, version), body)
+            )
+            assert future is not None
+            payload = await asyncio.wait_for(future, self.timeout_s)
+        except (TimeoutError, UpstreamError, OSError, UpstreamAuthError) as exc:
+            self._note_error(node, repr(exc))
+            raise
+        stats.last_latency_s = time.perf_counter() - started
+        stats.reachable = True
+        return decode_response(api_key, version, payload)
+
+    def _note_error(self, node: int, error: str) -> None:
+        stats = self.stats.setdefault(node, NodeStats())
+        stats.errors += 1
+        stats.reachable = False
+        stats.last_error = error
+
+    def live_nodes(self) -> list[int]:
+        """Node ids in order, those that answered last first (the ones to ask)."""
+        return sorted(
+            self.nodes, key=lambda n: (not self.stats.get(n, NodeStats(reachable=True)).reachable, n)
+        )
+
+    async def ask_any(self, api_key: int, newest: int, body: dict[str, Any], deadline: float) -> Any:
+        """Ask the first node that answers (the bootstrap addresses while no node is known), until `deadline`
+        (time.monotonic); raises UpstreamTimeout."""
+        last: BaseException | None = None
+        while True:
+            for node in self.live_nodes() or [BOOTSTRAP]:
+                try:
+                    version = self.version(api_key, newest) if self.versions else newest
+                    return await self.ask_node(node, api_key, version, body)
+                except (TimeoutError, UpstreamError, OSError) as exc:
+                    last = exc
+                if time.monotonic() >= deadline:
+                    break
+            if time.monotonic() >= deadline:
+                raise UpstreamTimeout(f"no upstream broker answered: {last!r}")
+            await asyncio.sleep(RETRY_PAUSE_S)
+
+    # -- what the cluster is ------------------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Learn the cluster's API versions and brokers from a bootstrap address, retrying every second until one
+        answers (the server does not listen before it knows what it fronts). An authentication refusal is fatal."""
+        attempt = 0
+        while True:
+            for index, (host, port) in enumerate(self.bootstrap):
+                self.bootstrap.insert(0, self.bootstrap.pop(index))  # connection(BOOTSTRAP) uses the first
+                try:
+                    answer = await self.ask_node(
+                        BOOTSTRAP,
+                        ApiKey.API_VERSIONS,
+                        3,
+                        {"client_software_name": "kafka-group-coordinator", "client_software_version": "1"},
+                    )
+                    if answer.error_code:
+                        raise UpstreamError(f"ApiVersions failed with error {answer.error_code}")
+                    self.versions = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+                    await self.refresh_nodes(time.monotonic() + self.timeout_s)
+                    self._drop_own(BOOTSTRAP)
+                    return
+                except UpstreamAuthError:
+                    raise
+                except (TimeoutError, UpstreamError, OSError, UpstreamTimeout) as exc:
+                    self._drop_own(BOOTSTRAP)
+                    if attempt % 10 == 0:
+                        log.warning("upstream %s:%d not reachable yet: %r", host, port, exc)
+            attempt += 1
+            await asyncio.sleep(1.0)
+
+    def _drop_own(self, node: int) -> None:
+        upstream = self._own.pop(node, None)
+        if upstream is not None:
+            upstream.close()
+
+    async def metadata(self, topics: list[str] | None, deadline: float) -> Any:
+        body: dict[str, Any] = {
+            "topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+            "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        }
+        return await self.ask_any(ApiKey.METADATA, 12, body, deadline)
+
+    async def refresh_nodes(self, deadline: float) -> Any:
+        """The cluster's brokers now (Metadata without topics); returns the answer."""
+        answer = await self.metadata([], deadline)
+        nodes = {b.node_id: (b.host, b.port) for b in answer.brokers}
+        if nodes:
+            for gone in set(self.nodes) - set(nodes):
+                self._drop_own(gone)
+            self.nodes = nodes
+        self.cluster_id = answer.cluster_id
+        return answer
+
+    # -- the cluster's group coordinators (where mirrored offsets live) ---------------------------------------
+
+    async def coordinator_of(self, group_id: str, deadline: float) -> int:
+        node = self._coordinators.get(group_id)
+        if node is not None and node in self.nodes:
+            return node
+        while True:
+            answer = await self.ask_any(
+                ApiKey.FIND_COORDINATOR, 3, {"key": group_id, "key_type": 0}, deadline
+            )
+            if answer.error_code == 0 and answer.node_id in self.nodes:
+                self._coordinators[group_id] = answer.node_id
+                return int(answer.node_id)
+            if answer.error_code == 0:  # a node we have not seen yet
+                with contextlib.suppress(UpstreamTimeout):
+                    await self.refresh_nodes(deadline)
+            if time.monotonic() >= deadline:
+                raise UpstreamTimeout(
+                    f"the upstream cluster has no coordinator for group {group_id!r} "
+                    f"(error {answer.error_code})"
+                )
+            await asyncio.sleep(RETRY_PAUSE_S)
+
+    async def ask_coordinator(self, group_id: str, api_key: int, newest: int, body: dict[str, Any]) -> Any:
+        """A request to the cluster's coordinator of `group_id`, asked again (after a new lookup) while it has
+        moved or is loading, until the deadline. `check(answer)` below says whether it moved."""
+        deadline = time.monotonic() + self.timeout_s
+        version = self.version(api_key, newest)
+        while True:
+            node = await self.coordinator_of(group_id, deadline)
+            try:
+                answer = await self.ask_node(node, api_key, version, body)
+            except (TimeoutError, UpstreamError, OSError):
+                answer = None
+            if answer is not None and not _moved(answer):
+                return answer
+            self._coordinators.pop(group_id, None)
+            if time.monotonic() >= deadline:
+                if answer is not None:
+                    return answer  # its error (COORDINATOR_LOAD_IN_PROGRESS...) is retriable for the client
+                raise UpstreamTimeout(f"the upstream coordinator of group {group_id!r} did not answer")
+            await asyncio.sleep(RETRY_PAUSE_S)
+
+
+def _moved(answer: Any) -> bool:
+    """The answer says the group's coordinator moved or is not ready (top level or in its single group)."""
+    if getattr(answer, "error_code", 0) in COORDINATOR_MOVED:
+        return True
+    groups = getattr(answer, "groups", None)
+    if groups and len(groups) == 1 and getattr(groups[0], "error_code", 0) in COORDINATOR_MOVED:
+        return True
+    results = getattr(answer, "results", None)
+    return bool(results and len(results) == 1 and getattr(results[0], "error_code", 0) in COORDINATOR_MOVED)

@@ -1,0 +1,458 @@
+"""The data plane of a server in front of an upstream cluster: every request that is not group coordination goes to
+an upstream broker over the client's own connection, and every broker address a client can learn is one of ours.
+
+Addresses. Each upstream broker N gets a listener of this server (port `upstream.node.port.base` + N; by default
+the --listen port + 1 + N), a copy of the primary listener (same host, TLS and SASL). Metadata, DescribeCluster and
+FindCoordinator answers keep the cluster's node ids and name, for node N, that listener: the same address in every
+answer, so librdkafka never re-points a node. The primary listener is the bootstrap address; what a client sends
+there goes to the first live broker. A broker that joins the cluster later gets its listener when an answer first
+names it.
+
+Forwarding. A client connection on node N's listener has one upstream connection to broker N, opened with its
+first forwarded request and closed with it; requests are written in the order the client sent them (handlers
+start in request order, coordinator.server.connection), so per-connection ordering holds end to end. Requests are
+forwarded as raw frames, only their correlation id replaced, and answers come back as the broker's bytes
+(coordinator.cluster.upstream): Produce, Fetch, ListOffsets, CreateTopics, the transaction APIs, configs, the
+cluster's ACL and SCRAM APIs, and any API the cluster serves that this server does not (an API added later too).
+Decoded and rewritten: Metadata and DescribeCluster (broker addresses), FindCoordinator for transactional ids
+(coordinator.front.groups). Produce with acks=0 has no answer upstream, and none here.
+
+ApiVersions says what the path serves: the group APIs at this server's versions; every forwarded API at the
+cluster's versions, except Produce above v9 and Fetch above v15 (their answers can carry KIP-951 NodeEndpoints
+with the brokers' own addresses, which these raw frames would pass on); none of the consumer (KIP-848), share or
+streams group APIs, which this server does not coordinate yet and the cluster must not coordinate behind it.
+
+Faults. A forwarded request unanswered within `upstream.request.timeout.ms`, or an upstream connection that breaks
+with requests in flight, closes the client's connection, as a broker that goes away would; clients reconnect and
+retry (a retriable disconnect, never a hang).
+
+Lag needs log-end offsets: partitions of the topics asked about are looked up with Metadata and ListOffsets to their
+leaders every second (`log_end_offset` starts watching a topic the first time it is asked).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+import struct
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from coordinator.brokers import Broker, client_address, local_address
+from coordinator.config import Config
+from coordinator.server.listener import KafkaListener
+from protocol.api import ApiTable, RequestContext, decode_response
+from protocol.api_keys import ApiKey
+
+from .cluster import UpstreamCluster, UpstreamTimeout
+from .connect import unused_settings
+
+log = logging.getLogger(__name__)
+
+_CID = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+REFRESH_INTERVAL_S = 1.0
+NODE_REFRESH_S = 10.0
+SWEEP_INTERVAL_S = 0.25
+LATEST_TIMESTAMP = -1
+
+# Served by this server itself in front of a cluster (coordinator.front.groups and the parts it wraps).
+LOCAL = frozenset(
+    {
+        ApiKey.API_VERSIONS,
+        ApiKey.SASL_HANDSHAKE,
+        ApiKey.SASL_AUTHENTICATE,
+        ApiKey.FIND_COORDINATOR,
+        ApiKey.JOIN_GROUP,
+        ApiKey.HEARTBEAT,
+        ApiKey.LEAVE_GROUP,
+        ApiKey.SYNC_GROUP,
+        ApiKey.DESCRIBE_GROUPS,
+        ApiKey.LIST_GROUPS,
+        ApiKey.DELETE_GROUPS,
+        ApiKey.OFFSET_COMMIT,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.OFFSET_DELETE,
+        ApiKey.METADATA,
+        ApiKey.DESCRIBE_CLUSTER,
+    }
+)
+# Never forwarded: group types this server does not coordinate (yet) and must not leave to the cluster, the
+# inter-broker Envelope, and transactional offset commits, which need this server's check of the member first
+# (not done yet: advertised by neither).
+WITHHELD = frozenset(
+    {
+        ApiKey.ENVELOPE,
+        ApiKey.TXN_OFFSET_COMMIT,
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+    }
+    | set(range(ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.DELETE_SHARE_GROUP_OFFSETS + 1))
+)
+CAPS: dict[int, int] = {ApiKey.PRODUCE: 9, ApiKey.FETCH: 15}  # see the module doc (NodeEndpoints)
+# Rewritten answers (decoded), at this server's versions narrowed to the cluster's.
+REWRITTEN = {ApiKey.METADATA: (0, 13), ApiKey.DESCRIBE_CLUSTER: (0, 2)}
+
+
+class FrontDataPlane:
+    def __init__(
+        self,
+        config: Config,
+        cluster: UpstreamCluster,
+        primary: Callable[[], KafkaListener],
+        add_listener: Callable[[KafkaListener], Awaitable[None]],
+        abort_connection: Callable[[int], None],
+    ) -> None:
+        self._config = config
+        self.cluster = cluster
+        self._primary = primary
+        self._add_listener = add_listener
+        self._abort_connection = abort_connection
+        self._table: ApiTable | None = None
+        self.listeners: dict[int, KafkaListener] = {}  # upstream node id -> its listener here
+        self._node_of_port: dict[int, int] = {}
+        self._upstreams: dict[int, Any] = {}  # client connection id -> its upstream connection
+        self._route_of: dict[int, int] = {}  # client connection id -> the node its upstream goes to
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listening = asyncio.Lock()
+        # lag: the topics watched, their partition counts and log-end offsets
+        self._watched: set[str] = set()
+        self._partitions: dict[str, int] = {}
+        self._log_end: dict[tuple[str, int], int] = {}
+        self._refresh_lock = asyncio.Lock()
+        self._refreshes_started = 0
+        self._refreshed = 0
+        self.ready = False
+
+    # -- DataPlane -----------------------------------------------------------------------------------------------
+
+    def register(self, table: ApiTable) -> None:
+        self._table = table
+        table.register(ApiKey.METADATA, *REWRITTEN[ApiKey.METADATA], self._metadata)
+        table.register(ApiKey.DESCRIBE_CLUSTER, *REWRITTEN[ApiKey.DESCRIBE_CLUSTER], self._describe_cluster)
+
+    async def start(self) -> None:
+        unused = unused_settings(self._config)
+        if unused:
+            log.warning("settings not used by the upstream connection: %s", ", ".join(unused))
+        await self.cluster.connect()
+        log.info(
+            "in front of upstream cluster %s: brokers %s",
+            self.cluster.cluster_id,
+            ", ".join(f"{n}={h}:{p}" for n, (h, p) in sorted(self.cluster.nodes.items())),
+        )
+        self._serve_versions()
+        for node in sorted(self.cluster.nodes):
+            await self._ensure_listener(node)
+        self._tasks = [
+            asyncio.create_task(self._sweep_periodically()),
+            asyncio.create_task(self._refresh_periodically()),
+        ]
+        self.ready = True
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for upstream in self._upstreams.values():
+            upstream.close()
+        self._upstreams.clear()
+        self.cluster.close()
+
+    def log_end_offset(self, topic: str, partition: int) -> int | None:
+        if topic not in self._watched:
+            self._watched.add(topic)
+        return self._log_end.get((topic, partition))
+
+    def partition_count(self, topic: str) -> int | None:
+        if topic not in self._watched:
+            self._watched.add(topic)
+        return self._partitions.get(topic)
+
+    def topic_name(self, topic_id: Any) -> str | None:
+        return None  # requests by topic id are forwarded undecoded: the cluster authorizes them
+
+    async def catch_up(self) -> None:
+        asked = self._refreshes_started
+        async with self._refresh_lock:
+            if self._refreshed > asked:
+                return
+            self._refreshes_started += 1
+            ordinal = self._refreshes_started
+            await self.refresh()
+            self._refreshed = ordinal
+
+    def connection_closed(self, connection_id: int) -> None:
+        upstream = self._upstreams.pop(connection_id, None)
+        self._route_of.pop(connection_id, None)
+        if upstream is not None:
+            upstream.close()
+
+    # -- what is served -------------------------------------------------------------------------------------------
+
+    def _serve_versions(self) -> None:
+        """The API table as the module doc says: local APIs as they are, the rewritten ones narrowed to the
+        cluster's versions, everything else the cluster serves forwarded raw."""
+        table = self._table
+        assert table is not None
+        versions = self.cluster.versions
+        for api_key, (low, high) in REWRITTEN.items():
+            theirs = versions.get(api_key)
+            spec = table.spec(api_key)
+            if theirs is None or spec is None or max(low, theirs[0]) > min(high, theirs[1]):
+                table.unregister(api_key)
+            else:
+                table.narrow(api_key, max(low, theirs[0]), min(high, theirs[1]))
+        for key, (first, last) in sorted(versions.items()):
+            if key in LOCAL or key in WITHHELD:
+                continue
+            last = min(last, CAPS.get(key, last))
+            if first <= last:
+                table.register_raw(key, first, last, self._forward)
+
+    # -- node listeners -----------------------------------------------------------------------------------------
+
+    def _port_for(self, node: int) -> int:
+        base = int(self._config["upstream.node.port.base"])
+        if base < 0:
+            port = self._primary().port
+            if not port:
+                return 0
+            base = port + 1
+        return base + node
+
+    async def _ensure_listener(self, node: int) -> KafkaListener:
+        listener = self.listeners.get(node)
+        if listener is not None:
+            return listener
+        async with self._listening:
+            listener = self.listeners.get(node)
+            if listener is not None:
+                return listener
+            primary = self._primary()
+            advertised = (primary.advertised[0], 0) if primary.advertised is not None else None
+            listener = KafkaListener(
+                primary.name,
+                primary.host,
+                self._port_for(node),
+                advertised=advertised,
+                ssl=primary.ssl,
+                spec=primary.spec,
+            )
+            await self._add_listener(listener)
+            self.listeners[node] = listener
+            log.info("upstream broker %d is reached through port %d here", node, listener.port or 0)
+        return listener
+
+    def node_of_request(self) -> int | None:
+        """The upstream node whose listener the current request came in on (None: the bootstrap listener)."""
+        local = local_address.get(None)
+        if local is None:
+            return None
+        node = self._node_of_port.get(local[1])
+        if node is None and len(self._node_of_port) != len(self.listeners):
+            self._node_of_port = {lst.bound_port: n for n, lst in self.listeners.items() if lst.bound_port}
+            node = self._node_of_port.get(local[1])
+        return node
+
+    def broker(self, node: int) -> Broker:
+        """Node `node` as the current client reaches it here."""
+        listener = self.listeners[node]
+        host, port = client_address(listener.host, listener.bound_port, listener.advertised)
+        return Broker(node, host, port)
+
+    def _address(self, node: int) -> tuple[str, int] | None:
+        if node < 0 or node not in self.listeners:
+            return None
+        b = self.broker(node)
+        return b.host, b.port
+
+    async def rewrite_nodes(self, node_ids: Iterable[int]) -> dict[int, tuple[str, int]]:
+        """This server's address of each node id (a listener is opened for a node first seen)."""
+        out = {}
+        for node in set(node_ids):
+            if node >= 0:
+                await self._ensure_listener(node)
+                address = self._address(node)
+                if address is not None:
+                    out[node] = address
+        return out
+
+    # -- forwarding -----------------------------------------------------------------------------------------------
+
+    def route(self, ctx: RequestContext) -> Any:
+        """The upstream connection of the client connection of `ctx` (opened on its first use)."""
+        upstream = self._upstreams.get(ctx.connection_id)
+        if upstream is not None:
+            return upstream
+        node = self.node_of_request()
+        if node is None or node not in self.cluster.nodes:
+            live = self.cluster.live_nodes()
+            if not live:
+                raise UpstreamTimeout("no upstream broker is known")
+            node = live[0]
+        upstream = self.cluster.connection(node, functools.partial(self._broken, ctx.connection_id))
+        self._upstreams[ctx.connection_id] = upstream
+        self._route_of[ctx.connection_id] = node
+        return upstream
+
+    def _broken(self, connection_id: int, upstream: Any, lost: bool) -> None:
+        if self._upstreams.get(connection_id) is upstream:
+            del self._upstreams[connection_id]
+            node = self._route_of.pop(connection_id, None)
+            if node is not None:
+                self.cluster._note_error(node, "connection broke")
+        if lost:
+            log.info("closing connection %d: its upstream broker connection failed", connection_id)
+            self._abort_connection(connection_id)
+
+    async def _forward(self, ctx: RequestContext, frame: bytes) -> bytes | None:
+        no_answer = ctx.api_key == ApiKey.PRODUCE and produce_acks(frame, ctx.api_version) == 0
+        future = self.route(ctx).send_frame(frame, expect_answer=not no_answer)
+        if future is None:
+            return None
+        rest = await future
+        return _CID.pack(ctx.correlation_id) + rest
+
+    async def forward_decoded(self, ctx: RequestContext, request: Any) -> Any:
+        """A decoded request sent on as it is; its answer decoded (for rewriting)."""
+        future = self.route(ctx).send(ctx.api_key, ctx.api_version, ctx.client_id, request)
+        return decode_response(ctx.api_key, ctx.api_version, await future)
+
+    async def _metadata(self, ctx: RequestContext, request: Any) -> Any:
+        response = await self.forward_decoded(ctx, request)
+        addresses = await self.rewrite_nodes(b.node_id for b in response.brokers)
+        brokers = tuple(
+            dataclasses.replace(b, host=addresses[b.node_id][0], port=addresses[b.node_id][1])
+            for b in response.brokers
+            if b.node_id in addresses
+        )
+        return dataclasses.replace(response, brokers=brokers)
+
+    async def _describe_cluster(self, ctx: RequestContext, request: Any) -> Any:
+        response = await self.forward_decoded(ctx, request)
+        addresses = await self.rewrite_nodes(b.broker_id for b in response.brokers)
+        brokers = tuple(
+            dataclasses.replace(b, host=addresses[b.broker_id][0], port=addresses[b.broker_id][1])
+            for b in response.brokers
+            if b.broker_id in addresses
+        )
+        return dataclasses.replace(response, brokers=brokers)
+
+    # -- timeouts, nodes, log-end offsets ---------------------------------------------------------------------
+
+    async def _sweep_periodically(self) -> None:
+        loop = asyncio.get_running_loop()
+        timeout_s = self.cluster.timeout_s
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            now = loop.time()
+            for connection_id, upstream in list(self._upstreams.items()):
+                if upstream.overdue(now, timeout_s):
+                    log.warning(
+                        "closing connection %d: upstream broker %s did not answer within %.0f s",
+                        connection_id,
+                        self._route_of.get(connection_id),
+                        timeout_s,
+                    )
+                    upstream.fail("upstream.request.timeout.ms passed")
+            self.cluster.sweep(now)
+
+    async def _refresh_periodically(self) -> None:
+        last_nodes = time.monotonic()
+        while True:
+            await asyncio.sleep(REFRESH_INTERVAL_S)
+            try:
+                if time.monotonic() - last_nodes >= NODE_REFRESH_S:
+                    last_nodes = time.monotonic()
+                    await self.cluster.refresh_nodes(time.monotonic() + self.cluster.timeout_s)
+                    for node in self.cluster.nodes:
+                        await self._ensure_listener(node)
+                if self._watched:
+                    await self.catch_up()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the cluster is down: keep the last known figures
+                log.debug("refreshing from the upstream cluster failed: %r", exc)
+
+    async def refresh(self) -> None:
+        """Partition counts and log-end offsets of the watched topics, from the partitions' leaders."""
+        if not self._watched:
+            return
+        deadline = time.monotonic() + self.cluster.timeout_s
+        metadata = await self.cluster.metadata(sorted(self._watched), deadline)
+        partitions: dict[str, int] = {}
+        by_leader: dict[int, dict[str, list[int]]] = {}
+        for topic in metadata.topics:
+            if topic.error_code or not topic.name:
+                continue
+            partitions[topic.name] = len(topic.partitions)
+            for p in topic.partitions:
+                if p.leader_id >= 0:
+                    by_leader.setdefault(p.leader_id, {}).setdefault(topic.name, []).append(p.partition_index)
+        log_end: dict[tuple[str, int], int] = {}
+        version = self.cluster.version(ApiKey.LIST_OFFSETS, 7)
+        for leader, topics in by_leader.items():
+            body = {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": name,
+                        "partitions": [
+                            {"partition_index": p, "current_leader_epoch": -1, "timestamp": LATEST_TIMESTAMP}
+                            for p in indexes
+                        ],
+                    }
+                    for name, indexes in topics.items()
+                ],
+            }
+            try:
+                answer = await self.cluster.ask_node(leader, ApiKey.LIST_OFFSETS, version, body)
+            except Exception as exc:  # noqa: BLE001 - a leader down: its partitions keep their last figures
+                log.debug("ListOffsets to upstream broker %d failed: %r", leader, exc)
+                log_end.update({(t, p): o for (t, p), o in self._log_end.items() if t in topics})
+                continue
+            for t in answer.topics:
+                for p in t.partitions:
+                    if p.error_code == 0:
+                        log_end[(t.name, p.partition_index)] = int(p.offset)
+        self._partitions = partitions
+        self._log_end = log_end
+
+
+def produce_acks(frame: bytes | memoryview, version: int) -> int:
+    """The acks of a Produce request frame (v3+: after the header and the transactional id)."""
+    offset = 8
+    (client_len,) = _I16.unpack_from(frame, offset)
+    offset += 2 + max(client_len, 0)
+    if version >= 9:  # flexible: header tagged fields, then a compact nullable string
+        count, offset = _uvarint(frame, offset)
+        for _ in range(count):
+            _tag, offset = _uvarint(frame, offset)
+            size, offset = _uvarint(frame, offset)
+            offset += size
+        length, offset = _uvarint(frame, offset)
+        offset += max(length - 1, 0)
+    else:
+        (length,) = _I16.unpack_from(frame, offset)
+        offset += 2 + max(length, 0)
+    (acks,) = _I16.unpack_from(frame, offset)
+    return int(acks)
+
+
+def _uvarint(data: bytes | memoryview, offset: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[offset]
+        offset += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, offset
+        shift += 7

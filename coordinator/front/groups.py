@@ -1,0 +1,328 @@
+"""Group coordination in front of an upstream cluster: the groups are coordinated here (the group service, as
+standalone), and the cluster stays the record of their offsets.
+
+* FindCoordinator for a group names one of the cluster's node ids (a hash of the group id over them), at its
+  address here; every listener of this server serves every group, so which one does not matter to the answer's
+  correctness, only to its stability. For a transactional id the cluster's answer is passed on, its address
+  rewritten (coordinator.front.dataplane).
+* OffsetCommit is checked and stored here first (member, generation, our additions), then committed to the
+  cluster's coordinator of the group as a commit of an Empty, simple group (generation -1, no member): tools that
+  read the cluster (`kafka-consumer-groups`, Burrow, lag exporters) see every offset. The client's answer waits
+  for the cluster's, and carries the cluster's error for a partition it refused, or REQUEST_TIMED_OUT (retriable)
+  when the cluster did not answer within upstream.request.timeout.ms.
+* OffsetFetch is answered from the cluster: a group new to this server starts from what it committed directly
+  on the cluster, and offsets committed in a transaction are there, not here. `require_stable` is passed on.
+* OffsetDelete and DeleteGroups act here, then on the cluster (where a group that never existed is not an error).
+* ListGroups on node N's listener lists the groups whose FindCoordinator answer is node N, as each Kafka broker
+  lists the groups it coordinates (Admin clients ask every broker and merge); on the bootstrap listener, all.
+
+These wrap the group service's handlers inside the authorizer (the part is added before the security part), so a
+client's request is authorized here before anything reaches the cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.brokers import Broker
+from coordinator.cluster.upstream import UpstreamError
+from protocol.api import ApiTable, Encoded, Handler, RequestContext, response_class
+from protocol.api_keys import ApiKey
+from protocol.build import build
+from protocol.errors import ErrorCode
+
+from .cluster import UpstreamTimeout
+from .dataplane import FrontDataPlane
+
+log = logging.getLogger(__name__)
+
+TRANSACTION = 1
+_FAILED = (UpstreamTimeout, UpstreamError, OSError, asyncio.TimeoutError)
+# Errors of the cluster on a mirrored commit that mean the cluster knows this group with members of its own: a
+# client that talks to the cluster directly with the same group id (split brain).
+SPLIT_BRAIN = frozenset(
+    {ErrorCode.unknown_member_id, ErrorCode.illegal_generation, ErrorCode.rebalance_in_progress}
+)
+
+
+def _entity(api_key: int, version: int, answer: Any) -> Any:
+    if isinstance(answer, Encoded):
+        return answer.decode(api_key, version)
+    return build(response_class(api_key, version), answer)
+
+
+class FrontGroups:
+    def __init__(self, dataplane: FrontDataPlane) -> None:
+        self.dataplane = dataplane
+        self.cluster = dataplane.cluster
+        self.split_brain: dict[str, int] = {}  # group id -> commits the cluster refused for its own members
+
+    def register(self, table: ApiTable) -> None:
+        wrappers: dict[int, Callable[[Handler], Handler]] = {
+            ApiKey.FIND_COORDINATOR: self._find_coordinator,
+            ApiKey.OFFSET_COMMIT: self._offset_commit,
+            ApiKey.OFFSET_FETCH: self._offset_fetch,
+            ApiKey.OFFSET_DELETE: self._offset_delete,
+            ApiKey.DELETE_GROUPS: self._delete_groups,
+            ApiKey.LIST_GROUPS: self._list_groups,
+        }
+        for api_key, wrapper in wrappers.items():
+            table.wrap(api_key, wrapper)
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    # -- which node coordinates a group -------------------------------------------------------------------------
+
+    def node_of_group(self, group_id: str) -> int | None:
+        nodes = sorted(self.dataplane.listeners)
+        if not nodes:
+            return None
+        return nodes[zlib.crc32(group_id.encode()) % len(nodes)]
+
+    def group_broker(self, group_id: str) -> Broker:
+        node = self.node_of_group(group_id)
+        if node is None:
+            raise UpstreamTimeout("no upstream broker is known yet")
+        return self.dataplane.broker(node)
+
+    def _find_coordinator(self, inner: Handler) -> Handler:
+        async def find(ctx: RequestContext, request: Any) -> Any:
+            if int(getattr(request, "key_type", 0)) != TRANSACTION:
+                return await inner(ctx, request)
+            response = await self.dataplane.forward_decoded(ctx, request)
+            if ctx.api_version < 4:
+                addresses = await self.dataplane.rewrite_nodes([response.node_id])
+                if response.node_id in addresses:
+                    host, port = addresses[response.node_id]
+                    return _replace(response, host=host, port=port)
+                return response
+            addresses = await self.dataplane.rewrite_nodes(c.node_id for c in response.coordinators)
+            coordinators = []
+            for c in response.coordinators:
+                if c.node_id in addresses:
+                    host, port = addresses[c.node_id]
+                    c = _replace(c, host=host, port=port)
+                coordinators.append(c)
+            return _replace(response, coordinators=tuple(coordinators))
+
+        return find
+
+    # -- offsets -----------------------------------------------------------------------------------------------
+
+    def _offset_commit(self, inner: Handler) -> Handler:
+        async def commit(ctx: RequestContext, request: Any) -> Any:
+            answer = _entity(ctx.api_key, ctx.api_version, await inner(ctx, request))
+            stored = {
+                (t.name, p.partition_index)
+                for t in answer.topics
+                for p in t.partitions
+                if p.error_code == ErrorCode.none
+            }
+            if not stored:
+                return answer
+            topics = [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition_index,
+                            "committed_offset": p.committed_offset,
+                            "committed_leader_epoch": getattr(p, "committed_leader_epoch", -1),
+                            "commit_timestamp": -1,
+                            "committed_metadata": p.committed_metadata,
+                        }
+                        for p in t.partitions
+                        if (t.name, p.partition_index) in stored
+                    ],
+                }
+                for t in request.topics
+            ]
+            errors = await self.mirror_commit(request.group_id, [t for t in topics if t["partitions"]])
+            if not any(errors.values()):
+                return answer
+            return _replace(
+                answer,
+                topics=tuple(
+                    _replace(
+                        t,
+                        partitions=tuple(
+                            _replace(p, error_code=errors.get((t.name, p.partition_index), p.error_code))
+                            for p in t.partitions
+                        ),
+                    )
+                    for t in answer.topics
+                ),
+            )
+
+        return commit
+
+    async def mirror_commit(
+        self, group_id: str, topics: list[dict[str, Any]]
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """Commit offsets to the cluster as a simple group's; the error of each partition (0: committed)."""
+        body = {
+            "group_id": group_id,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "retention_time_ms": -1,
+            "topics": topics,
+        }
+        try:
+            answer = await self.cluster.ask_coordinator(group_id, ApiKey.OFFSET_COMMIT, 9, body)
+        except _FAILED as exc:
+            log.warning("committing offsets of group %r to the upstream cluster failed: %r", group_id, exc)
+            return {
+                (t["name"], p["partition_index"]): ErrorCode.request_timed_out
+                for t in topics
+                for p in t["partitions"]
+            }
+        errors = {
+            (t.name, p.partition_index): ErrorCode(p.error_code) for t in answer.topics for p in t.partitions
+        }
+        refused = {e for e in errors.values() if e in SPLIT_BRAIN}
+        if refused:
+            self.split_brain[group_id] = self.split_brain.get(group_id, 0) + 1
+            log.error(
+                "group %r has members of its own on the upstream cluster (clients that bypass this server with "
+                "the same group id): the cluster refused its offsets (error %s)",
+                group_id,
+                sorted(refused),
+            )
+        return errors
+
+    def _offset_fetch(self, inner: Handler) -> Handler:
+        async def fetch(ctx: RequestContext, request: Any) -> Any:
+            require_stable = bool(getattr(request, "require_stable", False))
+            if ctx.api_version >= 8:
+                found = await asyncio.gather(
+                    *(self.cluster_offsets(g.group_id, g.topics, require_stable) for g in request.groups)
+                )
+                return {
+                    "throttle_time_ms": 0,
+                    "groups": [
+                        {"group_id": g.group_id, "topics": topics, "error_code": code}
+                        for g, (code, topics) in zip(request.groups, found, strict=True)
+                    ],
+                }
+            topics = request.topics
+            code, found_topics = await self.cluster_offsets(
+                request.group_id,
+                None
+                if topics is None
+                else [{"name": t.name, "partition_indexes": t.partition_indexes} for t in topics],
+                require_stable,
+            )
+            return {"throttle_time_ms": 0, "error_code": code, "topics": found_topics}
+
+        return fetch
+
+    async def cluster_offsets(
+        self, group_id: str, topics: Any, require_stable: bool
+    ) -> tuple[ErrorCode, Any]:
+        """(error code, topics with committed offsets) of a group as the cluster holds them."""
+        if topics is not None:
+            topics = [
+                {
+                    "name": t["name"] if isinstance(t, dict) else t.name,
+                    "partition_indexes": t["partition_indexes"]
+                    if isinstance(t, dict)
+                    else t.partition_indexes,
+                }
+                for t in topics
+            ]
+        try:
+            if self.cluster.version(ApiKey.OFFSET_FETCH, 8) >= 8:
+                answer = await self.cluster.ask_coordinator(
+                    group_id,
+                    ApiKey.OFFSET_FETCH,
+                    8,
+                    {"groups": [{"group_id": group_id, "topics": topics}], "require_stable": require_stable},
+                )
+                group = answer.groups[0]
+                return ErrorCode(group.error_code), group.topics
+            answer = await self.cluster.ask_coordinator(
+                group_id,
+                ApiKey.OFFSET_FETCH,
+                7,
+                {"group_id": group_id, "topics": topics, "require_stable": require_stable},
+            )
+            return ErrorCode(answer.error_code), answer.topics
+        except _FAILED as exc:
+            log.warning("fetching offsets of group %r from the upstream cluster failed: %r", group_id, exc)
+            return ErrorCode.coordinator_not_available, ()
+
+    def _offset_delete(self, inner: Handler) -> Handler:
+        async def delete(ctx: RequestContext, request: Any) -> Any:
+            answer = _entity(ctx.api_key, ctx.api_version, await inner(ctx, request))
+            if answer.error_code:
+                return answer
+            body = {
+                "group_id": request.group_id,
+                "topics": [
+                    {
+                        "name": t.name,
+                        "partitions": [{"partition_index": p.partition_index} for p in t.partitions],
+                    }
+                    for t in request.topics
+                ],
+            }
+            try:
+                theirs = await self.cluster.ask_coordinator(request.group_id, ApiKey.OFFSET_DELETE, 0, body)
+            except _FAILED:
+                return _replace(answer, error_code=ErrorCode.coordinator_not_available)
+            if theirs.error_code not in (ErrorCode.none, ErrorCode.group_id_not_found):
+                return _replace(answer, error_code=theirs.error_code)
+            return answer
+
+        return delete
+
+    def _delete_groups(self, inner: Handler) -> Handler:
+        async def delete(ctx: RequestContext, request: Any) -> Any:
+            answer = _entity(ctx.api_key, ctx.api_version, await inner(ctx, request))
+            results = []
+            for result in answer.results:
+                if result.error_code == ErrorCode.none:
+                    code = await self._delete_upstream(result.group_id)
+                    if code not in (ErrorCode.none, ErrorCode.group_id_not_found):
+                        result = _replace(result, error_code=code)
+                results.append(result)
+            return _replace(answer, results=tuple(results))
+
+        return delete
+
+    async def _delete_upstream(self, group_id: str) -> ErrorCode:
+        try:
+            answer = await self.cluster.ask_coordinator(
+                group_id, ApiKey.DELETE_GROUPS, 2, {"groups_names": [group_id]}
+            )
+        except _FAILED:
+            return ErrorCode.coordinator_not_available
+        return ErrorCode(answer.results[0].error_code) if answer.results else ErrorCode.none
+
+    # -- listing -----------------------------------------------------------------------------------------------
+
+    def _list_groups(self, inner: Handler) -> Handler:
+        async def list_groups(ctx: RequestContext, request: Any) -> Any:
+            answer = _entity(ctx.api_key, ctx.api_version, await inner(ctx, request))
+            node = self.dataplane.node_of_request()
+            if node is None:
+                return answer
+            return _replace(
+                answer, groups=tuple(g for g in answer.groups if self.node_of_group(g.group_id) == node)
+            )
+
+        return list_groups
+
+
+def _replace(entity: Any, **changes: Any) -> Any:
+    return dataclasses.replace(entity, **changes)

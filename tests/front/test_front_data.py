@@ -1,0 +1,111 @@
+"""The server in front of a real 3-node Kafka cluster: the data path. Records produced through the front are in
+the cluster and the other way round; every broker address a client learns is the front's, with the cluster's node
+ids; what ApiVersions says is what the path serves."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.e2e import check_consumed, check_delivered, consume, make_messages, produce, run_client
+from tests.support.kafka_cluster import NODE_IDS
+from tests.support.wire import WireClient, make, request_class
+
+pytestmark = pytest.mark.e2e
+
+PARTITIONS = 3
+
+
+def _brokers(listing):
+    return {b["id"]: (b["host"], b["port"]) for b in listing["brokers"]}
+
+
+def test_brokers_are_the_clusters_nodes_at_the_fronts_addresses(front, direct, kafka_cluster):
+    topic = "front-meta"
+    created = run_client("ck", "create-topic", front, "--topic", topic, "--partitions", str(PARTITIONS))
+    assert created["error"] is None, created  # CreateTopics forwarded to the cluster
+
+    through = run_client("ck", "list-topics", front)
+    straight = run_client("ck", "list-topics", direct)
+    brokers = _brokers(through)
+    assert sorted(brokers) == list(NODE_IDS), through["brokers"]
+    front_host, front_port = front.bootstrap.rsplit(":", 1)
+    ports = [port for _, port in brokers.values()]
+    assert len(set(ports)) == len(NODE_IDS), brokers
+    assert not set(ports) & set(kafka_cluster.ports.values()), "a broker address of the cluster leaked"
+    assert int(front_port) not in ports
+    assert all(host == front_host for host, _ in brokers.values()), brokers
+    # The same topic, the same leaders (node ids are the cluster's), as the cluster says it directly.
+    assert through["topics"][topic] == straight["topics"][topic]
+    # Stable: a second client is told the same addresses.
+    assert _brokers(run_client("ck", "list-topics", front)) == brokers
+
+
+def test_records_flow_both_ways(front, direct, tmp_path):
+    for source, sink, topic, seed in ((front, direct, "front-in", 1), (direct, front, "front-out", 2)):
+        created = run_client("ck", "create-topic", source, "--topic", topic, "--partitions", str(PARTITIONS))
+        assert created["error"] is None, created
+        messages = make_messages(400, seed=seed)
+        delivered = produce("ck", source, topic, messages, tmp_path)
+        placed = check_delivered(messages, delivered, PARTITIONS)
+        consumed = consume("ck", sink, topic, PARTITIONS, len(messages), tmp_path)
+        check_consumed(messages, placed, consumed, PARTITIONS)
+
+
+def test_api_versions_say_what_the_path_serves(front):
+    host, port = front.bootstrap.rsplit(":", 1)
+    with WireClient(host, int(port), timeout=10) as c:
+        answer = c.request(
+            make(request_class(18, 3), {"client_software_name": "t", "client_software_version": "1"})
+        )
+    versions = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+    assert answer.error_code == 0
+    assert 68 not in versions and 69 not in versions, "KIP-848 APIs advertised but served by nobody"
+    assert versions[0][1] == 9 and versions[1][1] == 15, (versions[0], versions[1])  # no NodeEndpoints
+    for local in (10, 11, 12, 13, 14, 15, 16, 8, 9):
+        assert local in versions, f"group api {local} not advertised"
+    for forwarded in (2, 19, 22, 24, 26, 32):  # ListOffsets, CreateTopics, InitProducerId, txn APIs, configs
+        assert forwarded in versions, f"api {forwarded} of the cluster not forwarded"
+
+
+def test_transactions_through_the_front(front, direct):
+    """A transactional producer through the front: FindCoordinator(TRANSACTION) answered with the cluster's
+    coordinator at the front's address, the transaction APIs forwarded; a read_committed reader of the cluster
+    sees the committed records and not the aborted ones."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = "front-txn"
+    assert run_client("ck", "create-topic", front, "--topic", topic, "--partitions", "1")["error"] is None
+    producer = Producer({"bootstrap.servers": front.bootstrap, "transactional.id": "front-txn-1"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=f"committed-{i}".encode(), partition=0)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=f"aborted-{i}".encode(), partition=0)
+    producer.abort_transaction(30)
+    producer.flush(10)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": direct.bootstrap,
+            "group.id": "front-txn-reader",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values = []
+        for _ in range(60):
+            for msg in consumer.consume(100, 0.5):
+                if not msg.error():
+                    values.append(msg.value().decode())
+            if len(values) >= 10:
+                break
+        for msg in consumer.consume(100, 1.0):
+            if not msg.error():
+                values.append(msg.value().decode())
+    finally:
+        consumer.close()
+    assert values == [f"committed-{i}" for i in range(10)], values

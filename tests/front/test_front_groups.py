@@ -1,0 +1,104 @@
+"""The server in front of a real 3-node Kafka cluster: groups are coordinated by the server, and the cluster stays
+the record of their offsets (every acknowledged commit is in its __consumer_offsets, a group that committed
+directly on the cluster continues through the front from there, Kafka's own tool pointed at the cluster shows
+the offsets committed through the front)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.java import fetch_jar_set, run_java_tool
+from tests.support.members import (
+    check_exactly_once,
+    commit_errors,
+    committed_offsets,
+    consumed_all,
+    create_topic,
+    even_sizes,
+    high_watermarks,
+    produce_batch,
+    wait_for,
+    wait_split,
+)
+
+pytestmark = pytest.mark.e2e
+
+PARTITIONS = 6
+SETTINGS = {"session.timeout.ms": 10000, "heartbeat.interval.ms": 500}
+TOOL = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+
+
+@pytest.fixture(scope="session")
+def kafka_tools() -> Path:
+    return fetch_jar_set("kafka-tools")
+
+
+def test_group_through_the_front_commits_to_the_cluster(members, front, direct, tmp_path, kafka_tools):
+    group, topic = "front-group", "front-group-topic"
+    create_topic(front, topic, PARTITIONS)
+    placed = produce_batch(front, topic, 600, 11, tmp_path)
+    a, b = (members.start("ck", name, front, group, topic, settings=SETTINGS) for name in ("a", "b"))
+    wait_split(members, [a, b], PARTITIONS, even_sizes(PARTITIONS, 2), timeout=40)
+    wait_for(lambda: consumed_all([a, b], placed), 40, "the batch consumed", members.describe)
+    ends = high_watermarks(placed, PARTITIONS)
+    wait_for(
+        lambda: committed_offsets(front, group, topic, PARTITIONS) == ends,
+        20,
+        "the commits",
+        members.describe,
+    )
+    # Every acknowledged commit is the cluster's too: read there, without the front.
+    assert committed_offsets(direct, group, topic, PARTITIONS) == ends
+
+    # Kafka's own tool pointed at the cluster shows them (a simple group there: no members, no lag).
+    out = run_java_tool(
+        kafka_tools,
+        TOOL,
+        "--bootstrap-server",
+        direct.bootstrap,
+        "--describe",
+        "--group",
+        group,
+        server=direct,
+    ).stdout
+    shown = {}
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) >= 6 and cols[0] == group and cols[1] == topic:
+            shown[int(cols[2])] = (int(cols[3]), int(cols[4]), cols[5])
+    assert shown == {p: (ends[p], ends[p], "0") for p in range(PARTITIONS)}, out
+
+    for m in (a, b):
+        assert m.close() == 0, members.describe([m])
+    check_exactly_once([a, b], placed)
+    assert commit_errors([a, b]) == [], members.describe()
+
+
+def test_group_that_committed_on_the_cluster_continues_through_the_front(members, front, direct, tmp_path):
+    group, topic = "front-moved", "front-moved-topic"
+    create_topic(direct, topic, PARTITIONS)
+    first = produce_batch(direct, topic, 300, 21, tmp_path)
+    old = members.start("ck", "old", direct, group, topic, settings=SETTINGS)
+    wait_split(members, [old], PARTITIONS, [PARTITIONS], timeout=40, stable_for=0)
+    wait_for(lambda: consumed_all([old], first), 40, "batch 1 consumed on the cluster", members.describe)
+    ends = high_watermarks(first, PARTITIONS)
+    wait_for(
+        lambda: committed_offsets(direct, group, topic, PARTITIONS) == ends,
+        20,
+        "its commits",
+        members.describe,
+    )
+    assert old.close() == 0, members.describe([old])
+
+    # The same group id through the front: it starts from the cluster's offsets, no reset needed.
+    second = produce_batch(front, topic, 300, 22, tmp_path)
+    new = members.start("ck", "new", front, group, topic, settings=SETTINGS)
+    wait_split(members, [new], PARTITIONS, [PARTITIONS], timeout=40, stable_for=0)
+    wait_for(lambda: consumed_all([new], second), 40, "batch 2 consumed through the front", members.describe)
+    assert new.close() == 0, members.describe([new])
+    assert {(p, o) for p, o, _k in new.records()} == set(second), "re-read what the cluster had committed"
+    check_exactly_once([old, new], first | second)
+    everything = high_watermarks(first | second, PARTITIONS)
+    assert committed_offsets(direct, group, topic, PARTITIONS) == everything

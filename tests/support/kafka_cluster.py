@@ -1,0 +1,163 @@
+"""A real Apache Kafka 4.x cluster of three KRaft nodes (each broker and controller), from Maven Central's jars
+(scripts/fetch-jars.sh kafka-server), on 127.0.0.1: the cluster the server runs in front of
+(`upstream.bootstrap.servers`, tests/front/). Started once per test run (the `kafka_cluster` fixture).
+
+Nodes have ids 1, 2, 3. `__consumer_offsets` and the transaction log are replicated three ways with
+min.insync.replicas 2, as in production, so one node can be SIGKILLed (`kill`) and restarted (`start`) while
+clients keep going.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from tests.support.java import fetch_jar_set, need_tools
+from tests.support.wire import WireClient, make, request_class
+
+NODE_IDS = (1, 2, 3)
+HEAP = "384m"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class KafkaCluster:
+    def __init__(self, run_dir: Path) -> None:
+        need_tools("java")
+        self.jars = fetch_jar_set("kafka-server")
+        self.version = (self.jars / ".complete").read_text().strip().rsplit(":", 1)[1]
+        self.run_dir = run_dir
+        self.ports = {n: _free_port() for n in NODE_IDS}
+        self.controller_ports = {n: _free_port() for n in NODE_IDS}
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        voters = ",".join(f"{n}@127.0.0.1:{self.controller_ports[n]}" for n in NODE_IDS)
+        # As Kafka's Uuid.randomUuid: never one that begins with '-', which the format tool reads as an option.
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = cluster_id
+        for n in NODE_IDS:
+            node_dir = run_dir / f"node{n}"
+            node_dir.mkdir(parents=True, exist_ok=True)
+            props = node_dir / "server.properties"
+            props.write_text(
+                "\n".join(
+                    [
+                        "process.roles=broker,controller",
+                        f"node.id={n}",
+                        f"controller.quorum.voters={voters}",
+                        f"listeners=PLAINTEXT://127.0.0.1:{self.ports[n]},"
+                        f"CONTROLLER://127.0.0.1:{self.controller_ports[n]}",
+                        f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.ports[n]}",
+                        "controller.listener.names=CONTROLLER",
+                        "inter.broker.listener.name=PLAINTEXT",
+                        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                        f"log.dirs={node_dir / 'data'}",
+                        "num.partitions=3",
+                        "default.replication.factor=3",
+                        "min.insync.replicas=2",
+                        "offsets.topic.replication.factor=3",
+                        "offsets.topic.num.partitions=10",
+                        "transaction.state.log.replication.factor=3",
+                        "transaction.state.log.min.isr=2",
+                        "transaction.state.log.num.partitions=5",
+                        "group.initial.rebalance.delay.ms=0",
+                        "auto.create.topics.enable=true",
+                        "",
+                    ]
+                )
+            )
+            fmt = subprocess.run(
+                self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)),
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+            if fmt.returncode != 0:
+                raise RuntimeError(f"kafka-storage format failed: {(fmt.stderr or fmt.stdout)[-1500:]}")
+        for n in NODE_IDS:
+            self.start(n, wait=False)
+        for n in NODE_IDS:
+            self.wait_ready(n)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.ports[n]}" for n in NODE_IDS)
+
+    def address(self, node: int) -> str:
+        return f"127.0.0.1:{self.ports[node]}"
+
+    def _java(self, main: str, *args: str, heap: str | None = None) -> list[str]:
+        cmd = ["java"]
+        if heap:
+            cmd += [f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1"]
+            cmd += ["-Djava.awt.headless=true", "-XX:ActiveProcessorCount=2"]
+        return cmd + ["-cp", str(self.jars / "*"), main, *args]
+
+    def start(self, node: int, wait: bool = True) -> None:
+        node_dir = self.run_dir / f"node{node}"
+        with open(node_dir / "kafka.log", "ab") as out:
+            self.procs[node] = subprocess.Popen(
+                self._java("kafka.Kafka", str(node_dir / "server.properties"), heap=HEAP),
+                cwd=node_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if wait:
+            self.wait_ready(node)
+
+    def wait_ready(self, node: int, timeout: float = 180.0) -> None:
+        """Until node `node` answers Metadata listing every live node as a broker."""
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            proc = self.procs[node]
+            if proc.poll() is not None:
+                raise RuntimeError(f"Kafka node {node} exited with {proc.returncode}: {self.log_tail(node)}")
+            try:
+                with WireClient("127.0.0.1", self.ports[node], timeout=5) as c:
+                    answer = c.request(make(request_class(3, 1), {"topics": None}))
+                    live = {n for n, p in self.procs.items() if p.poll() is None}
+                    if {b.node_id for b in answer.brokers} >= live:
+                        return
+            except (OSError, ValueError, EOFError) as exc:
+                last = exc
+            time.sleep(0.3)
+        raise RuntimeError(
+            f"Kafka node {node} not ready within {timeout:.0f}s: {last}\n{self.log_tail(node)}"
+        )
+
+    def log_tail(self, node: int) -> str:
+        path = self.run_dir / f"node{node}" / "kafka.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def kill(self, node: int) -> None:
+        """SIGKILL node `node` (its data stays: `start` brings it back)."""
+        proc = self.procs[node]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
