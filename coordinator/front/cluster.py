@@ -115,16 +115,19 @@ class UpstreamCluster:
             raise ValueError(f"the upstream cluster serves no usable version of api {api_key}")
         return chosen
 
-    async def ask_node(self, node: int, api_key: int, version: int, body: dict[str, Any]) -> Any:
-        """One request on this server's own connection to `node`; raises UpstreamError, TimeoutError."""
+    async def ask_node(
+        self, node: int, api_key: int, version: int, body: Any, client_id: str | None = "kgc-front"
+    ) -> Any:
+        """One request (a mapping, or a client's request entity passed on) on this server's own connection to
+        `node`; raises UpstreamError, TimeoutError."""
         upstream = self._own_connection(node)
         started = time.perf_counter()
         stats = self.stats.setdefault(node, NodeStats())
         stats.requests += 1
+        if isinstance(body, dict):
+            body = build(request_class(api_key, version), body)
         try:
-            future = upstream.send(
-                api_key, version, "kgc-front", build(request_class(api_key, version), body)
-            )
+            future = upstream.send(api_key, version, client_id, body)
             assert future is not None
             payload = await asyncio.wait_for(future, self.timeout_s)
         except (TimeoutError, UpstreamError, OSError, UpstreamAuthError) as exc:
@@ -146,15 +149,23 @@ class UpstreamCluster:
             self.nodes, key=lambda n: (not self.stats.get(n, NodeStats(reachable=True)).reachable, n)
         )
 
-    async def ask_any(self, api_key: int, newest: int, body: dict[str, Any], deadline: float) -> Any:
+    async def ask_any(
+        self,
+        api_key: int,
+        newest: int,
+        body: Any,
+        deadline: float,
+        exact: bool = False,
+        client_id: str | None = "kgc-front",
+    ) -> Any:
         """Ask the first node that answers (the bootstrap addresses while no node is known), until `deadline`
-        (time.monotonic); raises UpstreamTimeout."""
+        (time.monotonic); raises UpstreamTimeout. `exact`: at version `newest` itself (a client's request)."""
         last: BaseException | None = None
         while True:
             for node in self.live_nodes() or [BOOTSTRAP]:
                 try:
-                    version = self.version(api_key, newest) if self.versions else newest
-                    return await self.ask_node(node, api_key, version, body)
+                    version = self.version(api_key, newest) if self.versions and not exact else newest
+                    return await self.ask_node(node, api_key, version, body, client_id)
                 except (TimeoutError, UpstreamError, OSError) as exc:
                     last = exc
                 if time.monotonic() >= deadline:

@@ -43,9 +43,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from coordinator.brokers import Broker, client_address, local_address
+from coordinator.cluster.upstream import UpstreamError
 from coordinator.config import Config
+from coordinator.server.connection import CLOSE
 from coordinator.server.listener import KafkaListener
-from protocol.api import ApiTable, RequestContext, decode_response
+from protocol.api import ApiTable, RequestContext
 from protocol.api_keys import ApiKey
 
 from .cluster import UpstreamCluster, UpstreamTimeout
@@ -312,21 +314,31 @@ class FrontDataPlane:
             log.info("closing connection %d: its upstream broker connection failed", connection_id)
             self._abort_connection(connection_id)
 
-    async def _forward(self, ctx: RequestContext, frame: bytes) -> bytes | None:
+    async def _forward(self, ctx: RequestContext, frame: bytes) -> Any:
         no_answer = ctx.api_key == ApiKey.PRODUCE and produce_acks(frame, ctx.api_version) == 0
-        future = self.route(ctx).send_frame(frame, expect_answer=not no_answer)
-        if future is None:
-            return None
-        rest = await future
+        try:
+            future = self.route(ctx).send_frame(frame, expect_answer=not no_answer)
+            if future is None:
+                return None
+            rest = await future
+        except (UpstreamError, UpstreamTimeout):
+            # The broker went away (its connection is closed, `_broken`): so does the client's connection, as
+            # with a broker that goes away; the client reconnects and retries.
+            self._abort_connection(ctx.connection_id)
+            return CLOSE
         return _CID.pack(ctx.correlation_id) + rest
 
-    async def forward_decoded(self, ctx: RequestContext, request: Any) -> Any:
-        """A decoded request sent on as it is; its answer decoded (for rewriting)."""
-        future = self.route(ctx).send(ctx.api_key, ctx.api_version, ctx.client_id, request)
-        return decode_response(ctx.api_key, ctx.api_version, await future)
+    async def forward_any(self, ctx: RequestContext, request: Any) -> Any:
+        """A decoded request any broker can answer (Metadata, DescribeCluster, FindCoordinator for a
+        transactional id), passed on as it is to the first live broker on this server's own connections: a
+        client whose broker is down still learns where the partitions went."""
+        deadline = time.monotonic() + self.cluster.timeout_s
+        return await self.cluster.ask_any(
+            ctx.api_key, ctx.api_version, request, deadline, exact=True, client_id=ctx.client_id
+        )
 
     async def _metadata(self, ctx: RequestContext, request: Any) -> Any:
-        response = await self.forward_decoded(ctx, request)
+        response = await self.forward_any(ctx, request)
         addresses = await self.rewrite_nodes(b.node_id for b in response.brokers)
         brokers = tuple(
             dataclasses.replace(b, host=addresses[b.node_id][0], port=addresses[b.node_id][1])
@@ -336,7 +348,7 @@ class FrontDataPlane:
         return dataclasses.replace(response, brokers=brokers)
 
     async def _describe_cluster(self, ctx: RequestContext, request: Any) -> Any:
-        response = await self.forward_decoded(ctx, request)
+        response = await self.forward_any(ctx, request)
         addresses = await self.rewrite_nodes(b.broker_id for b in response.brokers)
         brokers = tuple(
             dataclasses.replace(b, host=addresses[b.broker_id][0], port=addresses[b.broker_id][1])

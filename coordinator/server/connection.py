@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 _LEN = struct.Struct(">i")
 _CLOSE = object()
+CLOSE = _CLOSE  # a handler's answer that closes the connection without answering (a relay that broke)
 WRITE_BATCH = 64  # answers written in one send at most
 
 

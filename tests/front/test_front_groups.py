@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.java import fetch_jar_set, run_java_tool
+from tests.support.kafka_cluster import create_replicated_topic
 from tests.support.members import (
     check_exactly_once,
     commit_errors,
     committed_offsets,
     consumed_all,
-    create_topic,
     even_sizes,
     high_watermarks,
     produce_batch,
@@ -37,7 +37,7 @@ def kafka_tools() -> Path:
 
 def test_group_through_the_front_commits_to_the_cluster(members, front, direct, tmp_path, kafka_tools):
     group, topic = "front-group", "front-group-topic"
-    create_topic(front, topic, PARTITIONS)
+    create_replicated_topic(front.bootstrap, topic, PARTITIONS)
     placed = produce_batch(front, topic, 600, 11, tmp_path)
     a, b = (members.start("ck", name, front, group, topic, settings=SETTINGS) for name in ("a", "b"))
     wait_split(members, [a, b], PARTITIONS, even_sizes(PARTITIONS, 2), timeout=40)
@@ -78,7 +78,7 @@ def test_group_through_the_front_commits_to_the_cluster(members, front, direct, 
 
 def test_group_that_committed_on_the_cluster_continues_through_the_front(members, front, direct, tmp_path):
     group, topic = "front-moved", "front-moved-topic"
-    create_topic(direct, topic, PARTITIONS)
+    create_replicated_topic(direct.bootstrap, topic, PARTITIONS)
     first = produce_batch(direct, topic, 300, 21, tmp_path)
     old = members.start("ck", "old", direct, group, topic, settings=SETTINGS)
     wait_split(members, [old], PARTITIONS, [PARTITIONS], timeout=40, stable_for=0)

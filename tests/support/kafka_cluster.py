@@ -103,6 +103,10 @@ class KafkaCluster:
         if heap:
             cmd += [f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1"]
             cmd += ["-Djava.awt.headless=true", "-XX:ActiveProcessorCount=2"]
+            cmd += [
+                "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+            ]
         return cmd + ["-cp", str(self.jars / "*"), main, *args]
 
     def start(self, node: int, wait: bool = True) -> None:
@@ -161,3 +165,15 @@ class KafkaCluster:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(30)
+
+
+def create_replicated_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """A topic replicated on all three nodes (min.insync.replicas 2), created through `bootstrap` (the front's
+    CreateTopics is the cluster's)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics(
+        [NewTopic(topic, partitions, replication_factor=len(NODE_IDS))]
+    ).values():
+        future.result(60)
