@@ -197,13 +197,21 @@ def build(
         sessions=security.session if security.listeners else None,
     )
 
+    log_opener = None
+    if front is not None and config["coordinator.state.topic"]:
+        from coordinator.front.state import StateTopic
+
+        log_opener = StateTopic(
+            front.cluster, config["coordinator.state.topic"], int(config["offsets.topic.num.partitions"])
+        ).opener()
     shards = Shards(
         config,
-        data_dir,
+        None if log_opener is not None else data_dir,
         topology.owned_shards() if topology is not None else None,
         fs=fs,
         on_append=metrics.log_append_duration.observe,
         on_compaction=metrics.log_compaction_duration.observe,
+        log_opener=log_opener,
     )
     relay, owner_of_shard = None, None
     if topology is not None and topology.count > 1:

@@ -561,6 +561,15 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=1,
     ),
     Setting(
+        "coordinator.state.topic",
+        "__group_coordinator_state",
+        str,
+        "In front of an upstream cluster: the compacted topic there that keeps the group coordinator's state "
+        "(groups, static members, assignments, offsets, pause and window settings), one partition per shard, "
+        "so the server keeps none of it on disk. Empty: DATA_DIR/groups, as standalone.",
+        kafka=False,
+    ),
+    Setting(
         "upstream.node.port.base",
         -1,
         int,

@@ -37,6 +37,7 @@ USED = frozenset(
         "upstream.ssl.endpoint.identification.algorithm",
         "upstream.request.timeout.ms",
         "upstream.node.port.base",
+        "coordinator.state.topic",
     }
 )
 _JAAS = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')

@@ -174,7 +174,7 @@ class FrontGroups:
             "generation_id_or_member_epoch": -1,
             "member_id": "",
             "group_instance_id": None,
-            "retention_time_ms": -1,
+            "retention_time": -1,
             "topics": topics,
         }
         try:

@@ -31,7 +31,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from coordinator.clock import OFFSETS_EXPIRATION_KEY
@@ -54,6 +54,7 @@ MONITOR_INTERVAL_S = 0.25
 QUICK_LOAD_WAIT_S = 1.0
 
 Observer = Callable[[float], None]
+LogOpener = Callable[[int], Awaitable[Any]]
 
 
 class ShardState(enum.Enum):
@@ -67,9 +68,16 @@ class Shard:
     """One shard: a state machine, its runtime, clock, timer and log."""
 
     def __init__(
-        self, index: int, config: Config, data_dir: str | None, fs: FS, on_append: Observer | None = None
+        self,
+        index: int,
+        config: Config,
+        data_dir: str | None,
+        fs: FS,
+        on_append: Observer | None = None,
+        log_opener: LogOpener | None = None,
     ) -> None:
         self.index = index
+        self.log_opener = log_opener
         self.config = config
         self.fs = fs
         self.directory = os.path.join(data_dir, "groups", f"shard-{index}") if data_dir else None
@@ -89,7 +97,16 @@ class Shard:
 
     async def load(self) -> None:
         started = time.monotonic()
-        if self.directory is not None:
+        if self.log_opener is not None:
+            opened = await self.log_opener(self.index)
+            try:
+                count = await asyncio.to_thread(self._replay_all, opened)
+            except BaseException:
+                opened.close()
+                raise
+            self.runtime.log = opened
+            self.load_stats = {"records": count, "bytes": opened.recovery.bytes}
+        elif self.directory is not None:
             directory = self.directory
             the_log = await asyncio.to_thread(
                 Log.open,
@@ -115,7 +132,7 @@ class Shard:
         self.loaded = True
         self.state = ShardState.ACTIVE
 
-    def _replay_all(self, the_log: Log) -> int:
+    def _replay_all(self, the_log: Any) -> int:
         """Runs in a worker thread; nothing else touches the state machine until loading ends."""
         started = time.monotonic()
         last = [started]
@@ -183,10 +200,14 @@ class Shards:
         fs: FS | None = None,
         on_append: Observer | None = None,
         on_compaction: Observer | None = None,
+        log_opener: LogOpener | None = None,
     ) -> None:
         """`owned`: the shard indexes to serve (default: all); `on_append` / `on_compaction`: told how long each
-        successful append (until durable) and compaction took, in seconds."""
+        successful append (until durable) and compaction took, in seconds. `log_opener(index)`: each shard's log
+        somewhere else than DATA_DIR/groups (the state topic of a server in front of a cluster,
+        coordinator.front.state), which compacts itself."""
         self.config = config
+        self.log_opener = log_opener
         self.data_dir = data_dir
         self.fs: FS = fs or OsFS()
         self.num_shards: int = config["offsets.topic.num.partitions"]
@@ -206,7 +227,7 @@ class Shards:
         self.view = ShardedView(self)
 
     def _new_shard(self, index: int) -> Shard:
-        return Shard(index, self.config, self.data_dir, self.fs, self._on_append)
+        return Shard(index, self.config, self.data_dir, self.fs, self._on_append, self.log_opener)
 
     # -- which shard -----------------------------------------------------------------------------------------
 

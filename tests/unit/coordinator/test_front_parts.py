@@ -78,3 +78,20 @@ def test_upstream_settings():
         Connector(
             Config({"upstream.security.protocol": "SASL_PLAINTEXT", "upstream.sasl.mechanism": "GSSAPI"})
         )
+
+
+def test_record_batches_round_trip():
+    from coordinator.dataplane.batches import validate_batches
+    from coordinator.front.records import decode_batches, encode_batch
+
+    entries = [(b"k1", b"v1"), (b"k2", None), (b"", b"x" * 300)]
+    batch = encode_batch(entries, 1_700_000_000_000)
+    validate_batches(batch, max_batch_bytes=1 << 20)  # what the embedded data plane accepts from producers
+    shifted = bytearray(batch)
+    shifted[0:8] = (41).to_bytes(8, "big")  # as a broker stores it, at base offset 41
+    decoded = list(decode_batches(bytes(shifted) + batch[:20]))  # a partial batch at the end is left out
+    assert decoded == [(41 + i, k, v, 1_700_000_000_000) for i, (k, v) in enumerate(entries)]
+    corrupt = bytearray(shifted)
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(ValueError):
+        list(decode_batches(bytes(corrupt)))
