@@ -222,7 +222,7 @@ def build(
     if front is not None:
         from coordinator.front.groups import FrontGroups
 
-        front_groups = FrontGroups(front)
+        front_groups = FrontGroups(front, groups)
         server.add_part(CoordinatorLookup(broker, owner=front_groups.group_broker))
         server.add_part(groups)
         server.add_part(

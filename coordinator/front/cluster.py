@@ -253,11 +253,14 @@ class UpstreamCluster:
                 )
             await asyncio.sleep(RETRY_PAUSE_S)
 
-    async def ask_coordinator(self, group_id: str, api_key: int, newest: int, body: dict[str, Any]) -> Any:
+    async def ask_coordinator(
+        self, group_id: str, api_key: int, newest: int, body: Any, exact: bool = False
+    ) -> Any:
         """A request to the cluster's coordinator of `group_id`, asked again (after a new lookup) while it has
-        moved or is loading, until the deadline. `check(answer)` below says whether it moved."""
+        moved or is loading (`_moved`), until the deadline. `exact`: at version `newest` itself (a client's
+        request entity)."""
         deadline = time.monotonic() + self.timeout_s
-        version = self.version(api_key, newest)
+        version = newest if exact else self.version(api_key, newest)
         while True:
             node = await self.coordinator_of(group_id, deadline)
             try:
@@ -282,4 +285,12 @@ def _moved(answer: Any) -> bool:
     if groups and len(groups) == 1 and getattr(groups[0], "error_code", 0) in COORDINATOR_MOVED:
         return True
     results = getattr(answer, "results", None)
-    return bool(results and len(results) == 1 and getattr(results[0], "error_code", 0) in COORDINATOR_MOVED)
+    if results and len(results) == 1 and getattr(results[0], "error_code", 0) in COORDINATOR_MOVED:
+        return True
+    # per partition only (TxnOffsetCommit, OffsetCommit): every partition says so
+    codes = [
+        getattr(p, "error_code", 0)
+        for t in getattr(answer, "topics", ()) or ()
+        for p in getattr(t, "partitions", ())
+    ]
+    return bool(codes) and all(code in COORDINATOR_MOVED for code in codes)

@@ -81,6 +81,7 @@ LOCAL = frozenset(
         ApiKey.OFFSET_DELETE,
         ApiKey.METADATA,
         ApiKey.DESCRIBE_CLUSTER,
+        ApiKey.TXN_OFFSET_COMMIT,
     }
 )
 # Never forwarded: group types this server does not coordinate (yet) and must not leave to the cluster, the

@@ -31,6 +31,7 @@ from typing import Any
 
 from coordinator.brokers import Broker
 from coordinator.cluster.upstream import UpstreamError
+from coordinator.server.group_service import GroupCoordinatorService
 from protocol.api import ApiTable, Encoded, Handler, RequestContext, response_class
 from protocol.api_keys import ApiKey
 from protocol.build import build
@@ -42,6 +43,7 @@ from .dataplane import FrontDataPlane
 log = logging.getLogger(__name__)
 
 TRANSACTION = 1
+TXN_OFFSET_COMMIT_VERSIONS = (0, 5)
 _FAILED = (UpstreamTimeout, UpstreamError, OSError, asyncio.TimeoutError)
 # Errors of the cluster on a mirrored commit that mean the cluster knows this group with members of its own: a
 # client that talks to the cluster directly with the same group id (split brain).
@@ -57,8 +59,9 @@ def _entity(api_key: int, version: int, answer: Any) -> Any:
 
 
 class FrontGroups:
-    def __init__(self, dataplane: FrontDataPlane) -> None:
+    def __init__(self, dataplane: FrontDataPlane, groups: GroupCoordinatorService) -> None:
         self.dataplane = dataplane
+        self.groups = groups
         self.cluster = dataplane.cluster
         self.split_brain: dict[str, int] = {}  # group id -> commits the cluster refused for its own members
 
@@ -73,9 +76,18 @@ class FrontGroups:
         }
         for api_key, wrapper in wrappers.items():
             table.wrap(api_key, wrapper)
+        table.register(ApiKey.TXN_OFFSET_COMMIT, *TXN_OFFSET_COMMIT_VERSIONS, self._txn_offset_commit)
+        self._table = table
 
     async def start(self) -> None:
-        pass
+        """(After the data plane's start: the cluster's versions are known.) Transactional offset commits at the
+        versions the cluster serves too, or not at all."""
+        low, high = TXN_OFFSET_COMMIT_VERSIONS
+        theirs = self.cluster.versions.get(ApiKey.TXN_OFFSET_COMMIT)
+        if theirs is None or max(low, theirs[0]) > min(high, theirs[1]):
+            self._table.unregister(ApiKey.TXN_OFFSET_COMMIT)
+        else:
+            self._table.narrow(ApiKey.TXN_OFFSET_COMMIT, max(low, theirs[0]), min(high, theirs[1]))
 
     async def close(self) -> None:
         pass
@@ -309,6 +321,61 @@ class FrontGroups:
             return ErrorCode.coordinator_not_available
         return ErrorCode(answer.results[0].error_code) if answer.results else ErrorCode.none
 
+    # -- transactional offset commits (KIP-447) ------------------------------------------------------------------
+
+    async def _txn_offset_commit(self, ctx: RequestContext, request: Any) -> Any:
+        """Checked here against the group (member, generation), then carried into the cluster's transaction as
+        a commit of a simple group: the cluster's transaction coordinator writes the markers that make it
+        visible or drop it, which only the cluster's group coordinator sees."""
+        generation = int(getattr(request, "generation_id", -1))
+        member_id = str(getattr(request, "member_id", "") or "")
+        instance_id = getattr(request, "group_instance_id", None)
+        code = await self.validate_txn_commit(request.group_id, member_id, instance_id, generation)
+        if code == ErrorCode.none:
+            anonymous = _replace_known(request, generation_id=-1, member_id="", group_instance_id=None)
+            try:
+                answer = await self.cluster.ask_coordinator(
+                    request.group_id, ctx.api_key, ctx.api_version, anonymous, exact=True
+                )
+            except _FAILED as exc:
+                log.warning(
+                    "transactional commit of group %r to the upstream cluster failed: %r",
+                    request.group_id,
+                    exc,
+                )
+                code = ErrorCode.coordinator_not_available
+            else:
+                return answer
+        return {
+            "throttle_time_ms": 0,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
+                    ],
+                }
+                for t in request.topics
+            ],
+        }
+
+    async def validate_txn_commit(
+        self, group_id: str, member_id: str, instance_id: str | None, generation: int
+    ) -> ErrorCode:
+        """Kafka's check of a transactional commit of a classic group: an OffsetCommit's, except that a group
+        completing a rebalance accepts it."""
+        shard = self.groups.shards.for_group(group_id)
+        code = self.groups.unavailable(shard)
+        if code is not None:
+            return code
+        assert shard is not None
+        await shard.runtime.quiesce(group_id)
+        group = shard.machine.groups.get(group_id)
+        if group is None:
+            return ErrorCode.none if generation < 0 else ErrorCode.illegal_generation
+        error = group.validate_offset_commit(member_id, instance_id, generation)
+        return ErrorCode.none if error == ErrorCode.rebalance_in_progress else ErrorCode(error)
+
     # -- listing -----------------------------------------------------------------------------------------------
 
     def _list_groups(self, inner: Handler) -> Handler:
@@ -326,3 +393,9 @@ class FrontGroups:
 
 def _replace(entity: Any, **changes: Any) -> Any:
     return dataclasses.replace(entity, **changes)
+
+
+def _replace_known(entity: Any, **changes: Any) -> Any:
+    """`_replace` with only the fields this version of the entity has."""
+    names = {f.name for f in dataclasses.fields(entity)}
+    return dataclasses.replace(entity, **{k: v for k, v in changes.items() if k in names})

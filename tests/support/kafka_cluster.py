@@ -177,3 +177,22 @@ def create_replicated_topic(bootstrap: str, topic: str, partitions: int) -> None
         [NewTopic(topic, partitions, replication_factor=len(NODE_IDS))]
     ).values():
         future.result(60)
+
+
+def cluster_committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets as a consumer of the cluster reads them (-1: none), in this process."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        for attempt in range(5):
+            try:
+                found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=20)
+                return {tp.partition: (tp.offset if tp.offset >= 0 else -1) for tp in found}
+            except KafkaException:
+                if attempt == 4:
+                    raise
+                time.sleep(1)
+    finally:
+        consumer.close()
+    raise AssertionError("unreachable")
