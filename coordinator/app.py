@@ -225,9 +225,12 @@ def build(
         front_groups = FrontGroups(front, groups)
         server.add_part(CoordinatorLookup(broker, owner=front_groups.group_broker))
         server.add_part(groups)
-        server.add_part(
-            front_groups
-        )  # inside the authorizer: it wraps the group APIs before the security part
+        # inside the authorizer: it wraps the group APIs before the security part does
+        server.add_part(front_groups)
+        from coordinator.front.metrics import UpstreamCollector
+
+        metrics.registry.register(UpstreamCollector(front, front_groups))
+        front.groups = front_groups
     else:
         server.add_part(
             CoordinatorLookup(broker, owner=topology.owner_broker if topology is not None else None)

@@ -1,7 +1,8 @@
 """The admin HTTP listener (aiohttp, on the server's event loop): health, Prometheus metrics and the /v1 JSON API.
 
     GET    /healthz                           the process is alive
-    GET    /readyz                            every shard is loaded (503 while loading)
+    GET    /readyz                            every shard is loaded (503 while loading); in front of a cluster,
+                                              and an upstream broker answers (`upstream`: each one's health)
     GET    /metrics                           Prometheus text format (coordinator.observability.collector)
     GET    /v1/groups                         every group: state, protocol, members, lag
     GET    /v1/groups/{group}                 members (client id, host, instance id, timeouts, decoded
@@ -266,9 +267,12 @@ class AdminApi:
 
     async def readyz(self, request: web.Request) -> web.Response:
         shards = self.groups.shards.status() if self.groups is not None else {}
+        # In front of a cluster (coordinator.front): the upstream brokers' health, and ready only while one answers.
+        status = getattr(self.obs.dataplane, "upstream_status", None)
+        extra = {"upstream": status()} if status is not None else {}
         if self.server.ready:
-            return web.json_response({"status": "ready"})
-        return web.json_response({"status": "not ready", "shards": shards}, status=503)
+            return web.json_response({"status": "ready", **extra})
+        return web.json_response({"status": "not ready", "shards": shards, **extra}, status=503)
 
     async def metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.server.metrics.registry)

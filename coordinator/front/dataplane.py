@@ -58,7 +58,6 @@ log = logging.getLogger(__name__)
 _CID = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 REFRESH_INTERVAL_S = 1.0
-NODE_REFRESH_S = 10.0
 SWEEP_INTERVAL_S = 0.25
 LATEST_TIMESTAMP = -1
 
@@ -129,7 +128,8 @@ class FrontDataPlane:
         self._refresh_lock = asyncio.Lock()
         self._refreshes_started = 0
         self._refreshed = 0
-        self.ready = False
+        self.started = False
+        self.groups: Any = None  # coordinator.front.groups.FrontGroups, for upstream_status
 
     # -- DataPlane -----------------------------------------------------------------------------------------------
 
@@ -155,7 +155,18 @@ class FrontDataPlane:
             asyncio.create_task(self._sweep_periodically()),
             asyncio.create_task(self._refresh_periodically()),
         ]
-        self.ready = True
+        self.started = True
+
+    @property
+    def ready(self) -> bool:
+        """Started, and some upstream broker answered the front's last request to it (/readyz)."""
+        stats = self.cluster.stats
+        return self.started and any(n in stats and stats[n].reachable for n in self.cluster.nodes)
+
+    def upstream_status(self) -> dict[str, Any]:
+        from .metrics import upstream_status
+
+        return upstream_status(self, self.groups)
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -332,13 +343,26 @@ class FrontDataPlane:
     async def forward_any(self, ctx: RequestContext, request: Any) -> Any:
         """A decoded request any broker can answer (Metadata, DescribeCluster, FindCoordinator for a
         transactional id), passed on as it is to the first live broker on this server's own connections: a
-        client whose broker is down still learns where the partitions went."""
+        client whose broker is down still learns where the partitions went. Raises UpstreamTimeout when no
+        broker answers within upstream.request.timeout.ms."""
         deadline = time.monotonic() + self.cluster.timeout_s
         return await self.cluster.ask_any(
             ctx.api_key, ctx.api_version, request, deadline, exact=True, client_id=ctx.client_id
         )
 
     async def _metadata(self, ctx: RequestContext, request: Any) -> Any:
+        try:
+            return await self._rewritten_metadata(ctx, request)
+        except UpstreamTimeout as exc:
+            return self.unanswerable(ctx, exc)
+
+    def unanswerable(self, ctx: RequestContext, exc: Exception) -> Any:
+        """No upstream broker answered: the client's connection is closed (what a client does itself when a
+        request times out; it reconnects and asks again)."""
+        log.info("closing connection %d: %s", ctx.connection_id, exc)
+        return CLOSE
+
+    async def _rewritten_metadata(self, ctx: RequestContext, request: Any) -> Any:
         response = await self.forward_any(ctx, request)
         addresses = await self.rewrite_nodes(b.node_id for b in response.brokers)
         brokers = tuple(
@@ -349,7 +373,10 @@ class FrontDataPlane:
         return dataclasses.replace(response, brokers=brokers)
 
     async def _describe_cluster(self, ctx: RequestContext, request: Any) -> Any:
-        response = await self.forward_any(ctx, request)
+        try:
+            response = await self.forward_any(ctx, request)
+        except UpstreamTimeout as exc:
+            return self.unanswerable(ctx, exc)
         addresses = await self.rewrite_nodes(b.broker_id for b in response.brokers)
         brokers = tuple(
             dataclasses.replace(b, host=addresses[b.broker_id][0], port=addresses[b.broker_id][1])
@@ -378,15 +405,13 @@ class FrontDataPlane:
             self.cluster.sweep(now)
 
     async def _refresh_periodically(self) -> None:
-        last_nodes = time.monotonic()
         while True:
             await asyncio.sleep(REFRESH_INTERVAL_S)
             try:
-                if time.monotonic() - last_nodes >= NODE_REFRESH_S:
-                    last_nodes = time.monotonic()
-                    await self.cluster.refresh_nodes(time.monotonic() + self.cluster.timeout_s)
-                    for node in self.cluster.nodes:
-                        await self._ensure_listener(node)
+                # every second: new brokers get their listener, and /readyz knows whether the cluster answers
+                await self.cluster.refresh_nodes(time.monotonic() + self.cluster.timeout_s)
+                for node in self.cluster.nodes:
+                    await self._ensure_listener(node)
                 if self._watched:
                     await self.catch_up()
             except asyncio.CancelledError:

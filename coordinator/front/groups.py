@@ -110,7 +110,10 @@ class FrontGroups:
         async def find(ctx: RequestContext, request: Any) -> Any:
             if int(getattr(request, "key_type", 0)) != TRANSACTION:
                 return await inner(ctx, request)
-            response = await self.dataplane.forward_any(ctx, request)
+            try:
+                response = await self.dataplane.forward_any(ctx, request)
+            except UpstreamTimeout as exc:
+                return self.dataplane.unanswerable(ctx, exc)
             if ctx.api_version < 4:
                 addresses = await self.dataplane.rewrite_nodes([response.node_id])
                 if response.node_id in addresses:

@@ -1,7 +1,15 @@
 """The server in front of a real 3-node Kafka cluster, under faults: a broker SIGKILLed while a group consumes and
-commits through the front (0 acknowledged commits lost, the consumers continue)."""
+commits through the front (0 acknowledged commits lost, the consumers continue); the whole cluster not answering
+(clients get their answer or their connection closed within upstream.request.timeout.ms, never a hang; /readyz and
+/metrics say so, and recover with the cluster)."""
 
 from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -61,3 +69,69 @@ def test_a_broker_killed_while_a_group_consumes_and_commits(members, front, dire
     for m in (a, b):
         assert m.close() == 0, members.describe([m])
     check_exactly_once([a, b], placed)
+
+
+def _readyz(front) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(front.admin_url + "/readyz", timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.load(exc)
+
+
+def _metric(front, name: str) -> dict[str, float]:
+    with urllib.request.urlopen(front.admin_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        line.split("{", 1)[1].split("}", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{")
+    }
+
+
+def test_an_unresponsive_cluster_is_a_timeout_not_a_hang(server_factory, kafka_cluster):
+    from tests.support.wire import WireClient, make, request_class
+
+    front = server_factory(
+        {"upstream.bootstrap.servers": kafka_cluster.bootstrap, "upstream.request.timeout.ms": 2000}
+    )
+    status, body = _readyz(front)
+    assert status == 200 and body["upstream"]["reachable"], body
+    assert set(body["upstream"]["brokers"]) == {"1", "2", "3"}
+    assert set(_metric(front, "kafka_group_coordinator_upstream_broker_up").values()) == {1.0}
+
+    host, port = front.bootstrap.rsplit(":", 1)
+    kafka_cluster.pause(True)
+    try:
+        started = time.monotonic()
+        with WireClient(host, int(port), timeout=15) as client:
+            client.send(
+                make(
+                    request_class(3, 12),
+                    {
+                        "topics": None,
+                        "allow_auto_topic_creation": False,
+                        "include_topic_authorized_operations": False,
+                    },
+                )
+            )
+            with pytest.raises((EOFError, ConnectionError, socket.timeout, OSError)):
+                client.sock.settimeout(15)
+                if not client.sock.recv(4):
+                    raise EOFError("closed")
+        took = time.monotonic() - started
+        assert took < 6, f"the Metadata request waited {took:.1f}s for a cluster that does not answer"
+        deadline = time.monotonic() + 15
+        while _readyz(front)[0] != 503:
+            assert time.monotonic() < deadline, _readyz(front)
+            time.sleep(0.5)
+        status, body = _readyz(front)
+        assert not body["upstream"]["reachable"], body
+        assert 0.0 in _metric(front, "kafka_group_coordinator_upstream_broker_up").values()
+    finally:
+        kafka_cluster.pause(False)
+    deadline = time.monotonic() + 30
+    while _readyz(front)[0] != 200:
+        assert time.monotonic() < deadline, _readyz(front)
+        time.sleep(0.5)

@@ -155,7 +155,14 @@ class KafkaCluster:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
 
+    def pause(self, on: bool) -> None:
+        """SIGSTOP (on) or SIGCONT every node: the cluster stops answering without closing a connection."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGSTOP if on else signal.SIGCONT)
+
     def close(self) -> None:
+        self.pause(False)
         for proc in self.procs.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
