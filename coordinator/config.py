@@ -570,6 +570,17 @@ SETTINGS: tuple[Setting, ...] = (
         kafka=False,
     ),
     Setting(
+        "upstream.offsets.recommit.interval.ms",
+        86400000,
+        int,
+        "In front of an upstream cluster: how often the offsets of a group with members are written to the "
+        "cluster again, so that its offsets.retention.minutes cannot expire them while the group is alive but has "
+        "nothing new to commit.",
+        "ms",
+        kafka=False,
+        minimum=1000,
+    ),
+    Setting(
         "upstream.node.port.base",
         -1,
         int,

@@ -38,6 +38,7 @@ USED = frozenset(
         "upstream.request.timeout.ms",
         "upstream.node.port.base",
         "coordinator.state.topic",
+        "upstream.offsets.recommit.interval.ms",
     }
 )
 _JAAS = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')

@@ -23,10 +23,11 @@ client's request is authorized here before anything reaches the cluster.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from coordinator.brokers import Broker
@@ -64,6 +65,11 @@ class FrontGroups:
         self.groups = groups
         self.cluster = dataplane.cluster
         self.split_brain: dict[str, int] = {}  # group id -> commits the cluster refused for its own members
+        # One mirrored write per group at a time, in the order they were made: a commit retried after the
+        # cluster's coordinator moved must not land after a newer one.
+        self._mirroring: dict[str, asyncio.Lock] = {}
+        self._recommitted: dict[str, float] = {}  # group id -> loop time its offsets were last re-committed
+        self._recommit_task: asyncio.Task[None] | None = None
 
     def register(self, table: ApiTable) -> None:
         wrappers: dict[int, Callable[[Handler], Handler]] = {
@@ -82,6 +88,7 @@ class FrontGroups:
     async def start(self) -> None:
         """(After the data plane's start: the cluster's versions are known.) Transactional offset commits at the
         versions the cluster serves too, or not at all."""
+        self._recommit_task = asyncio.create_task(self._recommit_periodically())
         low, high = TXN_OFFSET_COMMIT_VERSIONS
         theirs = self.cluster.versions.get(ApiKey.TXN_OFFSET_COMMIT)
         if theirs is None or max(low, theirs[0]) > min(high, theirs[1]):
@@ -90,7 +97,10 @@ class FrontGroups:
             self._table.narrow(ApiKey.TXN_OFFSET_COMMIT, max(low, theirs[0]), min(high, theirs[1]))
 
     async def close(self) -> None:
-        pass
+        if self._recommit_task is not None:
+            self._recommit_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recommit_task
 
     # -- which node coordinates a group -------------------------------------------------------------------------
 
@@ -180,10 +190,28 @@ class FrontGroups:
 
         return commit
 
+    @contextlib.asynccontextmanager
+    async def _mirror_lock(self, group_id: str) -> AsyncIterator[None]:
+        lock = self._mirroring.get(group_id)
+        if lock is None:
+            lock = self._mirroring[group_id] = asyncio.Lock()
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and self._mirroring.get(group_id) is lock:
+                del self._mirroring[group_id]
+
     async def mirror_commit(
         self, group_id: str, topics: list[dict[str, Any]]
     ) -> dict[tuple[str, int], ErrorCode]:
         """Commit offsets to the cluster as a simple group's; the error of each partition (0: committed)."""
+        async with self._mirror_lock(group_id):
+            return await self._mirror_commit(group_id, topics)
+
+    async def _mirror_commit(
+        self, group_id: str, topics: list[dict[str, Any]]
+    ) -> dict[tuple[str, int], ErrorCode]:
         body = {
             "group_id": group_id,
             "generation_id_or_member_epoch": -1,
@@ -323,6 +351,49 @@ class FrontGroups:
         except _FAILED:
             return ErrorCode.coordinator_not_available
         return ErrorCode(answer.results[0].error_code) if answer.results else ErrorCode.none
+
+    async def _recommit_periodically(self) -> None:
+        """Live groups' offsets written to the cluster again every upstream.offsets.recommit.interval.ms, so the
+        cluster's offsets.retention.minutes cannot expire the offsets of a group that is alive but has nothing
+        new to commit."""
+        interval_s = self.cluster.config["upstream.offsets.recommit.interval.ms"] / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(interval_s, 60.0))
+            known: set[str] = set()
+            for shard in list(self.groups.shards.by_index.values()):
+                if not shard.serving:
+                    continue
+                for group_id, group in list(shard.machine.groups.items()):
+                    known.add(group_id)
+                    now = loop.time()
+                    if group.is_empty() or now - self._recommitted.setdefault(group_id, now) < interval_s:
+                        continue
+                    self._recommitted[group_id] = now
+                    try:
+                        await self.recommit(shard, group_id)
+                    except Exception:  # noqa: BLE001 - the next round tries again
+                        log.exception("re-committing the offsets of group %r to the cluster failed", group_id)
+            for group_id in self._recommitted.keys() - known:
+                del self._recommitted[group_id]
+
+    async def recommit(self, shard: Any, group_id: str) -> None:
+        async with self._mirror_lock(group_id):
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for topic, partition, offset in shard.machine.offsets.store.partitions(group_id):
+                by_topic.setdefault(topic, []).append(
+                    {
+                        "partition_index": partition,
+                        "committed_offset": offset.committed_offset,
+                        "committed_leader_epoch": offset.leader_epoch,
+                        "commit_timestamp": -1,
+                        "committed_metadata": offset.metadata,
+                    }
+                )
+            if by_topic:
+                await self._mirror_commit(
+                    group_id, [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+                )
 
     # -- transactional offset commits (KIP-447) ------------------------------------------------------------------
 

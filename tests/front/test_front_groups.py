@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.java import fetch_jar_set, run_java_tool
-from tests.support.kafka_cluster import create_replicated_topic
+from tests.support.kafka_cluster import cluster_committed, create_replicated_topic
 from tests.support.members import (
     check_exactly_once,
     commit_errors,
@@ -35,7 +35,12 @@ def kafka_tools() -> Path:
     return fetch_jar_set("kafka-tools")
 
 
-def test_group_through_the_front_commits_to_the_cluster(members, front, direct, tmp_path, kafka_tools):
+def test_group_through_the_front_commits_to_the_cluster(
+    members, server_factory, direct, tmp_path, kafka_tools
+):
+    front = server_factory(
+        {"upstream.bootstrap.servers": direct.bootstrap, "upstream.offsets.recommit.interval.ms": 2000}
+    )
     group, topic = "front-group", "front-group-topic"
     create_replicated_topic(front.bootstrap, topic, PARTITIONS)
     placed = produce_batch(front, topic, 600, 11, tmp_path)
@@ -69,6 +74,21 @@ def test_group_through_the_front_commits_to_the_cluster(members, front, direct, 
         if len(cols) >= 6 and cols[0] == group and cols[1] == topic:
             shown[int(cols[2])] = (int(cols[3]), int(cols[4]), cols[5])
     assert shown == {p: (ends[p], ends[p], "0") for p in range(PARTITIONS)}, out
+
+    # Offsets gone from the cluster (as its offsets.retention.minutes would expire them) while the group lives
+    # and has nothing new to commit: the front writes them again (upstream.offsets.recommit.interval.ms).
+    from confluent_kafka.admin import AdminClient
+
+    cluster_admin = AdminClient({"bootstrap.servers": direct.bootstrap})
+    for future in cluster_admin.delete_consumer_groups([group]).values():  # Empty there: deleted, offsets too
+        future.result(30)
+    assert all(o < 0 for o in cluster_committed(direct.bootstrap, group, topic, PARTITIONS).values())
+    wait_for(
+        lambda: cluster_committed(direct.bootstrap, group, topic, PARTITIONS) == ends,
+        20,
+        "the live group's offsets re-committed to the cluster",
+        members.describe,
+    )
 
     for m in (a, b):
         assert m.close() == 0, members.describe([m])
