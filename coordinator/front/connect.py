@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import logging
 import re
+import socket
 import ssl
 import struct
 from typing import Any
@@ -88,6 +89,9 @@ class Connector:
             ),
             timeout_s,
         )
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # forwarded frames go out at once
         try:
             if self.protocol.startswith("SASL"):
                 await asyncio.wait_for(self._authenticate(reader, writer), timeout_s)
