@@ -219,15 +219,28 @@ class UpstreamCluster:
         }
         return await self.ask_any(ApiKey.METADATA, 12, body, deadline)
 
-    async def refresh_nodes(self, deadline: float) -> Any:
-        """The cluster's brokers now (Metadata without topics); returns the answer."""
-        answer = await self.metadata([], deadline)
+    async def probe(self, node: int) -> None:
+        """Metadata without topics from one node: its health (NodeStats), and the cluster's brokers now."""
+        answer = await self.ask_node(
+            node,
+            ApiKey.METADATA,
+            self.version(ApiKey.METADATA, 12),
+            {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False},
+        )
+        self._take_nodes(answer)
+
+    def _take_nodes(self, answer: Any) -> None:
         nodes = {b.node_id: (b.host, b.port) for b in answer.brokers}
         if nodes:
             for gone in set(self.nodes) - set(nodes):
                 self._drop_own(gone)
             self.nodes = nodes
         self.cluster_id = answer.cluster_id
+
+    async def refresh_nodes(self, deadline: float) -> Any:
+        """The cluster's brokers now (Metadata without topics); returns the answer."""
+        answer = await self.metadata([], deadline)
+        self._take_nodes(answer)
         return answer
 
     # -- the cluster's group coordinators (where mirrored offsets live) ---------------------------------------

@@ -17,10 +17,13 @@ cluster's ACL and SCRAM APIs, and any API the cluster serves that this server do
 Decoded and rewritten: Metadata and DescribeCluster (broker addresses), FindCoordinator for transactional ids
 (coordinator.front.groups). Produce with acks=0 has no answer upstream, and none here.
 
+Produce (v10+) and Fetch (v16+) answers can name a moved leader's address (KIP-951 NodeEndpoints): those are
+rewritten too (coordinator.front.endpoints), so Produce and Fetch are served up to the versions whose layout that
+knows (13 and 18).
+
 ApiVersions says what the path serves: the group APIs at this server's versions; every forwarded API at the
-cluster's versions, except Produce above v9 and Fetch above v15 (their answers can carry KIP-951 NodeEndpoints
-with the brokers' own addresses, which these raw frames would pass on); none of the consumer (KIP-848), share or
-streams group APIs, which this server does not coordinate yet and the cluster must not coordinate behind it.
+cluster's versions (Produce and Fetch capped as above); none of the consumer (KIP-848), share or streams group
+APIs, which this server does not coordinate yet and the cluster must not coordinate behind it.
 
 Faults. A forwarded request unanswered within `upstream.request.timeout.ms`, or an upstream connection that breaks
 with requests in flight, closes the client's connection, as a broker that goes away would; clients reconnect and
@@ -47,11 +50,13 @@ from coordinator.cluster.upstream import UpstreamError
 from coordinator.config import Config
 from coordinator.server.connection import CLOSE
 from coordinator.server.listener import KafkaListener
-from protocol.api import ApiTable, RequestContext
+from protocol.api import ApiTable, RequestContext, decode_response, encode_body
 from protocol.api_keys import ApiKey
 
 from .cluster import UpstreamCluster, UpstreamTimeout
 from .connect import unused_settings
+from .endpoints import NEWEST as ENDPOINTS_NEWEST
+from .endpoints import has_endpoints
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +100,9 @@ WITHHELD = frozenset(
     }
     | set(range(ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.DELETE_SHARE_GROUP_OFFSETS + 1))
 )
-CAPS: dict[int, int] = {ApiKey.PRODUCE: 9, ApiKey.FETCH: 15}  # see the module doc (NodeEndpoints)
+# Produce and Fetch: up to the versions whose NodeEndpoints this server can rewrite (coordinator.front.endpoints)
+CAPS: dict[int, int] = dict(ENDPOINTS_NEWEST)
+ENDPOINTS = frozenset(ENDPOINTS_NEWEST)
 # Rewritten answers (decoded), at this server's versions narrowed to the cluster's.
 REWRITTEN = {ApiKey.METADATA: (0, 13), ApiKey.DESCRIBE_CLUSTER: (0, 2)}
 
@@ -338,7 +345,28 @@ class FrontDataPlane:
             # with a broker that goes away; the client reconnects and retries.
             self._abort_connection(ctx.connection_id)
             return CLOSE
+        if ctx.api_key in ENDPOINTS and has_endpoints(ctx.api_key, ctx.api_version, rest):
+            return await self._rewrite_endpoints(ctx, rest)
         return _CID.pack(ctx.correlation_id) + rest
+
+    async def _rewrite_endpoints(self, ctx: RequestContext, rest: bytes) -> bytes:
+        """A Produce or Fetch answer naming new leaders' addresses (KIP-951), with this server's instead."""
+        answer = decode_response(ctx.api_key, ctx.api_version, rest)
+        addresses = await self.rewrite_nodes(e.node_id for e in answer.node_endpoints)
+        log.info(
+            "api %d answer names moved leaders' addresses (nodes %s): given this server's",
+            ctx.api_key,
+            sorted(addresses),
+        )
+        endpoints = tuple(
+            dataclasses.replace(e, host=addresses[e.node_id][0], port=addresses[e.node_id][1])
+            for e in answer.node_endpoints
+            if e.node_id in addresses
+        )
+        body = encode_body(
+            ctx.api_key, ctx.api_version, dataclasses.replace(answer, node_endpoints=endpoints)
+        )
+        return _CID.pack(ctx.correlation_id) + b"\x00" + body.body  # response header v1: no tags
 
     async def forward_any(self, ctx: RequestContext, request: Any) -> Any:
         """A decoded request any broker can answer (Metadata, DescribeCluster, FindCoordinator for a
@@ -405,11 +433,17 @@ class FrontDataPlane:
             self.cluster.sweep(now)
 
     async def _refresh_periodically(self) -> None:
+        turn = 0
         while True:
             await asyncio.sleep(REFRESH_INTERVAL_S)
             try:
-                # every second: new brokers get their listener, and /readyz knows whether the cluster answers
-                await self.cluster.refresh_nodes(time.monotonic() + self.cluster.timeout_s)
+                # every second one broker in turn is asked for the brokers: each one's health is known (/readyz,
+                # /metrics), and a new broker gets its listener
+                nodes = sorted(self.cluster.nodes)
+                if nodes:
+                    turn += 1
+                    with contextlib.suppress(UpstreamError, OSError, TimeoutError):
+                        await self.cluster.probe(nodes[turn % len(nodes)])
                 for node in self.cluster.nodes:
                     await self._ensure_listener(node)
                 if self._watched:

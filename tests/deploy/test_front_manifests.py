@@ -18,7 +18,9 @@ BROKER_PORTS = {9092 + 1 + node for node in (1, 2, 3)}
 
 def _objects() -> list[dict]:
     kustomization = yaml.safe_load((FRONT / "kustomization.yaml").read_text())
-    return [doc for r in kustomization["resources"] for doc in yaml.safe_load_all((FRONT / r).read_text()) if doc]
+    return [
+        doc for r in kustomization["resources"] for doc in yaml.safe_load_all((FRONT / r).read_text()) if doc
+    ]
 
 
 @pytest.mark.parametrize("version", ("1.29.0", "1.33.0"))

@@ -95,3 +95,113 @@ def test_record_batches_round_trip():
     corrupt[-1] ^= 0xFF
     with pytest.raises(ValueError):
         list(decode_batches(bytes(corrupt)))
+
+
+def _answer(api_key: int, version: int, endpoints: list[dict]) -> bytes:
+    """An answer as a broker sends it (from after the correlation id): header tags, then the body."""
+    import uuid
+
+    from protocol.api import encode_body
+    from protocol.errors import ErrorCode
+
+    if api_key == 0:
+        body = {
+            "responses": [
+                {
+                    "name": "t",
+                    "topic_id": uuid.uuid4(),
+                    "partition_responses": [
+                        {
+                            "index": 0,
+                            "error_code": ErrorCode.not_leader_or_follower,
+                            "base_offset": -1,
+                            "log_start_offset": -1,
+                            "record_errors": [{"batch_index": 0, "batch_index_error_message": "no"}],
+                            "error_message": "moved",
+                            "current_leader": {"leader_id": 2, "leader_epoch": 5},
+                        },
+                        {
+                            "index": 1,
+                            "error_code": ErrorCode.none,
+                            "base_offset": 7,
+                            "log_start_offset": 0,
+                        },
+                    ],
+                }
+            ],
+            "throttle_time": 0,
+            "node_endpoints": endpoints,
+        }
+    else:
+        body = {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "session_id": 9,
+            "responses": [
+                {
+                    "topic_id": uuid.uuid4(),
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "error_code": ErrorCode.not_leader_or_follower,
+                            "high_watermark": 10,
+                            "last_stable_offset": 10,
+                            "log_start_offset": 0,
+                            "current_leader": {"leader_id": 2, "leader_epoch": 5},
+                            "aborted_transactions": [{"producer_id": 3, "first_offset": 1}],
+                            "preferred_read_replica": -1,
+                            "records": b"\x01" * 300,
+                        },
+                        {
+                            "partition_index": 1,
+                            "error_code": ErrorCode.none,
+                            "high_watermark": 4,
+                            "records": None,
+                            "aborted_transactions": None,
+                        },
+                    ],
+                }
+            ],
+            "node_endpoints": endpoints,
+        }
+    return b"\x00" + encode_body(api_key, version, body).body
+
+
+@pytest.mark.parametrize("api_key,version", [(0, 10), (0, 11), (0, 12), (0, 13), (1, 16), (1, 17), (1, 18)])
+def test_node_endpoints_are_found_without_decoding(api_key, version):
+    from coordinator.front.endpoints import has_endpoints
+
+    assert not has_endpoints(api_key, version, _answer(api_key, version, []))
+    moved = _answer(
+        api_key, version, [{"node_id": 2, "host": "broker-2.internal", "port": 9092, "rack": None}]
+    )
+    assert has_endpoints(api_key, version, moved)
+
+
+@pytest.mark.parametrize("api_key,version", [(0, 10), (0, 13), (1, 16), (1, 18)])
+def test_node_endpoints_get_the_fronts_addresses(api_key, version):
+    import asyncio
+    import struct
+    import types
+
+    from coordinator.front.dataplane import FrontDataPlane
+    from coordinator.server.listener import KafkaListener
+    from protocol.api import RequestContext, decode_response
+
+    async def scenario():
+        cluster = types.SimpleNamespace(nodes={2: ("10.9.9.2", 9092)}, stats={}, timeout_s=1.0)
+        front = FrontDataPlane(Config(), cluster, lambda: None, None, lambda _c: None)
+        front.listeners[2] = KafkaListener("PLAINTEXT", "127.0.0.1", 0, bound_port=40002)
+        moved = _answer(api_key, version, [{"node_id": 2, "host": "10.9.9.2", "port": 9092, "rack": "r1"}])
+        ctx = RequestContext(api_key, version, 77, "c")
+        payload = await front._rewrite_endpoints(ctx, moved)
+        (cid,) = struct.unpack_from(">i", payload)
+        assert cid == 77
+        answer = decode_response(api_key, version, payload[4:])
+        assert [(e.node_id, e.host, e.port, e.rack) for e in answer.node_endpoints] == [
+            (2, "127.0.0.1", 40002, "r1")
+        ]
+        original = decode_response(api_key, version, moved)
+        assert answer.responses == original.responses  # nothing else changed
+
+    asyncio.run(scenario())

@@ -1,0 +1,84 @@
+"""KIP-951 NodeEndpoints in forwarded Produce (v10+) and Fetch (v16+) answers: when a partition's leader moved,
+the broker names the new leader's host and port in a tagged field at the end of the answer, and a client
+re-points that node to it. Passed on as they are, those would be the brokers' own addresses, and the client would
+go around this server. So the answer is walked (without copying or decoding the records) to its top-level tagged
+fields; when there are any, it is decoded, the addresses are rewritten to this server's, and it is encoded again.
+Almost every answer has none and goes on as the broker's bytes."""
+
+from __future__ import annotations
+
+from protocol.api_keys import ApiKey
+
+# The newest versions whose layout `top_level_tags` knows (and kio decodes).
+NEWEST: dict[int, int] = {ApiKey.PRODUCE: 13, ApiKey.FETCH: 18}
+FIRST_WITH_ENDPOINTS: dict[int, int] = {ApiKey.PRODUCE: 10, ApiKey.FETCH: 16}
+
+
+def _uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _skip_tags(data: bytes | memoryview, pos: int) -> int:
+    count, pos = _uvarint(data, pos)
+    for _ in range(count):
+        _tag, pos = _uvarint(data, pos)
+        size, pos = _uvarint(data, pos)
+        pos += size
+    return pos
+
+
+def _skip_compact(data: bytes | memoryview, pos: int) -> int:
+    """A compact (nullable) string or bytes."""
+    length, pos = _uvarint(data, pos)
+    return pos + max(length - 1, 0)
+
+
+def _produce(data: bytes | memoryview, pos: int, version: int) -> int:
+    topics, pos = _uvarint(data, pos)
+    for _ in range(max(topics - 1, 0)):
+        pos = pos + 16 if version >= 13 else _skip_compact(data, pos)  # topic id, or name
+        partitions, pos = _uvarint(data, pos)
+        for _ in range(max(partitions - 1, 0)):
+            pos += 4 + 2 + 8 + 8 + 8  # index, error, base offset, log append time, log start offset
+            errors, pos = _uvarint(data, pos)
+            for _ in range(max(errors - 1, 0)):
+                pos = _skip_tags(data, _skip_compact(data, pos + 4))
+            pos = _skip_tags(data, _skip_compact(data, pos))  # error message, then the partition's tags
+        pos = _skip_tags(data, pos)
+    return pos + 4  # throttle time
+
+
+def _fetch(data: bytes | memoryview, pos: int, version: int) -> int:
+    pos += 4 + 2 + 4  # throttle time, error, session id
+    topics, pos = _uvarint(data, pos)
+    for _ in range(max(topics - 1, 0)):
+        pos += 16  # topic id
+        partitions, pos = _uvarint(data, pos)
+        for _ in range(max(partitions - 1, 0)):
+            pos += 4 + 2 + 8 + 8 + 8  # index, error, high watermark, last stable offset, log start offset
+            aborted, pos = _uvarint(data, pos)
+            for _ in range(max(aborted - 1, 0)):
+                pos = _skip_tags(data, pos + 16)
+            pos += 4  # preferred read replica
+            pos = _skip_tags(data, _skip_compact(data, pos))  # records, then the partition's tags
+        pos = _skip_tags(data, pos)
+    return pos
+
+
+def has_endpoints(api_key: int, version: int, answer: bytes | memoryview) -> bool:
+    """Whether a Produce or Fetch answer (from after its correlation id) has top-level tagged fields: its
+    NodeEndpoints (the only one these versions define). ValueError/IndexError when it does not parse."""
+    if version < FIRST_WITH_ENDPOINTS[api_key]:
+        return False
+    pos = _skip_tags(answer, 0)  # the response header's
+    walk = _produce if api_key == ApiKey.PRODUCE else _fetch
+    pos = walk(answer, pos, version)
+    count, _ = _uvarint(answer, pos)
+    return count > 0
