@@ -106,10 +106,18 @@ def main(argv: list[str] | None = None) -> int:
             return supervisor.run()
         from coordinator import app  # not before: a supervisor does not need it
         from coordinator.brokers import ListenError
+        from coordinator.front.connect import UpstreamAuthError
+        from coordinator.front.state import StateTopicError
 
         try:
-            app.run(app.build(config, listen, admin, advertised, args.data_dir))
-        except ListenError as exc:
+            built = app.build(config, listen, admin, advertised, args.data_dir)
+        except ValueError as exc:  # settings that do not go together (the front with several listeners)
+            print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
+            return 2
+        try:
+            app.run(built)
+        except (ListenError, UpstreamAuthError, StateTopicError) as exc:
+            # a listener that cannot be bound; in front of a cluster: refused credentials, an unusable state topic
             print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
             return 1
     return 0

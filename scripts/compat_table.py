@@ -65,8 +65,11 @@ def merge(committed: dict, latest_dir: Path) -> dict:
         key = new["client"]
         old = committed["clients"].get(key, {})
         merged = dict(old)
-        merged.update({k: v for k, v in new.items() if k not in ("scenarios", "api_versions", "notes")})
+        merged.update(
+            {k: v for k, v in new.items() if k not in ("scenarios", "api_versions", "notes", "front")}
+        )
         merged["scenarios"] = {**old.get("scenarios", {}), **new.get("scenarios", {})}
+        merged["front"] = {**old.get("front", {}), **new.get("front", {})}
         merged["api_versions"] = new.get("api_versions") or old.get("api_versions", {})
         merged["notes"] = list(dict.fromkeys([*new.get("notes", []), *old.get("notes", [])]))
         committed["clients"][key] = merged
@@ -85,6 +88,21 @@ def versions_cell(api: str, versions: list[int]) -> str:
     return ",".join(str(v) for v in versions)
 
 
+def front_cell(key: str, front: dict, footnote) -> str:
+    """The same scenarios through a server in front of a Kafka cluster: how many passed of those that apply,
+    and which failed (with the first failure's detail as a footnote)."""
+    applicable = {s: r for s, r in front.items() if r["result"] in ("pass", "fail")}
+    if not applicable:
+        return "n.t."
+    failed = [s for s in SCENARIOS if s in applicable and applicable[s]["result"] == "fail"]
+    passed = len(applicable) - len(failed)
+    if not failed:
+        return f"pass ({passed}/{len(applicable)})"
+    first = applicable[failed[0]]
+    names = ", ".join(SCENARIOS[s] for s in failed)
+    return f"**FAIL**: {names}" + footnote(f"{CLIENTS[key]['name']} through the front: {first['detail']}")
+
+
 def render(data: dict) -> str:
     clients = [(k, data["clients"][k]) for k in CLIENTS if k in data["clients"]]
     notes: list[str] = []
@@ -95,8 +113,8 @@ def render(data: dict) -> str:
         return f"<sup>{notes.index(text) + 1}</sup>"
 
     lines = [
-        "| client | version | from | " + " | ".join(SCENARIOS.values()) + " |",
-        "|---|---|---|" + "---|" * len(SCENARIOS),
+        "| client | version | from | " + " | ".join(SCENARIOS.values()) + " | through the front |",
+        "|---|---|---|" + "---|" * (len(SCENARIOS) + 1),
     ]
     for key, e in clients:
         cells = []
@@ -109,6 +127,7 @@ def render(data: dict) -> str:
             if r.get("detail"):
                 cell += footnote(f"{CLIENTS[key]['name']}: {r['detail']}")
             cells.append(cell)
+        cells.append(front_cell(key, e.get("front", {}), footnote))
         lines.append(
             f"| {CLIENTS[key]['name']} | {e.get('version') or '?'} | {e.get('registry', '')} | "
             + " | ".join(cells)

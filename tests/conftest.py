@@ -1,5 +1,5 @@
 """The one root conftest: the shared fixtures (tests/support/fixtures.py) for every suite."""
 
-from tests.support.fixtures import members, server, server_factory
+from tests.support.fixtures import front, kafka_cluster, members, server, server_factory
 
-__all__ = ["members", "server", "server_factory"]
+__all__ = ["front", "kafka_cluster", "members", "server", "server_factory"]

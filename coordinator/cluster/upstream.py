@@ -190,7 +190,9 @@ class Upstream:
         pending, self._pending = self._pending, {}
         for future in pending.values():
             if not future.done():
-                future.set_exception(UpstreamError(f"the connection to {self._name} failed: {exc!r}"))
+                error = UpstreamError(f"the connection to {self._name} failed: {exc!r}")
+                error.__cause__ = exc  # e.g. the front's refused credentials (coordinator.front.connect)
+                future.set_exception(error)
 
     def close(self) -> None:
         self._task.cancel()

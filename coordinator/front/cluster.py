@@ -181,8 +181,9 @@ class UpstreamCluster:
         answers (the server does not listen before it knows what it fronts). An authentication refusal is fatal."""
         attempt = 0
         while True:
-            for index, (host, port) in enumerate(self.bootstrap):
-                self.bootstrap.insert(0, self.bootstrap.pop(index))  # connection(BOOTSTRAP) uses the first
+            for host, port in list(self.bootstrap):
+                self.bootstrap.remove((host, port))
+                self.bootstrap.insert(0, (host, port))  # connection(BOOTSTRAP) uses the first
                 try:
                     answer = await self.ask_node(
                         BOOTSTRAP,
@@ -199,6 +200,8 @@ class UpstreamCluster:
                 except UpstreamAuthError:
                     raise
                 except (TimeoutError, UpstreamError, OSError, UpstreamTimeout) as exc:
+                    if isinstance(exc.__cause__, UpstreamAuthError):
+                        raise exc.__cause__ from None  # refused credentials: retrying cannot help
                     self._drop_own(BOOTSTRAP)
                     if attempt % 10 == 0:
                         log.warning("upstream %s:%d not reachable yet: %r", host, port, exc)

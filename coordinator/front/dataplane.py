@@ -88,16 +88,10 @@ LOCAL = frozenset(
         ApiKey.TXN_OFFSET_COMMIT,
     }
 )
-# Never forwarded: group types this server does not coordinate (yet) and must not leave to the cluster, the
-# inter-broker Envelope, and transactional offset commits, which need this server's check of the member first
-# (not done yet: advertised by neither).
+# Never forwarded: group types this server does not coordinate (yet) and must not leave to the cluster, and the
+# inter-broker Envelope.
 WITHHELD = frozenset(
-    {
-        ApiKey.ENVELOPE,
-        ApiKey.TXN_OFFSET_COMMIT,
-        ApiKey.CONSUMER_GROUP_HEARTBEAT,
-        ApiKey.CONSUMER_GROUP_DESCRIBE,
-    }
+    {ApiKey.ENVELOPE, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE}
     | set(range(ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.DELETE_SHARE_GROUP_OFFSETS + 1))
 )
 # Produce and Fetch: up to the versions whose NodeEndpoints this server can rewrite (coordinator.front.endpoints)
@@ -158,6 +152,8 @@ class FrontDataPlane:
         self._serve_versions()
         for node in sorted(self.cluster.nodes):
             await self._ensure_listener(node)
+        # every broker asked once: /readyz and the metrics know each one's health from the start
+        await asyncio.gather(*(self.cluster.probe(n) for n in self.cluster.nodes), return_exceptions=True)
         self._tasks = [
             asyncio.create_task(self._sweep_periodically()),
             asyncio.create_task(self._refresh_periodically()),
@@ -199,7 +195,13 @@ class FrontDataPlane:
     def topic_name(self, topic_id: Any) -> str | None:
         return None  # requests by topic id are forwarded undecoded: the cluster authorizes them
 
+    def watch(self, topics: Iterable[str]) -> None:
+        """Keep the log-end offsets of these topics (the topics groups commit offsets for)."""
+        self._watched.update(topics)
+
     async def catch_up(self) -> None:
+        if self.groups is not None:
+            self.watch(self.groups.committed_topics())  # every topic a group has offsets for has a lag
         asked = self._refreshes_started
         async with self._refresh_lock:
             if self._refreshed > asked:

@@ -102,6 +102,16 @@ class FrontGroups:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._recommit_task
 
+    def committed_topics(self) -> set[str]:
+        """The topics any group of this server has committed offsets for (their lag needs log-end offsets)."""
+        topics: set[str] = set()
+        for shard in list(self.groups.shards.by_index.values()):
+            if shard.serving:
+                store = shard.machine.offsets.store
+                for group_id in list(shard.machine.groups):
+                    topics.update(store.topics(group_id))
+        return topics
+
     # -- which node coordinates a group -------------------------------------------------------------------------
 
     def node_of_group(self, group_id: str) -> int | None:
@@ -171,6 +181,7 @@ class FrontGroups:
                 }
                 for t in request.topics
             ]
+            self.dataplane.watch(t["name"] for t in topics if t["partitions"])
             errors = await self.mirror_commit(request.group_id, [t for t in topics if t["partitions"]])
             if not any(errors.values()):
                 return answer
@@ -251,7 +262,7 @@ class FrontGroups:
                     *(self.cluster_offsets(g.group_id, g.topics, require_stable) for g in request.groups)
                 )
                 return {
-                    "throttle_time_ms": 0,
+                    "throttle_time": 0,
                     "groups": [
                         {"group_id": g.group_id, "topics": topics, "error_code": code}
                         for g, (code, topics) in zip(request.groups, found, strict=True)
@@ -265,7 +276,7 @@ class FrontGroups:
                 else [{"name": t.name, "partition_indexes": t.partition_indexes} for t in topics],
                 require_stable,
             )
-            return {"throttle_time_ms": 0, "error_code": code, "topics": found_topics}
+            return {"throttle_time": 0, "error_code": code, "topics": found_topics}
 
         return fetch
 
@@ -421,7 +432,7 @@ class FrontGroups:
             else:
                 return answer
         return {
-            "throttle_time_ms": 0,
+            "throttle_time": 0,
             "topics": [
                 {
                     "name": t.name,

@@ -80,6 +80,10 @@ TEST_SCENARIOS = {
 
 _RANK = {"n.t.": 0, "n.a.": 1, "pass": 2, "fail": 3}  # n.t.: not tested
 
+# "server": the results are the standalone server's (entry["scenarios"]); "front": a test runs the scenario through
+# a server in front of a 3-node Kafka cluster (tests/compat/test_front_matrix.py), recorded in entry["front"].
+MODE = "server"
+
 
 # -- recording proxy -----------------------------------------------------------------------------------------
 
@@ -270,11 +274,13 @@ def record(
     entry = _entry(client)
     if version:
         _set_version(entry, version)
-    old = entry["scenarios"].get(scenario)
-    if (client, scenario) not in _touched or old is None or _RANK[result] >= _RANK[old["result"]]:
-        _touched.add((client, scenario))
-        entry["scenarios"][scenario] = {"result": result, "detail": detail[:400], "test": test}
-    if proxy is not None:
+    results = entry["scenarios"] if MODE == "server" else entry.setdefault("front", {})
+    old = results.get(scenario)
+    key = (client, f"{MODE}:{scenario}")
+    if key not in _touched or old is None or _RANK[result] >= _RANK[old["result"]]:
+        _touched.add(key)
+        results[scenario] = {"result": result, "detail": detail[:400], "test": test}
+    if proxy is not None and MODE == "server":
         note_api_versions(client, proxy)
     _write(client)
 
@@ -295,7 +301,7 @@ def note(client: str, text: str) -> None:
 
 def _set_version(entry: dict[str, Any], version: str) -> None:
     if entry.get("version") not in (None, version):  # another client version: earlier results do not apply
-        entry.update(scenarios={}, api_versions={}, notes=[])
+        entry.update(scenarios={}, api_versions={}, notes=[], front={})
     entry["version"] = version
 
 

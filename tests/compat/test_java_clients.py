@@ -41,7 +41,10 @@ def check_version(member, java_clients) -> None:
 def test_java_members_split_consume_exactly_once_and_take_over_a_leaver(
     members, server, tmp_path, java_clients, assignor
 ):
-    group, topic = f"java-{java_clients.set_name}-{assignor}", f"java-split-{assignor}"
+    group, topic = (
+        f"java-{java_clients.set_name}-{assignor}",
+        f"java-split-{java_clients.set_name}-{assignor}",
+    )
     create_topic(server, topic, PARTITIONS)
     placed = produce_batch(server, topic, 600, 500, tmp_path)
     ms = [
@@ -85,7 +88,7 @@ def test_java_members_split_consume_exactly_once_and_take_over_a_leaver(
 def test_java_static_member_restart_keeps_partitions_without_rebalance(
     members, server, tmp_path, java_clients
 ):
-    group, topic = f"java-static-{java_clients.set_name}", "java-static-topic"
+    group, topic = f"java-static-{java_clients.set_name}", f"java-static-{java_clients.set_name}-topic"
     create_topic(server, topic, PARTITIONS)
     placed = produce_batch(server, topic, 300, 510, tmp_path)
     ms = []
@@ -152,7 +155,7 @@ def test_java_static_member_restart_keeps_partitions_without_rebalance(
 
 
 def test_java_duplicate_instance_id_fences_the_older_member(members, server, java_clients):
-    group, topic = f"java-fence-{java_clients.set_name}", "java-fence-topic"
+    group, topic = f"java-fence-{java_clients.set_name}", f"java-fence-{java_clients.set_name}-topic"
     create_topic(server, topic, PARTITIONS)
     a = start_java_member(
         members, java_clients, "a", server, group, topic, instance_id="fence-a", settings=STATIC

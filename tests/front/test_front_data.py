@@ -116,3 +116,52 @@ def test_transactions_through_the_front(front, direct):
     finally:
         consumer.close()
     assert values == [f"committed-{i}" for i in range(10)], values
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_the_connection_to_the_cluster_uses_its_own_credentials(
+    server_factory, kafka_cluster, tmp_path, mechanism
+):
+    """The front authenticates to the cluster's SASL listener with its `upstream.` settings; its clients do not
+    (they talk PLAINTEXT to the front), and records and groups work through it."""
+    from tests.support.kafka_cluster import SASL_USER
+
+    user, password = SASL_USER
+    settings = {
+        "upstream.bootstrap.servers": kafka_cluster.sasl_bootstrap,
+        "upstream.security.protocol": "SASL_PLAINTEXT",
+        "upstream.sasl.mechanism": mechanism,
+    }
+    if mechanism == "PLAIN":
+        settings["upstream.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{user}" password="{password}";'
+        )
+    else:
+        settings |= {"upstream.sasl.username": user, "upstream.sasl.password": password}
+    front = server_factory(settings)
+    topic = f"front-sasl-{mechanism.lower()}"
+    assert run_client("ck", "create-topic", front, "--topic", topic, "--partitions", "1")["error"] is None
+    messages = make_messages(50, seed=7)
+    delivered = produce("ck", front, topic, messages, tmp_path)
+    placed = check_delivered(messages, delivered, 1)
+    consumed = consume("ck", front, topic, 1, len(messages), tmp_path)
+    check_consumed(messages, placed, consumed, 1)
+
+
+def test_refused_credentials_stop_the_server_with_a_clear_error(kafka_cluster, tmp_path):
+    from tests.support.server import ServerStartError, start_server
+
+    with pytest.raises(ServerStartError) as refused:
+        start_server(
+            tmp_path / "front",
+            {
+                "upstream.bootstrap.servers": kafka_cluster.sasl_bootstrap,
+                "upstream.security.protocol": "SASL_PLAINTEXT",
+                "upstream.sasl.mechanism": "SCRAM-SHA-256",
+                "upstream.sasl.username": "kgc-front",
+                "upstream.sasl.password": "wrong",
+            },
+            ready_timeout=60,
+        )
+    assert "refused SASL SCRAM-SHA-256" in str(refused.value), refused.value

@@ -12,6 +12,7 @@ import pytest
 from tests.support.java import fetch_jar_set, run_java_tool
 from tests.support.kafka_cluster import cluster_committed, create_replicated_topic
 from tests.support.members import (
+    admin_http,
     check_exactly_once,
     commit_errors,
     committed_offsets,
@@ -56,6 +57,15 @@ def test_group_through_the_front_commits_to_the_cluster(
     )
     # Every acknowledged commit is the cluster's too: read there, without the front.
     assert committed_offsets(direct, group, topic, PARTITIONS) == ends
+    # Lag as standalone, from the cluster's log-end offsets.
+    wait_for(
+        lambda: admin_http(front, "GET", f"/v1/groups/{group}")[1].get("lag") == 0,
+        20,
+        "the group's lag from the cluster's log-end offsets",
+        members.describe,
+    )
+    described = admin_http(front, "GET", f"/v1/groups/{group}")[1]
+    assert {o["partition"]: o["log_end_offset"] for o in described["offsets"]} == ends, described
 
     # Kafka's own tool pointed at the cluster shows them (a simple group there: no members, no lag).
     out = run_java_tool(
@@ -122,3 +132,34 @@ def test_group_that_committed_on_the_cluster_continues_through_the_front(members
     check_exactly_once([old, new], first | second)
     everything = high_watermarks(first | second, PARTITIONS)
     assert committed_offsets(direct, group, topic, PARTITIONS) == everything
+
+
+def test_a_group_with_members_of_its_own_on_the_cluster_is_reported(members, front, direct, tmp_path):
+    """Split brain: a client that bypasses the front with the same group id makes the cluster refuse the front's
+    commits for it; that is reported (/readyz, /metrics), not fought."""
+    import json
+    import urllib.request
+
+    group, topic = "front-split-brain", "front-split-brain-topic"
+    create_replicated_topic(front.bootstrap, topic, PARTITIONS)
+    placed = produce_batch(front, topic, 60, 61, tmp_path)
+    bypass = members.start("ck", "bypass", direct, group, topic, settings=SETTINGS)
+    wait_split(members, [bypass], PARTITIONS, [PARTITIONS], timeout=40, stable_for=0)
+    through = members.start("ck", "through", front, group, topic, settings=SETTINGS)
+
+    def reported() -> bool:
+        with urllib.request.urlopen(front.admin_url + "/readyz", timeout=10) as response:
+            body = json.load(response)
+        return group in body["upstream"]["split_brain_groups"]
+
+    wait_for(reported, 40, "the split brain reported in /readyz", members.describe)
+    with urllib.request.urlopen(front.admin_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    assert any(
+        line.startswith("kafka_group_coordinator_upstream_split_brain_commits_total ")
+        and float(line.split()[-1]) >= 1
+        for line in text.splitlines()
+    ), text[-2000:]
+    assert placed  # the records exist; what the two sides consumed is not the point here
+    for m in (through, bypass):
+        m.kill()

@@ -6,6 +6,8 @@
     members         a tests.support.members.Members: start(lib, name, server, group, topic, ...) runs one group
                     member in its own process; members still running at teardown are killed (before the server
                     is stopped)
+    kafka_cluster   session-scoped: a real 3-node Apache Kafka 4.x cluster (tests.support.kafka_cluster)
+    front           a server in front of that cluster (upstream.bootstrap.servers)
 
 A ServerProcess (tests.support.server) has .bootstrap ("127.0.0.1:PORT"), .admin_url ("http://127.0.0.1:PORT"),
 .proc, .data_dir. Teardown fails the test if the server died during it, did not exit within 10 s of SIGTERM (it
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.kafka_cluster import KafkaCluster
 from tests.support.members import Members
 from tests.support.server import (
     STOP_TIMEOUT_S,
@@ -128,3 +131,21 @@ def members(server_factory, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     pool = Members(tmp_path_factory.mktemp("members"))
     yield pool
     pool.cleanup()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A real Apache Kafka 4.x cluster of three KRaft nodes (tests.support.kafka_cluster), started once per test
+    run, for the server in front of a cluster (tests/front/, and the Spark jobs run through the front)."""
+    try:
+        cluster = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"))
+    except RuntimeError as exc:
+        pytest.fail(f"the Kafka cluster did not start: {exc}", pytrace=False)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def front(server_factory: ServerFactory, kafka_cluster: KafkaCluster) -> ServerProcess:
+    """A server in front of `kafka_cluster` (upstream.bootstrap.servers)."""
+    return server_factory({"upstream.bootstrap.servers": kafka_cluster.bootstrap})

@@ -2,7 +2,8 @@
 (scripts/fetch-jars.sh kafka-server), on 127.0.0.1: the cluster the server runs in front of
 (`upstream.bootstrap.servers`, tests/front/). Started once per test run (the `kafka_cluster` fixture).
 
-Nodes have ids 1, 2, 3. `__consumer_offsets` and the transaction log are replicated three ways with
+Nodes have ids 1, 2, 3. Besides PLAINTEXT each node has a SASL_PLAINTEXT listener (`sasl_bootstrap`) taking PLAIN
+and SCRAM-SHA-256 for SASL_USER, for the server's authenticated connection to the cluster. `__consumer_offsets` and the transaction log are replicated three ways with
 min.insync.replicas 2, as in production, so one node can be SIGKILLed (`kill`) and restarted (`start`) while
 clients keep going.
 """
@@ -21,6 +22,7 @@ from tests.support.java import fetch_jar_set, need_tools
 from tests.support.wire import WireClient, make, request_class
 
 NODE_IDS = (1, 2, 3)
+SASL_USER = ("kgc-front", "front-secret")  # user and password on the cluster's SASL listener
 HEAP = "384m"
 
 
@@ -40,6 +42,7 @@ class KafkaCluster:
         self.run_dir = run_dir
         self.ports = {n: _free_port() for n in NODE_IDS}
         self.controller_ports = {n: _free_port() for n in NODE_IDS}
+        self.sasl_ports = {n: _free_port() for n in NODE_IDS}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         voters = ",".join(f"{n}@127.0.0.1:{self.controller_ports[n]}" for n in NODE_IDS)
         # As Kafka's Uuid.randomUuid: never one that begins with '-', which the format tool reads as an option.
@@ -58,11 +61,19 @@ class KafkaCluster:
                         f"node.id={n}",
                         f"controller.quorum.voters={voters}",
                         f"listeners=PLAINTEXT://127.0.0.1:{self.ports[n]},"
-                        f"CONTROLLER://127.0.0.1:{self.controller_ports[n]}",
-                        f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.ports[n]}",
+                        f"CONTROLLER://127.0.0.1:{self.controller_ports[n]},"
+                        f"SASL://127.0.0.1:{self.sasl_ports[n]}",
+                        f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.ports[n]},"
+                        f"SASL://127.0.0.1:{self.sasl_ports[n]}",
                         "controller.listener.names=CONTROLLER",
                         "inter.broker.listener.name=PLAINTEXT",
-                        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL:SASL_PLAINTEXT",
+                        # The SASL listener: PLAIN and SCRAM-SHA-256 for the user of SASL_USER (made by `format`).
+                        "listener.name.sasl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256",
+                        "listener.name.sasl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain."
+                        f'PlainLoginModule required user_{SASL_USER[0]}="{SASL_USER[1]}";',
+                        "listener.name.sasl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram."
+                        "ScramLoginModule required;",
                         f"log.dirs={node_dir / 'data'}",
                         "num.partitions=3",
                         "default.replication.factor=3",
@@ -79,7 +90,16 @@ class KafkaCluster:
                 )
             )
             fmt = subprocess.run(
-                self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)),
+                self._java(
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    cluster_id,
+                    "-c",
+                    str(props),
+                    "--add-scram",
+                    f"SCRAM-SHA-256=[name={SASL_USER[0]},password={SASL_USER[1]}]",
+                ),
                 capture_output=True,
                 text=True,
                 timeout=180,
@@ -94,6 +114,11 @@ class KafkaCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{self.ports[n]}" for n in NODE_IDS)
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The SASL_PLAINTEXT listeners (PLAIN or SCRAM-SHA-256 as SASL_USER)."""
+        return ",".join(f"127.0.0.1:{self.sasl_ports[n]}" for n in NODE_IDS)
 
     def address(self, node: int) -> str:
         return f"127.0.0.1:{self.ports[node]}"
