@@ -146,6 +146,9 @@ def test_a_group_with_members_of_its_own_on_the_cluster_is_reported(members, fro
     bypass = members.start("ck", "bypass", direct, group, topic, settings=SETTINGS)
     wait_split(members, [bypass], PARTITIONS, [PARTITIONS], timeout=40, stable_for=0)
     through = members.start("ck", "through", front, group, topic, settings=SETTINGS)
+    wait_split(members, [through], PARTITIONS, [PARTITIONS], timeout=40, stable_for=0)
+    # Records for both sides to consume and commit (the cluster may already hold the bypass's offsets at the end).
+    placed |= produce_batch(front, topic, 60, 62, tmp_path)
 
     def reported() -> bool:
         with urllib.request.urlopen(front.admin_url + "/readyz", timeout=10) as response:
