@@ -48,6 +48,7 @@ from typing import Any
 
 from coordinator.brokers import Broker
 from coordinator.config import Config
+from coordinator.dataplane import SharedRefresh
 from coordinator.dataplane.embedded import VERSIONS as DATA_PLANE_VERSIONS
 from coordinator.security.apis import VERSIONS as SECURITY_API_VERSIONS
 from protocol.api import ApiTable, RequestContext, decode_response, encode_body, request_class
@@ -96,9 +97,7 @@ class ForwardingDataPlane:
         self._partitions: dict[str, int] = {}
         self._log_end: dict[tuple[str, int], int] = {}
         self._refresh_task: asyncio.Task[None] | None = None
-        self._refresh_lock = asyncio.Lock()
-        self._refreshes_started = 0
-        self._refreshed = 0  # the ordinal of the last refresh that completed
+        self._shared_refresh = SharedRefresh(self.refresh)
 
     # -- DataPlane -------------------------------------------------------------------------------------------
 
@@ -125,14 +124,7 @@ class ForwardingDataPlane:
         return self._partitions.get(topic)
 
     async def catch_up(self) -> None:
-        asked = self._refreshes_started
-        async with self._refresh_lock:
-            if self._refreshed > asked:
-                return  # a refresh that began after the call has completed meanwhile
-            self._refreshes_started += 1
-            ordinal = self._refreshes_started
-            await self.refresh()
-            self._refreshed = ordinal
+        await self._shared_refresh()
 
     def connection_closed(self, connection_id: int) -> None:
         upstream = self._upstreams.pop(connection_id, None)

@@ -48,6 +48,7 @@ from typing import Any
 from coordinator.brokers import Broker, client_address, local_address
 from coordinator.cluster.upstream import UpstreamError
 from coordinator.config import Config
+from coordinator.dataplane import SharedRefresh
 from coordinator.server.connection import CLOSE
 from coordinator.server.listener import KafkaListener
 from protocol.api import ApiTable, RequestContext, decode_response, encode_body
@@ -126,9 +127,7 @@ class FrontDataPlane:
         self._watched: set[str] = set()
         self._partitions: dict[str, int] = {}
         self._log_end: dict[tuple[str, int], int] = {}
-        self._refresh_lock = asyncio.Lock()
-        self._refreshes_started = 0
-        self._refreshed = 0
+        self._shared_refresh = SharedRefresh(self.refresh)
         self.started = False
         self.groups: Any = None  # coordinator.front.groups.FrontGroups, for upstream_status
 
@@ -202,14 +201,7 @@ class FrontDataPlane:
     async def catch_up(self) -> None:
         if self.groups is not None:
             self.watch(self.groups.committed_topics())  # every topic a group has offsets for has a lag
-        asked = self._refreshes_started
-        async with self._refresh_lock:
-            if self._refreshed > asked:
-                return
-            self._refreshes_started += 1
-            ordinal = self._refreshes_started
-            await self.refresh()
-            self._refreshed = ordinal
+        await self._shared_refresh()
 
     def connection_closed(self, connection_id: int) -> None:
         upstream = self._upstreams.pop(connection_id, None)
