@@ -282,22 +282,19 @@ class FrontDataPlane:
         host, port = client_address(listener.host, listener.bound_port, listener.advertised)
         return Broker(node, host, port)
 
-    def _address(self, node: int) -> tuple[str, int] | None:
-        if node < 0 or node not in self.listeners:
-            return None
-        b = self.broker(node)
-        return b.host, b.port
-
-    async def rewrite_nodes(self, node_ids: Iterable[int]) -> dict[int, tuple[str, int]]:
-        """This server's address of each node id (a listener is opened for a node first seen)."""
-        out = {}
-        for node in set(node_ids):
+    async def readdress(self, entries: Iterable[Any], id_field: str = "node_id") -> tuple[Any, ...]:
+        """The entries of an answer that name a broker (Metadata's and DescribeCluster's brokers, FindCoordinator's
+        coordinators, NodeEndpoints) with this server's address of that node, the node id kept; an entry naming
+        no node (-1, an error) stays as it is. A node first seen gets its listener."""
+        out = []
+        for entry in entries:
+            node = getattr(entry, id_field)
             if node >= 0:
                 await self._ensure_listener(node)
-                address = self._address(node)
-                if address is not None:
-                    out[node] = address
-        return out
+                here = self.broker(node)
+                entry = dataclasses.replace(entry, host=here.host, port=here.port)
+            out.append(entry)
+        return tuple(out)
 
     # -- forwarding -----------------------------------------------------------------------------------------------
 
@@ -346,17 +343,12 @@ class FrontDataPlane:
     async def _rewrite_endpoints(self, ctx: RequestContext, rest: bytes) -> bytes:
         """A Produce or Fetch answer naming new leaders' addresses (KIP-951), with this server's instead."""
         answer = decode_response(ctx.api_key, ctx.api_version, rest)
-        addresses = await self.rewrite_nodes(e.node_id for e in answer.node_endpoints)
         log.info(
             "api %d answer names moved leaders' addresses (nodes %s): given this server's",
             ctx.api_key,
-            sorted(addresses),
+            sorted(e.node_id for e in answer.node_endpoints),
         )
-        endpoints = tuple(
-            dataclasses.replace(e, host=addresses[e.node_id][0], port=addresses[e.node_id][1])
-            for e in answer.node_endpoints
-            if e.node_id in addresses
-        )
+        endpoints = await self.readdress(answer.node_endpoints)
         body = encode_body(
             ctx.api_key, ctx.api_version, dataclasses.replace(answer, node_endpoints=endpoints)
         )
@@ -373,10 +365,10 @@ class FrontDataPlane:
         )
 
     async def _metadata(self, ctx: RequestContext, request: Any) -> Any:
-        try:
-            return await self._rewritten_metadata(ctx, request)
-        except UpstreamTimeout as exc:
-            return self.unanswerable(ctx, exc)
+        return await self._with_brokers_here(ctx, request, "node_id")
+
+    async def _describe_cluster(self, ctx: RequestContext, request: Any) -> Any:
+        return await self._with_brokers_here(ctx, request, "broker_id")
 
     def unanswerable(self, ctx: RequestContext, exc: Exception) -> Any:
         """No upstream broker answered: the client's connection is closed (what a client does itself when a
@@ -384,28 +376,13 @@ class FrontDataPlane:
         log.info("closing connection %d: %s", ctx.connection_id, exc)
         return CLOSE
 
-    async def _rewritten_metadata(self, ctx: RequestContext, request: Any) -> Any:
-        response = await self.forward_any(ctx, request)
-        addresses = await self.rewrite_nodes(b.node_id for b in response.brokers)
-        brokers = tuple(
-            dataclasses.replace(b, host=addresses[b.node_id][0], port=addresses[b.node_id][1])
-            for b in response.brokers
-            if b.node_id in addresses
-        )
-        return dataclasses.replace(response, brokers=brokers)
-
-    async def _describe_cluster(self, ctx: RequestContext, request: Any) -> Any:
+    async def _with_brokers_here(self, ctx: RequestContext, request: Any, id_field: str) -> Any:
+        """Metadata or DescribeCluster from the cluster, its brokers at this server's addresses."""
         try:
             response = await self.forward_any(ctx, request)
         except UpstreamTimeout as exc:
             return self.unanswerable(ctx, exc)
-        addresses = await self.rewrite_nodes(b.broker_id for b in response.brokers)
-        brokers = tuple(
-            dataclasses.replace(b, host=addresses[b.broker_id][0], port=addresses[b.broker_id][1])
-            for b in response.brokers
-            if b.broker_id in addresses
-        )
-        return dataclasses.replace(response, brokers=brokers)
+        return dataclasses.replace(response, brokers=await self.readdress(response.brokers, id_field))
 
     # -- timeouts, nodes, log-end offsets ---------------------------------------------------------------------
 

@@ -134,20 +134,10 @@ class FrontGroups:
                 response = await self.dataplane.forward_any(ctx, request)
             except UpstreamTimeout as exc:
                 return self.dataplane.unanswerable(ctx, exc)
-            if ctx.api_version < 4:
-                addresses = await self.dataplane.rewrite_nodes([response.node_id])
-                if response.node_id in addresses:
-                    host, port = addresses[response.node_id]
-                    return _replace(response, host=host, port=port)
+            if ctx.api_version < 4:  # the answer is the one coordinator
+                (response,) = await self.dataplane.readdress((response,))
                 return response
-            addresses = await self.dataplane.rewrite_nodes(c.node_id for c in response.coordinators)
-            coordinators = []
-            for c in response.coordinators:
-                if c.node_id in addresses:
-                    host, port = addresses[c.node_id]
-                    c = _replace(c, host=host, port=port)
-                coordinators.append(c)
-            return _replace(response, coordinators=tuple(coordinators))
+            return _replace(response, coordinators=await self.dataplane.readdress(response.coordinators))
 
         return find
 
