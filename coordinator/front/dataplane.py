@@ -57,12 +57,11 @@ from protocol.api_keys import ApiKey
 from .cluster import UpstreamCluster, UpstreamTimeout
 from .connect import unused_settings
 from .endpoints import NEWEST as ENDPOINTS_NEWEST
-from .endpoints import has_endpoints
+from .endpoints import has_endpoints, produce_acks
 
 log = logging.getLogger(__name__)
 
 _CID = struct.Struct(">i")
-_I16 = struct.Struct(">h")
 REFRESH_INTERVAL_S = 1.0
 SWEEP_INTERVAL_S = 0.25
 LATEST_TIMESTAMP = -1
@@ -468,34 +467,3 @@ class FrontDataPlane:
                         log_end[(t.name, p.partition_index)] = int(p.offset)
         self._partitions = partitions
         self._log_end = log_end
-
-
-def produce_acks(frame: bytes | memoryview, version: int) -> int:
-    """The acks of a Produce request frame (v3+: after the header and the transactional id)."""
-    offset = 8
-    (client_len,) = _I16.unpack_from(frame, offset)
-    offset += 2 + max(client_len, 0)
-    if version >= 9:  # flexible: header tagged fields, then a compact nullable string
-        count, offset = _uvarint(frame, offset)
-        for _ in range(count):
-            _tag, offset = _uvarint(frame, offset)
-            size, offset = _uvarint(frame, offset)
-            offset += size
-        length, offset = _uvarint(frame, offset)
-        offset += max(length - 1, 0)
-    else:
-        (length,) = _I16.unpack_from(frame, offset)
-        offset += 2 + max(length, 0)
-    (acks,) = _I16.unpack_from(frame, offset)
-    return int(acks)
-
-
-def _uvarint(data: bytes | memoryview, offset: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[offset]
-        offset += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, offset
-        shift += 7

@@ -3,15 +3,22 @@ the broker names the new leader's host and port in a tagged field at the end of 
 re-points that node to it. Passed on as they are, those would be the brokers' own addresses, and the client would
 go around this server. So the answer is walked (without copying or decoding the records) to its top-level tagged
 fields; when there are any, it is decoded, the addresses are rewritten to this server's, and it is encoded again.
-Almost every answer has none and goes on as the broker's bytes."""
+Almost every answer has none and goes on as the broker's bytes.
+
+The same walking reads a raw Produce request's acks (`produce_acks`): with acks=0 no answer comes back."""
 
 from __future__ import annotations
+
+import struct
 
 from protocol.api_keys import ApiKey
 
 # The newest versions whose layout `top_level_tags` knows (and kio decodes).
 NEWEST: dict[int, int] = {ApiKey.PRODUCE: 13, ApiKey.FETCH: 18}
 FIRST_WITH_ENDPOINTS: dict[int, int] = {ApiKey.PRODUCE: 10, ApiKey.FETCH: 16}
+
+
+_I16 = struct.Struct(">h")
 
 
 def _uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
@@ -82,3 +89,17 @@ def has_endpoints(api_key: int, version: int, answer: bytes | memoryview) -> boo
     pos = walk(answer, pos, version)
     count, _ = _uvarint(answer, pos)
     return count > 0
+
+
+def produce_acks(frame: bytes | memoryview, version: int) -> int:
+    """The acks of a Produce request frame (v3+: after the header and the transactional id)."""
+    offset = 8  # api key, version, correlation id
+    (client_len,) = _I16.unpack_from(frame, offset)
+    offset += 2 + max(client_len, 0)
+    if version >= 9:  # flexible: the header's tagged fields, then a compact nullable string
+        offset = _skip_compact(frame, _skip_tags(frame, offset))
+    else:
+        (length,) = _I16.unpack_from(frame, offset)
+        offset += 2 + max(length, 0)
+    (acks,) = _I16.unpack_from(frame, offset)
+    return int(acks)

@@ -7,7 +7,7 @@ import pytest
 
 from coordinator.config import Config, ConfigError
 from coordinator.front.connect import Connector, unused_settings
-from coordinator.front.dataplane import produce_acks
+from coordinator.front.endpoints import produce_acks
 from coordinator.security.scram import AuthenticationFailed, ScramClient, ScramCredential, ScramServer
 from protocol.api import ApiTable, encode_request, request_class
 from protocol.build import build
