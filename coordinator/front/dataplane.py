@@ -417,7 +417,7 @@ class FrontDataPlane:
                 for node in self.cluster.nodes:
                     await self._ensure_listener(node)
                 if self._watched:
-                    await self.catch_up()
+                    await self._shared_refresh()  # not catch_up: no scan of every group's topics each second
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the cluster is down: keep the last known figures
