@@ -85,6 +85,9 @@ class KafkaCluster:
                         "transaction.state.log.num.partitions=5",
                         "group.initial.rebalance.delay.ms=0",
                         "auto.create.topics.enable=true",
+                        # Tests produce records with timestamps of the past (examples/pipeline.py's fixed minutes):
+                        # time-based retention would delete them at its next check, mid-test.
+                        "log.retention.ms=-1",
                         "",
                     ]
                 )
