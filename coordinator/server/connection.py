@@ -166,6 +166,7 @@ class Connection:
         self._loop = asyncio.get_running_loop()
         self.last_active = self._loop.time()
         self.awaiting_answer = False  # the writer waits for a handler (a parked JoinGroup, a long poll)
+        self._answering: Any = None  # (decoded request, its handler) whose answer the writer waits for
 
     async def run(self) -> None:
         local_address.set(self.local)
@@ -209,6 +210,12 @@ class Connection:
         unwritten.clear()
         return True
 
+    def in_flight(self) -> list[str]:
+        """The requests not yet answered, as `api/version` (what a late shutdown waits for, for its log)."""
+        items = [self._answering] if self._answering is not None else []
+        items += [item[:2] for item in list(self._queue._queue) if item is not _CLOSE]  # type: ignore[attr-defined]
+        return [f"{d.context.api_key}/v{d.context.api_version}" for d, _ in items]
+
     def stop_reading(self) -> None:
         if self._reader_task is not None and not self._reader_task.done():
             self._reader_task.cancel()
@@ -225,9 +232,11 @@ class Connection:
         self.writer.transport.abort()
 
     async def abort(self) -> None:
-        """Drop the connection without answering what is in flight."""
+        """Drop the connection without answering what is in flight (its handlers are cancelled)."""
         self.stop_reading()
         self.writer.transport.abort()
+        if self._answering is not None and not isinstance(self._answering[1], Ready):
+            self._answering[1].cancel()  # the writer, waiting on it, then finishes
 
     async def _read_loop(self) -> None:
         max_bytes = self.server.config["socket.request.max.bytes"]
@@ -301,12 +310,14 @@ class Connection:
                 break
             decoded, task, started = item
             self.awaiting_answer = True
+            self._answering = (decoded, task)
             try:
                 response = task.value if isinstance(task, Ready) else await task
             except asyncio.CancelledError:
                 break
             finally:
                 self.awaiting_answer = False
+                self._answering = None
                 self.last_active = (
                     self._loop.time()
                 )  # not get_running_loop(): this also runs when GC closes us

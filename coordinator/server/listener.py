@@ -19,6 +19,7 @@ import itertools
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -326,12 +327,30 @@ class Server:
             _, late = await asyncio.wait(waits, timeout=timeout_s)
             for task in late:
                 task.cancel()
+            busy = {c.connection_id: c.in_flight() for c in conns if not c.done.is_set()}
+            if busy:
+                log.warning(
+                    "shutdown: %d connection(s) still busy after shutdown.timeout.ms, dropped; requests in "
+                    "flight (api/version) by connection: %s",
+                    len(busy),
+                    busy,
+                )
             for conn in list(self.connections.values()):
                 await conn.abort()
+        started = time.monotonic()
         for server in self._servers:
             await server.wait_closed()
+        _log_if_slow("the listeners' wait_closed", started)
         for part in reversed(self.parts):
+            started = time.monotonic()
             await part.close()
+            _log_if_slow(f"closing {type(part).__name__}", started)
+
+
+def _log_if_slow(what: str, started: float) -> None:
+    took = time.monotonic() - started
+    if took > 1.0:
+        log.warning("shutdown: %s took %.1f s", what, took)
 
 
 @functools.lru_cache(maxsize=64)

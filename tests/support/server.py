@@ -35,6 +35,9 @@ STOP_TIMEOUT_S = 10.0
 # Settings every e2e server gets unless the test overrides them.
 DEFAULT_SETTINGS: dict[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
+    # Below STOP_TIMEOUT_S: a shutdown that has to drop a connection still busy logs which requests it waited for
+    # (coordinator.server.listener) and exits before the harness kills it, so the log says what hung.
+    "shutdown.timeout.ms": "8000",
 }
 
 LISTENING = re.compile(r"^listening kafka=(?P<kafka>\S+:\d+) admin=(?P<admin>\S+:\d+)\s*$")

@@ -174,3 +174,25 @@ def test_shutdown_answers_in_flight_requests():
     with pytest.raises((ConnectionError, socket.timeout)):
         recv_frame(c.sock)
     c.close()
+
+
+def test_shutdown_names_the_requests_it_gave_up_on(caplog):
+    """A request still unanswered after shutdown.timeout.ms is dropped with its connection, and the log says
+    which (api/version by connection): what a slow stop waited for."""
+    arrived = threading.Event()
+
+    async def never(ctx, request):
+        arrived.set()
+        await asyncio.Event().wait()
+
+    def setup(server):
+        server.table.register(10, 0, 3, never)
+
+    with caplog.at_level("WARNING", logger="coordinator.server.listener"):
+        with running(setup, shutdown_timeout_ms=200) as server:
+            c = WireClient(*server.bound)
+            c.send(FindCoordinatorV1(key="g", key_type=0))
+            assert arrived.wait(10)
+        c.close()
+    busy = [r.getMessage() for r in caplog.records if "still busy" in r.getMessage()]
+    assert len(busy) == 1 and "['10/v1']" in busy[0], caplog.text
