@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import io
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
@@ -32,6 +32,7 @@ from .shape import array_check
 
 _PREFIX = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
 
 
 @dataclasses.dataclass(slots=True)
@@ -246,17 +247,15 @@ class ApiTable:
                 and ctx.api_key != ApiKey.API_VERSIONS
             )
             return struct.pack(">i", ctx.correlation_id) + (b"\x00" if flexible else b"") + response.body
+        if ctx.api_key == ApiKey.HEARTBEAT and isinstance(response, Hashable):
+            # The most frequent answer there is, and one of a handful (coordinator.group.responses caches them):
+            # encoded once per version and answer.
+            return _I32.pack(ctx.correlation_id) + _heartbeat_body(ctx.api_version, response)
         if ctx.api_key == ApiKey.API_VERSIONS and isinstance(response, ApiVersionsResponseV0):
             cls: Any = ApiVersionsResponseV0
         else:
             cls = response_class(ctx.api_key, ctx.api_version)
-        body = build(cls, response)
-        buf = io.BytesIO()
-        buf.write(struct.pack(">i", ctx.correlation_id))
-        if cls.__flexible__ and ctx.api_key != ApiKey.API_VERSIONS:
-            buf.write(b"\x00")  # response header v1: empty tagged fields
-        _writer(cls)(buf, body)
-        return buf.getvalue()
+        return _I32.pack(ctx.correlation_id) + _encode_body(cls, ctx.api_key, response)
 
     def unsupported_version_response(self, ctx: RequestContext) -> Any | None:
         """The answer to a request whose version is outside the table's range, or None to close the connection.
@@ -303,3 +302,18 @@ class ApiTable:
             "finalized_features": (),
             "zk_migration_ready": False,
         }
+
+
+def _encode_body(cls: Any, api_key: int, response: Any) -> bytes:
+    """A response's header tags (if flexible) and body, as version class `cls`."""
+    body = build(cls, response)
+    buf = io.BytesIO()
+    if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
+        buf.write(b"\x00")  # response header v1: empty tagged fields
+    _writer(cls)(buf, body)
+    return buf.getvalue()
+
+
+@functools.lru_cache(maxsize=64)
+def _heartbeat_body(version: int, response: Hashable) -> bytes:
+    return _encode_body(response_class(ApiKey.HEARTBEAT, version), ApiKey.HEARTBEAT, response)

@@ -12,7 +12,11 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kio.schema.offset_commit.v9.response import OffsetCommitResponse
+from kio.schema.offset_commit.v9.response import (
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
 from kio.schema.offset_delete.v0.response import OffsetDeleteResponse
 from kio.schema.offset_fetch.v7.response import OffsetFetchResponse as OffsetFetchResponseV7
 from kio.schema.offset_fetch.v9.response import OffsetFetchResponse as OffsetFetchResponseV9
@@ -105,9 +109,13 @@ class OffsetMetadataManager:
                     )
                     committed.append((topic.name, partition.partition_index))
                 response_partitions.append(
-                    {"partition_index": partition.partition_index, "error_code": partition_error}
+                    OffsetCommitResponsePartition(
+                        partition_index=partition.partition_index, error_code=partition_error
+                    )
                 )
-            response_topics.append({"name": topic.name, "partitions": response_partitions})
+            response_topics.append(
+                OffsetCommitResponseTopic(name=topic.name, partitions=tuple(response_partitions))
+            )
 
         for topic_name, partition_index in committed:
             self.store.add_pending(group_id, topic_name, partition_index)
@@ -120,7 +128,10 @@ class OffsetMetadataManager:
 
         return CoordinatorResult(
             records=records,
-            responses=[(token, build(OffsetCommitResponse, {"topics": response_topics}))],
+            # made directly, not with build(): this is every commit's answer
+            responses=[
+                (token, OffsetCommitResponse(throttle_time=_NO_THROTTLE, topics=tuple(response_topics)))
+            ],
             on_append_failure=on_append_failure if records else None,
         )
 
@@ -339,6 +350,9 @@ def _unknown_partition(partition: int, error: ErrorCode) -> dict[str, Any]:
         "metadata": NO_METADATA,
         "error_code": error,
     }
+
+
+_NO_THROTTLE = build(OffsetCommitResponse, {"topics": ()}).throttle_time
 
 
 def _commit_error_response(topics: Iterable[Any], error: ErrorCode) -> OffsetCommitResponse:

@@ -5,7 +5,9 @@ each handler runs in request order; the writer awaits their answers in the same 
 soon as it and everything before it is ready. A handler runs eagerly (`start`): on the reader's own stack until its
 first real suspension, and only then as a task. Most answers (a heartbeat, a fetch of committed offsets) never
 suspend, so they cost no task and no event-loop round. A parked answer (JoinGroup waiting for the join barrier)
-therefore holds back the answers behind it on that connection only, as it does in Kafka.
+therefore holds back the answers behind it on that connection only, as it does in Kafka. While the writer has no
+request of its own waiting, the reader writes a ready answer itself, in one send per burst of buffered requests:
+a pipelined heartbeat or commit then costs no queue hand-off and no wake-up of the writer.
 
 Backpressure both ways: at most `queued.max.requests.per.connection` requests are in flight (the reader stops
 reading when the queue is full, so TCP pushes back on the client), and the writer waits for the socket buffer to
@@ -62,6 +64,9 @@ class RequestMemory:
                 finally:
                     self.waiting -= 1
         self.used += size
+
+    def would_wait(self, size: int) -> bool:
+        return self.limit >= 0 and self.used > 0 and self.used + size > self.limit
 
     def release(self, size: int) -> None:
         self.used -= size
@@ -167,6 +172,9 @@ class Connection:
         self.last_active = self._loop.time()
         self.awaiting_answer = False  # the writer waits for a handler (a parked JoinGroup, a long poll)
         self._answering: Any = None  # (decoded request, its handler) whose answer the writer waits for
+        # Requests handed to the writer whose answers are not yet written: while there is none, the reader writes
+        # a ready answer itself (see _read_loop), as the writer would have right then.
+        self._handed = 0
 
     async def run(self) -> None:
         local_address.set(self.local)
@@ -243,10 +251,20 @@ class Connection:
         table = self.server.table
         memory = self.server.request_memory
         held = 0  # bytes taken from queued.max.request.bytes for a request not yet handed to its handler
+        # Answers the reader wrote itself (nothing handed to the writer was waiting): sent in one write once no
+        # further complete request is buffered, so a burst of pipelined heartbeats costs one send and no hand-off.
+        out: list[bytes] = []
+        unwritten: list[tuple[Any, Any, float]] = []
         try:
             while True:
+                if out and not self._frame_buffered():
+                    if not await self._write(out, unwritten):
+                        return
                 prefix = await self.reader.readexactly(4)
                 size = frame_length(prefix, max_bytes)
+                if out and memory.would_wait(size):
+                    if not await self._write(out, unwritten):
+                        return
                 await memory.acquire(size)
                 held = size
                 frame = await self.reader.readexactly(size)
@@ -261,19 +279,84 @@ class Connection:
                 task = start(self._handle(decoded))
                 if isinstance(task, Ready):
                     memory.release(size)
+                    held = 0
+                    if not self._handed:
+                        if not self._answer_here(decoded, task.value, started, out, unwritten):
+                            if out:
+                                await self._write(out, unwritten)
+                            await self._queue.put(_CLOSE)
+                            return
+                        if len(out) >= WRITE_BATCH and not await self._write(out, unwritten):
+                            return
+                        continue
                 else:
                     task.add_done_callback(memory.releaser(size))
-                held = 0
+                    held = 0
+                if out and not await self._write(out, unwritten):
+                    return
+                self._handed += 1
                 await self._queue.put((decoded, task, started))
         except (asyncio.IncompleteReadError, ConnectionError):
             return  # peer went away
         except ProtocolError as exc:
             log.info("closing connection %d from %s: %s", self.connection_id, self.peer_host, exc)
+            if out:
+                await self._write(out, unwritten)
             await self._queue.put(_CLOSE)
             self.server.metrics.protocol_errors.inc()
         finally:
             if held:
                 memory.release(held)
+
+    def _frame_buffered(self) -> bool:
+        """A whole request is in the stream's buffer already (the next reads will not wait)."""
+        buf = self.reader._buffer  # type: ignore[attr-defined]  # asyncio.StreamReader's bytearray, peeked
+        if len(buf) < 4:
+            return False
+        return len(buf) >= 4 + int.from_bytes(buf[:4], "big", signed=True)
+
+    def _answer_here(
+        self,
+        decoded: DecodedRequest,
+        response: Any,
+        started: float,
+        out: list[bytes],
+        unwritten: list[tuple[Any, Any, float]],
+    ) -> bool:
+        """A ready answer, while the writer has nothing: encoded into `out` for the reader to send. False: close
+        the connection once `out` is written (the handler said so, a failed SASL exchange, an answer that cannot
+        be encoded)."""
+        self.last_active = self._loop.time()
+        if response is _CLOSE:
+            return False
+        ctx = decoded.context
+        if response is None:
+            self.server.metrics.observe_request(
+                ctx.api_key, ctx.api_version, None, time.perf_counter() - started
+            )
+            return True
+        payload = self._payload(decoded, response)
+        if payload is None:
+            return False
+        out.append(_LEN.pack(len(payload)) + payload)
+        unwritten.append((ctx, response, started))
+        return self.session is None or not self.session.close_after_response
+
+    def _payload(self, decoded: DecodedRequest, response: Any) -> bytes | None:
+        """The answer's bytes (framed by the caller); None if it cannot be encoded (logged)."""
+        try:
+            if isinstance(response, bytes):  # an internal message's answer, already encoded
+                payload = response
+            else:
+                payload = self.server.table.encode_response(decoded.context, response)
+            if decoded.envelope is not None:
+                payload = self.internal.wrap(decoded, payload)
+        except Exception:
+            log.exception(
+                "cannot encode the answer to api %d v%d", decoded.context.api_key, decoded.context.api_version
+            )
+            return None
+        return payload
 
     def _authenticate(self, decoded: DecodedRequest) -> None:
         """Give the request its principal; before SASL authentication only ApiVersions and the SASL APIs pass
@@ -297,17 +380,18 @@ class Connection:
             return self.server.table.error_response(ctx, ErrorCode.unknown_server_error) or _CLOSE
 
     async def _write_loop(self) -> None:
-        table = self.server.table
         metrics = self.server.metrics
         # Answers are written in one send while the next one in line is ready too (pipelined heartbeats and
         # commits): one syscall per burst instead of one per answer. A ready answer never waits for one that is not.
         out: list[bytes] = []
         unwritten: list[tuple[Any, Any, float]] = []
+        taken = 0  # requests taken from the queue since the last write
         closing = False
         while True:
             item = await self._queue.get()
             if item is _CLOSE:
                 break
+            taken += 1
             decoded, task, started = item
             self.awaiting_answer = True
             self._answering = (decoded, task)
@@ -327,19 +411,8 @@ class Connection:
             if response is None:
                 metrics.observe_request(ctx.api_key, ctx.api_version, None, time.perf_counter() - started)
             else:
-                try:
-                    if isinstance(response, bytes):  # an internal message's answer, already encoded
-                        payload = response
-                    else:
-                        payload = table.encode_response(decoded.context, response)
-                    if decoded.envelope is not None:
-                        payload = self.internal.wrap(decoded, payload)
-                except Exception:
-                    log.exception(
-                        "cannot encode the answer to api %d v%d",
-                        decoded.context.api_key,
-                        decoded.context.api_version,
-                    )
+                payload = self._payload(decoded, response)
+                if payload is None:
                     break
                 out.append(_LEN.pack(len(payload)) + payload)
                 unwritten.append((ctx, response, started))
@@ -349,6 +422,8 @@ class Connection:
                 continue
             if out and not await self._write(out, unwritten):
                 break
+            self._handed -= taken  # their answers are in the transport: the reader may answer the next itself
+            taken = 0
             if closing:
                 break
         if out:

@@ -336,13 +336,20 @@ class ShardRuntime:
             if self._bridged:
                 durable: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 self._durable[appended] = (durable, time.perf_counter())
+                # A timer handle on our own future instead of asyncio.wait_for (a waiter future, a wrapped future
+                # and two callbacks per write): on timeout it fails with TimeoutError, as wait_for raised.
+                expiry = asyncio.get_running_loop().call_later(self.timeout_ms / 1000, _expire, durable)
+                try:
+                    await durable
+                finally:
+                    expiry.cancel()
             else:
                 if self._on_append is not None:
                     appended.add_done_callback(
                         functools.partial(_observe, self._on_append, time.perf_counter())
                     )
-                durable = asyncio.wrap_future(appended)
-            await asyncio.wait_for(durable, self.timeout_ms / 1000)
+                # wait_for cancels the wrapped append on timeout: withdrawn from the log's queue if still there
+                await asyncio.wait_for(asyncio.wrap_future(appended), self.timeout_ms / 1000)
         except Exception as exc:  # StorageError, timeout, closed log: all answer a retriable error
             if appended is not None:
                 self._durable.pop(appended, None)
@@ -355,6 +362,7 @@ class ShardRuntime:
             return
         self.stalled_since = None
         self.hung = False
+        earlier = [t for t in earlier if not t.done()]  # writes complete in order: usually all of them are
         if earlier:
             await asyncio.wait(earlier)  # replay in append order
         if not self.aborted:
@@ -385,6 +393,11 @@ class ShardRuntime:
         """Wait for every write in flight to settle."""
         while self._writes:
             await asyncio.wait(list(self._writes))
+
+
+def _expire(durable: asyncio.Future[Any]) -> None:
+    if not durable.done():
+        durable.set_exception(TimeoutError())
 
 
 def _observe(observer: Callable[[float], None], started: float, future: Any) -> None:
