@@ -91,6 +91,10 @@ def test_transactions_through_the_front(front, direct):
     producer.begin_transaction()
     for i in range(5):
         producer.produce(topic, value=f"aborted-{i}".encode(), partition=0)
+    # Delivered before the abort, so the aborted records are in the log under an abort marker. Without it,
+    # librdkafka may send EndTxn(abort) while its AddPartitionsToTxn for this transaction is still being retried
+    # (CONCURRENT_TRANSACTIONS right after the commit), which the coordinator refuses: INVALID_TXN_STATE, fatal.
+    assert producer.flush(30) == 0
     producer.abort_transaction(30)
     producer.flush(10)
 
