@@ -246,7 +246,7 @@ class ApiTable:
                 response_class(ctx.api_key, ctx.api_version).__flexible__
                 and ctx.api_key != ApiKey.API_VERSIONS
             )
-            return struct.pack(">i", ctx.correlation_id) + (b"\x00" if flexible else b"") + response.body
+            return _I32.pack(ctx.correlation_id) + (b"\x00" if flexible else b"") + response.body
         if ctx.api_key == ApiKey.HEARTBEAT and isinstance(response, Hashable):
             # The most frequent answer there is, and one of a handful (coordinator.group.responses caches them):
             # encoded once per version and answer.

@@ -170,7 +170,6 @@ class Connection:
         # connections.max.idle.ms: loop time of the last complete request or answer, and requests not yet answered
         self._loop = asyncio.get_running_loop()
         self.last_active = self._loop.time()
-        self.awaiting_answer = False  # the writer waits for a handler (a parked JoinGroup, a long poll)
         self._answering: Any = None  # (decoded request, its handler) whose answer the writer waits for
         # Requests handed to the writer whose answers are not yet written: while there is none, the reader writes
         # a ready answer itself (see _read_loop), as the writer would have right then.
@@ -217,6 +216,11 @@ class Connection:
             observe(ctx.api_key, ctx.api_version, response, now - started)
         unwritten.clear()
         return True
+
+    @property
+    def awaiting_answer(self) -> bool:
+        """The writer waits for a handler (a parked JoinGroup, a long poll)."""
+        return self._answering is not None
 
     def in_flight(self) -> list[str]:
         """The requests not yet answered, as `api/version` (what a late shutdown waits for, for its log)."""
@@ -281,7 +285,8 @@ class Connection:
                     memory.release(size)
                     held = 0
                     if not self._handed:
-                        if not self._answer_here(decoded, task.value, started, out, unwritten):
+                        self.last_active = self._loop.time()
+                        if not self._encode_answer(decoded, task.value, started, out, unwritten):
                             if out:
                                 await self._write(out, unwritten)
                             await self._queue.put(_CLOSE)
@@ -315,7 +320,7 @@ class Connection:
             return False
         return len(buf) >= 4 + int.from_bytes(buf[:4], "big", signed=True)
 
-    def _answer_here(
+    def _encode_answer(
         self,
         decoded: DecodedRequest,
         response: Any,
@@ -323,10 +328,9 @@ class Connection:
         out: list[bytes],
         unwritten: list[tuple[Any, Any, float]],
     ) -> bool:
-        """A ready answer, while the writer has nothing: encoded into `out` for the reader to send. False: close
+        """An answer encoded into `out` (by the reader, or the writer) to be sent in the next write. False: close
         the connection once `out` is written (the handler said so, a failed SASL exchange, an answer that cannot
         be encoded)."""
-        self.last_active = self._loop.time()
         if response is _CLOSE:
             return False
         ctx = decoded.context
@@ -380,52 +384,35 @@ class Connection:
             return self.server.table.error_response(ctx, ErrorCode.unknown_server_error) or _CLOSE
 
     async def _write_loop(self) -> None:
-        metrics = self.server.metrics
         # Answers are written in one send while the next one in line is ready too (pipelined heartbeats and
         # commits): one syscall per burst instead of one per answer. A ready answer never waits for one that is not.
         out: list[bytes] = []
         unwritten: list[tuple[Any, Any, float]] = []
         taken = 0  # requests taken from the queue since the last write
-        closing = False
         while True:
             item = await self._queue.get()
             if item is _CLOSE:
                 break
             taken += 1
             decoded, task, started = item
-            self.awaiting_answer = True
             self._answering = (decoded, task)
             try:
                 response = task.value if isinstance(task, Ready) else await task
             except asyncio.CancelledError:
                 break
             finally:
-                self.awaiting_answer = False
                 self._answering = None
                 self.last_active = (
                     self._loop.time()
                 )  # not get_running_loop(): this also runs when GC closes us
-            if response is _CLOSE:
-                break
-            ctx = decoded.context
-            if response is None:
-                metrics.observe_request(ctx.api_key, ctx.api_version, None, time.perf_counter() - started)
-            else:
-                payload = self._payload(decoded, response)
-                if payload is None:
-                    break
-                out.append(_LEN.pack(len(payload)) + payload)
-                unwritten.append((ctx, response, started))
-                if self.session is not None and self.session.close_after_response:
-                    closing = True  # a failed SASL exchange: closed once its answer is written, as Kafka does
-            if not closing and len(out) < WRITE_BATCH and self._next_is_ready():
+            if not self._encode_answer(decoded, response, started, out, unwritten):
+                break  # what is in `out` is written below, then the connection closes
+            if len(out) < WRITE_BATCH and self._next_is_ready():
                 continue
             if out and not await self._write(out, unwritten):
                 break
             self._handed -= taken  # their answers are in the transport: the reader may answer the next itself
             taken = 0
-            if closing:
-                break
         if out:
             await self._write(out, unwritten)
         # Whatever is still queued will never be written: cancel it so nothing waits on a dead connection.
