@@ -20,6 +20,7 @@ the owners of the groups it does not own (coordinator.cluster.relay).
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import functools
 import logging
 import os
@@ -38,6 +39,7 @@ from coordinator.server.listener import KafkaListener, Server
 from coordinator.server.lookup import CoordinatorLookup
 from coordinator.server.metrics import ServerMetrics, ShardCollector
 from coordinator.server.shards import Shards
+from coordinator.tasks import stacks
 from storage import FS
 
 log = logging.getLogger(__name__)
@@ -329,6 +331,9 @@ async def serve(app: App, notify_fd: int | None = None) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # A crash prints every thread's stack on stderr, and so does `kill -USR1 <pid>` (a server that seems stuck).
+    faulthandler.enable()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     await app.start()
     if notify_fd is None:
         listeners = app.listeners_line()
@@ -343,10 +348,23 @@ async def serve(app: App, notify_fd: int | None = None) -> None:
     log.info("%s", app.announce())
     await stop.wait()
     log.info("shutting down")
+    # Each step of the close is bounded (coordinator.server.listener); should it still not end, say where it is.
+    late_s = app.server.config["shutdown.timeout.ms"] / 1000 + SHUTDOWN_GRACE_S
+    watchdog = loop.call_later(late_s, _still_closing, late_s)
     await app.close()
+    watchdog.cancel()
     if notify_fd is not None:
         os.close(notify_fd)
     log.info("stopped")
+
+
+SHUTDOWN_GRACE_S = 5.0
+
+
+def _still_closing(after_s: float) -> None:
+    log.warning(
+        "shutdown: still closing after %.0f s; every task and thread now:\n%s", after_s, stacks(threads=True)
+    )
 
 
 def run(app: App, notify_fd: int | None = None) -> None:

@@ -137,7 +137,8 @@ SETTINGS: tuple[Setting, ...] = (
         "shutdown.timeout.ms",
         10000,
         int,
-        "How long a graceful shutdown waits for in-flight requests.",
+        "How long a graceful shutdown waits for in-flight requests; then it drops what is left, and each "
+        "remaining step (closing the listeners, the logs, the parts) gets at least 1 s more.",
         "ms",
         kafka=False,
         minimum=0,

@@ -49,7 +49,6 @@ several workers, worker 0's listener also fronts the others (coordinator.admin.p
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import socket
@@ -74,6 +73,7 @@ from coordinator.server.group_service import GroupCoordinatorService, ShardUnava
 from coordinator.server.listener import Server
 from coordinator.server.runtime import ShardAborted
 from coordinator.server.shards import Shard
+from coordinator.tasks import cancel_and_wait
 from protocol.api import RequestContext
 from protocol.api_keys import ApiKey
 from protocol.build import build
@@ -150,9 +150,7 @@ class Observability:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task], 2.0, "closing the admin listener's sampler")
         self.server.metrics.remove_collectors()
 
     async def _sample_periodically(self) -> None:

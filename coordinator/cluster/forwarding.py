@@ -39,7 +39,6 @@ version checks and per-connection ordering in the one place they already are (co
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -51,6 +50,7 @@ from coordinator.config import Config
 from coordinator.dataplane import SharedRefresh
 from coordinator.dataplane.embedded import VERSIONS as DATA_PLANE_VERSIONS
 from coordinator.security.apis import VERSIONS as SECURITY_API_VERSIONS
+from coordinator.tasks import cancel_and_wait
 from protocol.api import ApiTable, RequestContext, decode_response, encode_body, request_class
 from protocol.api_keys import ApiKey
 from protocol.build import build
@@ -110,9 +110,7 @@ class ForwardingDataPlane:
 
     async def close(self) -> None:
         if self._refresh_task is not None:
-            self._refresh_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresh_task
+            await cancel_and_wait([self._refresh_task], 2.0, "closing the forwarder's refresh")
         for upstream in self._upstreams.values():
             upstream.close()
         self._upstreams.clear()

@@ -111,9 +111,8 @@ class SecuritySync:
         self.seq += 1
         seq, data = self.seq, encode_records(records)
         try:
-            await asyncio.wait_for(
-                asyncio.gather(*(self._push(w, seq, data) for w in self._peers())), SYNC_TIMEOUT_S
-            )
+            async with asyncio.timeout(SYNC_TIMEOUT_S):
+                await asyncio.gather(*(self._push(w, seq, data) for w in self._peers()))
         except TimeoutError:
             raise TimeoutError(
                 f"the security change was not applied by every worker within {SYNC_TIMEOUT_S:.0f} s"
@@ -196,7 +195,8 @@ class SecuritySync:
                 self.topology.address(0), self.max_bytes, lambda _u, _lost: None, channel=self.channel
             )
             try:
-                data = await asyncio.wait_for(upstream.send_kind(HELLO, b""), deadline - loop.time())
+                async with asyncio.timeout_at(deadline):
+                    data = await upstream.send_kind(HELLO, b"")
                 if data.startswith(b"error:"):
                     raise UpstreamError(data.decode(errors="replace"))
                 answer = json.loads(data)

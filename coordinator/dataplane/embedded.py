@@ -54,6 +54,7 @@ from typing import Any
 
 from coordinator.brokers import Broker
 from coordinator.config import Config
+from coordinator.tasks import cancel_and_wait
 from protocol.api import ApiTable, Encoded, RequestContext, encode_body, response_class
 from protocol.api_keys import ApiKey
 from protocol.build import build
@@ -267,11 +268,7 @@ class EmbeddedDataPlane:
         acks=0/1 left unsynced, and close every file."""
         self.stop_waiting()
         if self._retention_task is not None:
-            self._retention_task.cancel()
-            try:
-                await self._retention_task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait([self._retention_task], 2.0, "closing the retention task")
             self._retention_task = None
         if self._writer is None or self._store is None:
             return

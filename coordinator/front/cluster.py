@@ -129,7 +129,8 @@ class UpstreamCluster:
         try:
             future = upstream.send(api_key, version, client_id, body)
             assert future is not None
-            payload = await asyncio.wait_for(future, self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                payload = await future
         except (TimeoutError, UpstreamError, OSError, UpstreamAuthError) as exc:
             self._note_error(node, repr(exc))
             raise

@@ -83,18 +83,17 @@ class Connector:
     async def open(
         self, host: str, port: int, timeout_s: float
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(
                 host, port, ssl=self._ssl, server_hostname=host if self._ssl else None, limit=2**20
-            ),
-            timeout_s,
-        )
+            )
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # forwarded frames go out at once
         try:
             if self.protocol.startswith("SASL"):
-                await asyncio.wait_for(self._authenticate(reader, writer), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await self._authenticate(reader, writer)
         except BaseException:
             writer.close()
             raise

@@ -51,6 +51,7 @@ from coordinator.config import Config
 from coordinator.dataplane import SharedRefresh
 from coordinator.server.connection import CLOSE
 from coordinator.server.listener import KafkaListener
+from coordinator.tasks import cancel_and_wait
 from protocol.api import ApiTable, RequestContext, decode_response, encode_body
 from protocol.api_keys import ApiKey
 
@@ -64,6 +65,7 @@ log = logging.getLogger(__name__)
 _CID = struct.Struct(">i")
 REFRESH_INTERVAL_S = 1.0
 SWEEP_INTERVAL_S = 0.25
+CLOSE_TIMEOUT_S = 2.0  # for the periodic tasks to stop at close
 LATEST_TIMESTAMP = -1
 
 # Served by this server itself in front of a cluster (coordinator.front.groups and the parts it wraps).
@@ -170,11 +172,7 @@ class FrontDataPlane:
         return upstream_status(self, self.groups)
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks, CLOSE_TIMEOUT_S, "closing the front's periodic tasks")
         for upstream in self._upstreams.values():
             upstream.close()
         self._upstreams.clear()

@@ -109,7 +109,8 @@ class SecurityStore:
         if self.log is not None:
             # Under a time budget, like every wait on a log: a hung disk fails the request (its handler answers
             # an error), it does not hold it forever.
-            await asyncio.wait_for(asyncio.wrap_future(self.log.append(batch)), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                await asyncio.wrap_future(self.log.append(batch))
         for key, value in batch:
             self.replay(key, value)
         if self.on_written is not None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from coordinator.brokers import LISTEN_BACKLOG, Broker, bind_listener, client_address, local_address
 from coordinator.config import Config
+from coordinator.tasks import cancel_and_wait, stacks
 from protocol.api import ApiTable
 
 from .connection import Connection, RequestMemory
@@ -81,6 +82,7 @@ class Server:
         # Connections held unread until a slot under max.connections frees (Kafka's acceptor waits too).
         self._slot_waiters: collections.deque[asyncio.Future[bool]] = collections.deque()
         self._reserved_slots = 0  # slots freed for a waiter that has not taken its place yet
+        self._accepting: set[asyncio.WriteTransport] = set()  # accepted connections (aborted at close)
         self._internal = 0  # connections from other workers (in `connections`, outside max.connections)
 
     # -- identity --------------------------------------------------------------------------------------------
@@ -154,6 +156,18 @@ class Server:
         return self.listening and all(getattr(part, "ready", True) for part in self.parts)
 
     async def _accept(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: KafkaListener
+    ) -> None:
+        if not self.listening:  # accepted just before the listeners closed
+            writer.transport.abort()
+            return
+        self._accepting.add(writer.transport)
+        try:
+            await self._serve(reader, writer, listener)
+        finally:
+            self._accepting.discard(writer.transport)
+
+    async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: KafkaListener
     ) -> None:
         sock = writer.get_extra_info("socket")
@@ -305,6 +319,8 @@ class Server:
             self.expire_idle(loop.time())
 
     async def close(self) -> None:
+        """Stop accepting, let requests in flight finish for up to shutdown.timeout.ms, drop what is left, close
+        the parts. Every step is bounded: a stuck step is logged with where it was stuck, and the close goes on."""
         self.listening = False
         if self._idle_sweeper is not None:
             self._idle_sweeper.cancel()
@@ -322,6 +338,8 @@ class Server:
             if stop_waiting is not None:
                 stop_waiting()  # long polls and parked joins answer now, instead of holding up shutdown
         timeout_s = self.config["shutdown.timeout.ms"] / 1000
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         if conns:
             waits = [asyncio.create_task(c.done.wait()) for c in conns]
             _, late = await asyncio.wait(waits, timeout=timeout_s)
@@ -335,16 +353,38 @@ class Server:
                     len(busy),
                     busy,
                 )
-            for conn in list(self.connections.values()):
-                await conn.abort()
+        for conn in list(self.connections.values()):  # those still busy, and any accepted meanwhile
+            await conn.abort()
+        for transport in list(self._accepting):  # accepted, not yet a connection (waiting for a slot, ...)
+            transport.abort()
         started = time.monotonic()
-        for server in self._servers:
-            await server.wait_closed()
+        # uvloop's wait_closed waits for every connection a listener accepted to be closed
+        closed = asyncio.ensure_future(asyncio.gather(*(server.wait_closed() for server in self._servers)))
+        if not await cancel_after(closed, max(deadline - loop.time(), MIN_STEP_S)):
+            log.warning("shutdown: the listeners still had connections open; not waiting for them")
         _log_if_slow("the listeners' wait_closed", started)
         for part in reversed(self.parts):
             started = time.monotonic()
-            await part.close()
+            closing = asyncio.ensure_future(part.close())
+            if not await cancel_after(closing, max(deadline - loop.time(), MIN_STEP_S)):
+                log.warning("shutdown: closing %s did not finish; went on without it", type(part).__name__)
             _log_if_slow(f"closing {type(part).__name__}", started)
+
+
+async def cancel_after(task: asyncio.Future[Any], timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for `task`; True when it ended. Else log where everything was, cancel it (for sure:
+    coordinator.tasks) and return False."""
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if done:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("shutdown: a step failed", exc_info=task.exception())
+        return True
+    log.warning("shutdown: a step is still running after %.1f s; every task now:\n%s", timeout_s, stacks())
+    await cancel_and_wait([task], MIN_STEP_S, "shutdown")
+    return False
+
+
+MIN_STEP_S = 1.0  # at shutdown, each step past shutdown.timeout.ms still gets this long
 
 
 def _log_if_slow(what: str, started: float) -> None:

@@ -337,7 +337,7 @@ class ShardRuntime:
                 durable: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 self._durable[appended] = (durable, time.perf_counter())
                 # A timer handle on our own future instead of asyncio.wait_for (a waiter future, a wrapped future
-                # and two callbacks per write): on timeout it fails with TimeoutError, as wait_for raised.
+                # and two callbacks per write): on timeout it fails with TimeoutError, as asyncio.timeout raises.
                 expiry = asyncio.get_running_loop().call_later(self.timeout_ms / 1000, _expire, durable)
                 try:
                     await durable
@@ -348,8 +348,9 @@ class ShardRuntime:
                     appended.add_done_callback(
                         functools.partial(_observe, self._on_append, time.perf_counter())
                     )
-                # wait_for cancels the wrapped append on timeout: withdrawn from the log's queue if still there
-                await asyncio.wait_for(asyncio.wrap_future(appended), self.timeout_ms / 1000)
+                # the timeout cancels the wrapped append: withdrawn from the log's queue if still there
+                async with asyncio.timeout(self.timeout_ms / 1000):
+                    await asyncio.wrap_future(appended)
         except Exception as exc:  # StorageError, timeout, closed log: all answer a retriable error
             if appended is not None:
                 self._durable.pop(appended, None)

@@ -42,6 +42,7 @@ from coordinator.group.pause import NOT_PAUSED, PauseState
 from coordinator.offsets.store import OffsetAndMetadata, OffsetStore, PartitionOffsets
 from coordinator.shard import GroupCoordinatorShard
 from coordinator.sharding import shard_of
+from coordinator.tasks import cancel_and_wait
 from storage import FS, Log, OsFS
 
 from .runtime import AsyncioTimer, LoopClock, ShardRuntime
@@ -52,6 +53,7 @@ LOAD_PROGRESS_INTERVAL_S = 2.0
 LAYOUT_FILE = "layout.json"
 MONITOR_INTERVAL_S = 0.25
 QUICK_LOAD_WAIT_S = 1.0
+CLOSE_TIMEOUT_S = 2.0  # for loads and compactions in progress to stop at close
 
 Observer = Callable[[float], None]
 LogOpener = Callable[[int], Awaitable[Any]]
@@ -301,13 +303,7 @@ class Shards:
 
     async def close(self) -> None:
         tasks = [t for t in (self._load_task, *self._reloads.values(), *self._tasks) if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(tasks, CLOSE_TIMEOUT_S, "closing the group shards' loads and compactions")
         await asyncio.gather(
             *(shard.close() for shard in self.by_index.values() if shard.state is not ShardState.FAILED),
             return_exceptions=True,
@@ -378,7 +374,8 @@ class Shards:
             while True:
                 shard.state = ShardState.LOADING
                 try:
-                    await asyncio.wait_for(shard.load(), max(self.failure_timeout_s, 1.0))
+                    async with asyncio.timeout(max(self.failure_timeout_s, 1.0)):
+                        await shard.load()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -418,7 +415,8 @@ class Shards:
                     shard.compaction = asyncio.wrap_future(
                         shard.runtime.log.compact(shard.clock.wall_ms(), retention)
                     )
-                    result = await asyncio.wait_for(asyncio.shield(shard.compaction), budget_s)
+                    async with asyncio.timeout(budget_s):
+                        result = await asyncio.shield(shard.compaction)
                     if self._on_compaction is not None:
                         self._on_compaction(time.perf_counter() - started)
                     log.info("group shard %d compacted: %s", index, result)

@@ -2,7 +2,8 @@
 
     server          a server with the default e2e settings (group.initial.rebalance.delay.ms=0)
     server_factory  start(settings={...}, data_dir=None) -> ServerProcess, for custom settings or a restart on
-                    an existing data dir; every server it started is stopped (SIGTERM, <= 10 s) at teardown
+                    an existing data dir; every server it started is stopped (SIGTERM, <= STOP_TIMEOUT_S) at
+                    teardown
     members         a tests.support.members.Members: start(lib, name, server, group, topic, ...) runs one group
                     member in its own process; members still running at teardown are killed (before the server
                     is stopped)
@@ -10,8 +11,8 @@
     front           a server in front of that cluster (upstream.bootstrap.servers)
 
 A ServerProcess (tests.support.server) has .bootstrap ("127.0.0.1:PORT"), .admin_url ("http://127.0.0.1:PORT"),
-.proc, .data_dir. Teardown fails the test if the server died during it, did not exit within 10 s of SIGTERM (it
-is then killed), or exited non-zero.
+.proc, .data_dir. Teardown fails the test if the server died during it, did not exit within STOP_TIMEOUT_S of
+SIGTERM (it is then killed), or exited non-zero.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class ServerFactory:
         return server
 
     def stop(self, server: ServerProcess) -> int:
-        """Stop one server now (SIGTERM); fail unless it exits cleanly within 10 s."""
+        """Stop one server now (SIGTERM); fail unless it exits cleanly within STOP_TIMEOUT_S."""
         return _stop_checked(server)
 
     def stop_all(self) -> None:

@@ -30,13 +30,13 @@ VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 PYTHON = str(VENV_PYTHON if VENV_PYTHON.exists() else Path(sys.executable))
 
 READY_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 20.0  # past shutdown.timeout.ms below and the server's own warning 5 s after it
 
 # Settings every e2e server gets unless the test overrides them.
 DEFAULT_SETTINGS: dict[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
-    # Below STOP_TIMEOUT_S: a shutdown that has to drop a connection still busy logs which requests it waited for
-    # (coordinator.server.listener) and exits before the harness kills it, so the log says what hung.
+    # Well below STOP_TIMEOUT_S: a shutdown that has to drop a connection still busy logs which requests it waited
+    # for, and a stuck step where it was stuck (coordinator.server.listener), before the harness kills it.
     "shutdown.timeout.ms": "8000",
 }
 
@@ -131,6 +131,8 @@ class ServerProcess:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)  # every thread's stack on its stderr (faulthandler)
+            time.sleep(1)
             self.proc.kill()
             self.proc.wait(timeout=10)
             raise ServerStopError(

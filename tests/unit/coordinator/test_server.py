@@ -196,3 +196,84 @@ def test_shutdown_names_the_requests_it_gave_up_on(caplog):
         c.close()
     busy = [r.getMessage() for r in caplog.records if "still busy" in r.getMessage()]
     assert len(busy) == 1 and "['10/v1']" in busy[0], caplog.text
+
+
+def test_shutdown_goes_on_past_a_part_whose_close_never_ends(caplog):
+    """A part stuck in its close holds the shutdown up for shutdown.timeout.ms (at least 1 s), not forever; the log
+    says where it was stuck, and the parts before it are still closed."""
+    closed = []
+
+    class Stuck:
+        def register(self, table):
+            pass
+
+        async def start(self):
+            pass
+
+        async def close(self):
+            await asyncio.Event().wait()
+
+    class Fine:
+        def register(self, table):
+            pass
+
+        async def start(self):
+            pass
+
+        async def close(self):
+            closed.append("fine")
+
+    def setup(server):
+        server.add_part(Fine())
+        server.add_part(Stuck())
+
+    with caplog.at_level("WARNING", logger="coordinator.server.listener"):
+        with running(setup, shutdown_timeout_ms=200):
+            pass
+    assert closed == ["fine"]
+    text = caplog.text
+    assert "closing Stuck did not finish" in text, text
+    assert "Stuck.close" in text, text  # the stack of the stuck step
+
+
+def test_cancel_and_wait_stops_a_task_that_swallows_a_cancellation():
+    """Python 3.11's wait_for can return a result instead of raising when cancelled; a loop around it goes round
+    again. cancel_and_wait cancels until the task ends."""
+    from coordinator.tasks import cancel_and_wait
+
+    async def main():
+        swallowed = 0
+
+        async def loop_forever():
+            nonlocal swallowed
+            while True:
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    if swallowed == 0:
+                        swallowed += 1
+                        continue  # the first cancellation is lost, as in wait_for's race
+                    raise
+
+        task = asyncio.create_task(loop_forever())
+        await asyncio.sleep(0)
+        assert await cancel_and_wait([task], 2.0, "test")
+        assert task.cancelled() and swallowed == 1
+
+        give_in = False
+
+        async def stops_when_told():
+            while True:
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    if give_in:
+                        raise
+
+        stubborn = asyncio.create_task(stops_when_told())
+        await asyncio.sleep(0)
+        assert not await cancel_and_wait([stubborn], 0.2, "test")  # gives up on it, and says so
+        give_in = True
+        assert await cancel_and_wait([stubborn], 1.0, "test")
+
+    asyncio.run(main())
