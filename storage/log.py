@@ -87,6 +87,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from storage.format import (
     COPY_CHUNK,
@@ -118,7 +119,7 @@ __all__ = ["CompactionResult", "Log", "LogStats", "Recovery", "Truncation"]
 
 log = logging.getLogger(__name__)
 
-SettledFn = Callable[[list[concurrent.futures.Future[int]]], None]
+SettledFn = Callable[[list[Any]], None]  # the flushed appends' futures (or tickets: append_settled)
 
 
 @dataclass(frozen=True)
@@ -177,13 +178,16 @@ class LogStats:
 
 
 class _Pending:
-    __slots__ = ("items", "timestamp_ms", "future", "nbytes", "enqueued")
+    """One queued append. With a `future` (Log.append) its outcome goes there; without one (Log.append_settled)
+    the pending itself is the ticket the settled callback hands back: `exception()`, then `result()`."""
+
+    __slots__ = ("items", "timestamp_ms", "future", "nbytes", "enqueued", "_last", "_error")
 
     def __init__(
         self,
         items: list[tuple[bytes, bytes | None]],
         timestamp_ms: int | None,
-        future: concurrent.futures.Future[int],
+        future: concurrent.futures.Future[int] | None,
         nbytes: int,
         enqueued: float,
     ) -> None:
@@ -192,6 +196,36 @@ class _Pending:
         self.future = future
         self.nbytes = nbytes
         self.enqueued = enqueued
+        self._last = -1
+        self._error: BaseException | None = None
+
+    def start(self) -> bool:
+        """Taken by the writer: False if its future was cancelled meanwhile (withdrawn)."""
+        return self.future is None or self.future.set_running_or_notify_cancel()
+
+    def fail(self, exc: BaseException) -> None:
+        if self.future is None:
+            self._error = exc
+        elif not self.future.done():
+            self.future.set_exception(exc)
+
+    def succeed(self, last: int) -> None:
+        if self.future is None:
+            self._last = last
+        else:
+            self.future.set_result(last)
+
+    def ticket(self) -> Any:
+        """What the settled callback gets for this append: its future, or itself."""
+        return self if self.future is None else self.future
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def result(self) -> int:
+        if self._error is not None:
+            raise self._error
+        return self._last
 
 
 def _wall_ms() -> int:
@@ -391,6 +425,28 @@ class Log:
         (default: the wall clock when written) is stored with each entry and measures tombstone retention.
         Cancelling the future while the append still waits in the queue withdraws it.
         """
+        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        self._enqueue(entries, timestamp_ms, future)
+        return future
+
+    def append_settled(
+        self, entries: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int | None = None
+    ) -> Any:
+        """`append` without a future, for the owner of the `settled` callback (Log.open), which gets the
+        returned ticket back in the flush that settles it: `ticket.exception()` is None once its entries are
+        written and fsynced, and then `ticket.result()` is the sequence number of the last one. A future costs a
+        lock and a condition per append; a caller that hears of every flush anyway needs neither. Not
+        withdrawable: the entries are written even if the caller stops waiting."""
+        if self._settled is None:
+            raise RuntimeError("append_settled needs the settled callback of Log.open")
+        return self._enqueue(entries, timestamp_ms, None)
+
+    def _enqueue(
+        self,
+        entries: Sequence[tuple[bytes, bytes | None]],
+        timestamp_ms: int | None,
+        future: concurrent.futures.Future[int] | None,
+    ) -> _Pending:
         items: list[tuple[bytes, bytes | None]] = []
         nbytes = 0
         for key, value in entries:
@@ -409,7 +465,6 @@ class Log:
             items.append((key, value))
         if not items:
             raise ValueError("append needs at least one entry")
-        future: concurrent.futures.Future[int] = concurrent.futures.Future()
         pending = _Pending(items, timestamp_ms, future, nbytes, time.monotonic())
         with self._cond:
             if self._closing:
@@ -421,7 +476,7 @@ class Log:
             # again only when the batch is full.
             if len(self._queue) == 1 or self._queued_bytes >= self._max_batch_bytes:
                 self._cond.notify()
-        return future
+        return pending
 
     def _run_writer(self) -> None:
         while True:
@@ -442,11 +497,11 @@ class Log:
                         return
                 batch, self._queue = self._queue, []
                 self._queued_bytes = 0
-            live = [p for p in batch if p.future.set_running_or_notify_cancel()]
+            live = [p for p in batch if p.start()]
             if live and self._abandoned:
                 gone = StorageClosedError("log was abandoned", op="append")
                 for p in live:
-                    p.future.set_exception(gone)
+                    p.fail(gone)
             elif live:
                 try:
                     self._flush(live)
@@ -454,12 +509,11 @@ class Log:
                     log.exception("log writer: unexpected error")
                     err = StorageIOError(f"unexpected error in the log writer: {exc!r}", op="flush")
                     for p in live:
-                        if not p.future.done():
-                            p.future.set_exception(err)
+                        p.fail(err)
             if live:
-                self._notify_settled([p.future for p in live])
+                self._notify_settled([p.ticket() for p in live])
 
-    def _notify_settled(self, futures: list[concurrent.futures.Future[int]]) -> None:
+    def _notify_settled(self, futures: list[Any]) -> None:
         if self._settled is not None:
             try:
                 self._settled(futures)
@@ -504,7 +558,7 @@ class Log:
             with self._lock:
                 self._failed_flushes += 1
             for p in batch:
-                p.future.set_exception(err)
+                p.fail(err)
             return
         count = seq - self._next_seq
         self._next_seq = seq
@@ -515,7 +569,7 @@ class Log:
             self._appends += len(batch)
             self._flushes += 1
         for p, last in zip(batch, lasts, strict=True):
-            p.future.set_result(last)
+            p.succeed(last)
 
     def _restore(self) -> None:
         """Cut the active file back to its durable size, durably (after a failed write or fsync)."""
@@ -784,9 +838,9 @@ class Log:
         gone = StorageClosedError("log was abandoned", op="append")
         failed = []
         for p in queued:
-            if p.future.set_running_or_notify_cancel():
-                p.future.set_exception(gone)
-                failed.append(p.future)
+            if p.start():
+                p.fail(gone)
+                failed.append(p.ticket())
         if failed:
             self._notify_settled(failed)
         if self._compact_lock.acquire(timeout=compaction_wait_s):

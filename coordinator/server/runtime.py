@@ -182,8 +182,9 @@ class ShardRuntime:
         self._durable: dict[Any, tuple[asyncio.Future[Any], float]] = {}
 
     def settled_hook(self) -> Callable[[list[Any]], None]:
-        """For storage.Log.open(settled=...): the writer thread hands over each flush's futures with one
-        thread-safe call, instead of one per append (asyncio.wrap_future). Call on the event loop."""
+        """For storage.Log.open(settled=...): the writer thread hands over each flush's appends with one
+        thread-safe call, instead of one per append (asyncio.wrap_future); the appends are made with
+        Log.append_settled, so none needs a future of its own. Call on the event loop."""
         loop = asyncio.get_running_loop()
         self._bridged = True
 
@@ -332,8 +333,8 @@ class ShardRuntime:
         entries = [(r.key, r.value) for r in result.records]
         appended = None
         try:
-            appended = self.log.append(entries)
             if self._bridged:
+                appended = self.log.append_settled(entries)  # no future: _settle hears of it
                 durable: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 self._durable[appended] = (durable, time.perf_counter())
                 # A timer handle on our own future instead of asyncio.wait_for (a waiter future, a wrapped future
@@ -344,6 +345,7 @@ class ShardRuntime:
                 finally:
                     expiry.cancel()
             else:
+                appended = self.log.append(entries)
                 if self._on_append is not None:
                     appended.add_done_callback(
                         functools.partial(_observe, self._on_append, time.perf_counter())

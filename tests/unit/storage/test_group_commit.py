@@ -6,8 +6,10 @@ import threading
 import time
 from concurrent.futures import Future
 
+import pytest
+
 from storage.fakefs import FaultFS, MemFS
-from storage.format import encode_entry
+from storage.format import StorageError, encode_entry
 from tests.unit.storage.support import DIR, Logs, entries, kv, seg_path
 
 ZERO = "00000000000000000000.log"
@@ -151,3 +153,51 @@ def test_settled_hands_over_each_flush_once_in_append_order(logs: Logs) -> None:
     assert calls[-1] == [queued]
     fs.release_fsyncs()
     stuck.result(5)
+
+
+def test_append_settled_hands_back_tickets_instead_of_futures(logs: Logs) -> None:
+    """`append_settled` (no future per append) hands its ticket to `settled` in the flush that settles it: the
+    last sequence number once durable, the StorageError when the fsync failed or the log was abandoned."""
+    fs = FaultFS(MemFS())
+    fs.slow_fsyncs(0.002)
+    calls: list[list[object]] = []
+    done = threading.Condition()
+
+    def settled(tickets: list[object]) -> None:
+        with done:
+            calls.append(tickets)
+            done.notify_all()
+
+    def handed(n: int) -> list[object]:
+        with done:
+            assert done.wait_for(lambda: sum(len(c) for c in calls) >= n, 5)
+            return [t for call in calls for t in call]
+
+    lg = logs.open(DIR, fs=fs, linger_ms=1, settled=settled)
+    tickets = [lg.append_settled([kv(i), kv(i + 100)]) for i in range(0, 40, 2)]
+    assert handed(20) == tickets
+    assert all(t.exception() is None for t in tickets)
+    assert [t.result() for t in tickets] == list(range(1, 40, 2))  # the last entry of each append
+    assert [e[0] for e in entries(lg)] == list(range(40))  # every entry durable, in order
+
+    fs.fail_fsyncs(times=1)
+    failed = lg.append_settled([kv(40)])
+    assert handed(21)[-1] is failed
+    assert isinstance(failed.exception(), StorageError)
+    with pytest.raises(StorageError):
+        failed.result()
+
+    fs.hang_fsyncs()
+    stuck = lg.append_settled([kv(41)])
+    assert fs.wait_until_hung(5)
+    queued = lg.append_settled([kv(42)])
+    lg.abandon()
+    assert handed(22)[-1] is queued and isinstance(queued.exception(), StorageError)
+    fs.release_fsyncs()
+    assert handed(23)[-1] is stuck
+
+
+def test_append_settled_needs_the_settled_callback(logs: Logs, memfs: MemFS) -> None:
+    lg = logs.open(DIR, fs=memfs)
+    with pytest.raises(RuntimeError):
+        lg.append_settled([kv(0)])
