@@ -19,10 +19,12 @@ from typing import Any
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+from kio.schema.index import api_key_map, schema_name_map
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
+from kio.static.constants import EntityType
 from kio.static.primitive import i16
 
 from .api_keys import ApiKey
@@ -83,6 +85,18 @@ def request_class(api_key: int, version: int) -> Any:
 @functools.cache
 def response_class(api_key: int, version: int) -> Any:
     return load_response_schema(api_key, version)
+
+
+def _check_known(api_key: int, version: int) -> None:
+    """Raise UnknownAPIKey or UnknownEntity unless kio has both schemas of this API version, from kio's index
+    alone: the schema modules are imported when a request of that version first comes (importing all of them
+    at start, ~370 modules, was most of a worker's start-up time)."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        raise UnknownAPIKey(f"kio knows no API with key {api_key}")
+    kinds = schema_name_map[name].get(version, {})
+    if EntityType.request not in kinds or EntityType.response not in kinds:
+        raise UnknownEntity(f"kio has no {name} v{version}")
 
 
 @functools.cache
@@ -160,8 +174,7 @@ class ApiTable:
 
     def register(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
         for v in range(min_version, max_version + 1):
-            request_class(api_key, v)  # fail at start-up, not on the first request, if kio lacks a version
-            response_class(api_key, v)
+            _check_known(api_key, v)  # fail at start-up, not on the first request, if kio lacks a version
         self._specs[api_key] = ApiSpec(api_key, min_version, max_version, handler)
 
     def register_raw(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:

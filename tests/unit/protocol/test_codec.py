@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kio.index import UnknownEntity
+from kio.index import UnknownAPIKey, UnknownEntity
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsV0
 from kio.schema.heartbeat.v0.request import HeartbeatRequest as HeartbeatV0
 from kio.schema.heartbeat.v4.request import HeartbeatRequest as HeartbeatV4
@@ -131,6 +133,24 @@ def test_register_refuses_versions_kio_does_not_know():
     table = ApiTable()
     with pytest.raises(UnknownEntity):
         table.register(12, 0, 99, _heartbeat)
+    with pytest.raises(UnknownAPIKey):
+        table.register(9999, 0, 0, _heartbeat)
+
+
+def test_register_imports_no_schema_module_until_a_request_needs_it():
+    """Registering checks kio's index only: importing every version's schema modules at start (~370 of them)
+    was most of a worker's start-up time. In a fresh interpreter, since this one has imported many already."""
+    code = (
+        "import sys\n"
+        "from protocol.api import ApiTable, request_class\n"
+        "t = ApiTable()\n"
+        "t.register(29, 1, 3, None)\n"  # DescribeAcls
+        "assert 'kio.schema.describe_acls.v3.request' not in sys.modules\n"
+        "request_class(29, 3)\n"
+        "assert 'kio.schema.describe_acls.v3.request' in sys.modules\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
 
 
 @settings(max_examples=3000, deadline=None)
