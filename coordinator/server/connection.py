@@ -50,6 +50,7 @@ class RequestMemory:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
+        self.bounded = limit >= 0  # unbounded (the default): nothing to count, no callback per request
         self.used = 0
         self.waiting = 0
         self._freed = asyncio.Event()
@@ -269,8 +270,9 @@ class Connection:
                 if out and memory.would_wait(size):
                     if not await self._write(out, unwritten):
                         return
-                await memory.acquire(size)
-                held = size
+                if memory.bounded:
+                    await memory.acquire(size)
+                    held = size
                 frame = await self.reader.readexactly(size)
                 started = time.perf_counter()
                 self.last_active = self._loop.time()
@@ -282,8 +284,9 @@ class Connection:
                     self._authenticate(decoded)
                 task = start(self._handle(decoded))
                 if isinstance(task, Ready):
-                    memory.release(size)
-                    held = 0
+                    if held:
+                        memory.release(size)
+                        held = 0
                     if not self._handed:
                         self.last_active = self._loop.time()
                         if not self._encode_answer(decoded, task.value, started, out, unwritten):
@@ -294,7 +297,7 @@ class Connection:
                         if len(out) >= WRITE_BATCH and not await self._write(out, unwritten):
                             return
                         continue
-                else:
+                elif held:
                     task.add_done_callback(memory.releaser(size))
                     held = 0
                 if out and not await self._write(out, unwritten):
