@@ -25,7 +25,8 @@ RECANCEL_S = 0.05  # how often a task still running is cancelled again
 async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]], timeout_s: float, what: str) -> bool:
     """Cancel `tasks` and wait for them to end, cancelling again every RECANCEL_S, for up to `timeout_s`. True
     when all ended; else logs the stacks of those that did not (`what` names them) and returns False."""
-    pending = {t for t in tasks if not t.done()}
+    chosen = list(tasks)
+    pending = {t for t in chosen if not t.done()}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while pending:
@@ -42,6 +43,11 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]], timeout_s: float
             )
             return False
         _, pending = await asyncio.wait(pending, timeout=min(RECANCEL_S, left))
+    for (
+        task
+    ) in chosen:  # an error a task ended with is of no interest now; retrieved, so asyncio does not log it
+        if not task.cancelled():
+            task.exception()
     return True
 
 

@@ -94,7 +94,7 @@ def _check_known(api_key: int, version: int) -> None:
     name = api_key_map.get(api_key)
     if name is None:
         raise UnknownAPIKey(f"kio knows no API with key {api_key}")
-    kinds = schema_name_map[name].get(version, {})
+    kinds = schema_name_map.get(name, {}).get(version, {})
     if EntityType.request not in kinds or EntityType.response not in kinds:
         raise UnknownEntity(f"kio has no {name} v{version}")
 

@@ -205,7 +205,8 @@ class _Pending:
 
     def fail(self, exc: BaseException) -> None:
         if self.future is None:
-            self._error = exc
+            if self._error is None and self._last < 0:  # settled once only, as a future is
+                self._error = exc
         elif not self.future.done():
             self.future.set_exception(exc)
 

@@ -83,6 +83,7 @@ class Server:
         self._slot_waiters: collections.deque[asyncio.Future[bool]] = collections.deque()
         self._reserved_slots = 0  # slots freed for a waiter that has not taken its place yet
         self._accepting: set[asyncio.WriteTransport] = set()  # accepted connections (aborted at close)
+        self._closing = False
         self._internal = 0  # connections from other workers (in `connections`, outside max.connections)
 
     # -- identity --------------------------------------------------------------------------------------------
@@ -158,7 +159,7 @@ class Server:
     async def _accept(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: KafkaListener
     ) -> None:
-        if not self.listening:  # accepted just before the listeners closed
+        if self._closing:  # accepted just before the listeners closed
             writer.transport.abort()
             return
         self._accepting.add(writer.transport)
@@ -322,6 +323,7 @@ class Server:
         """Stop accepting, let requests in flight finish for up to shutdown.timeout.ms, drop what is left, close
         the parts. Every step is bounded: a stuck step is logged with where it was stuck, and the close goes on."""
         self.listening = False
+        self._closing = True
         if self._idle_sweeper is not None:
             self._idle_sweeper.cancel()
         while self._slot_waiters:  # connections waiting for a slot are closed
