@@ -15,6 +15,7 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as Fin
 from kio.schema.heartbeat.v0.request import HeartbeatRequest as HeartbeatV0
 
 from coordinator.server.lookup import CoordinatorLookup
+from coordinator.tasks import cancel_and_wait
 from protocol.errors import ErrorCode
 from tests.support.wire import WireClient, encode_request, recv_frame
 
@@ -239,7 +240,6 @@ def test_shutdown_goes_on_past_a_part_whose_close_never_ends(caplog):
 def test_cancel_and_wait_stops_a_task_that_swallows_a_cancellation():
     """Python 3.11's wait_for can return a result instead of raising when cancelled; a loop around it goes round
     again. cancel_and_wait cancels until the task ends."""
-    from coordinator.tasks import cancel_and_wait
 
     async def main():
         swallowed = 0

@@ -6,6 +6,7 @@ import asyncio
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -149,7 +150,8 @@ def test_register_imports_no_schema_module_until_a_request_needs_it():
         "request_class(29, 3)\n"
         "assert 'kio.schema.describe_acls.v3.request' in sys.modules\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    repo = Path(__file__).resolve().parents[3]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=repo)
     assert proc.returncode == 0, proc.stderr
 
 
