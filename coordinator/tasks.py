@@ -20,9 +20,12 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 RECANCEL_S = 0.05  # how often a task still running is cancelled again
+STOP_TIMEOUT_S = 2.0  # how long a background task gets to stop at a close, unless told otherwise
 
 
-async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]], timeout_s: float, what: str) -> bool:
+async def cancel_and_wait(
+    tasks: Iterable[asyncio.Future[Any]], what: str, timeout_s: float = STOP_TIMEOUT_S
+) -> bool:
     """Cancel `tasks` and wait for them to end, cancelling again every RECANCEL_S, for up to `timeout_s`. True
     when all ended; else logs the stacks of those that did not (`what` names them) and returns False."""
     chosen = list(tasks)

@@ -150,7 +150,7 @@ class Observability:
 
     async def close(self) -> None:
         if self._task is not None:
-            await cancel_and_wait([self._task], 2.0, "closing the admin listener's sampler")
+            await cancel_and_wait([self._task], "closing the admin listener's sampler")
         self.server.metrics.remove_collectors()
 
     async def _sample_periodically(self) -> None:

@@ -110,7 +110,7 @@ class ForwardingDataPlane:
 
     async def close(self) -> None:
         if self._refresh_task is not None:
-            await cancel_and_wait([self._refresh_task], 2.0, "closing the forwarder's refresh")
+            await cancel_and_wait([self._refresh_task], "closing the forwarder's refresh")
         for upstream in self._upstreams.values():
             upstream.close()
         self._upstreams.clear()

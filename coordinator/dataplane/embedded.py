@@ -268,7 +268,7 @@ class EmbeddedDataPlane:
         acks=0/1 left unsynced, and close every file."""
         self.stop_waiting()
         if self._retention_task is not None:
-            await cancel_and_wait([self._retention_task], 2.0, "closing the retention task")
+            await cancel_and_wait([self._retention_task], "closing the retention task")
             self._retention_task = None
         if self._writer is None or self._store is None:
             return

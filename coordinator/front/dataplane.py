@@ -65,7 +65,6 @@ log = logging.getLogger(__name__)
 _CID = struct.Struct(">i")
 REFRESH_INTERVAL_S = 1.0
 SWEEP_INTERVAL_S = 0.25
-CLOSE_TIMEOUT_S = 2.0  # for the periodic tasks to stop at close
 LATEST_TIMESTAMP = -1
 
 # Served by this server itself in front of a cluster (coordinator.front.groups and the parts it wraps).
@@ -172,7 +171,7 @@ class FrontDataPlane:
         return upstream_status(self, self.groups)
 
     async def close(self) -> None:
-        await cancel_and_wait(self._tasks, CLOSE_TIMEOUT_S, "closing the front's periodic tasks")
+        await cancel_and_wait(self._tasks, "closing the front's periodic tasks")
         for upstream in self._upstreams.values():
             upstream.close()
         self._upstreams.clear()

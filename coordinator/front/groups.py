@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 
 TRANSACTION = 1
 TXN_OFFSET_COMMIT_VERSIONS = (0, 5)
-CLOSE_TIMEOUT_S = 2.0  # for the re-commit task to stop at close
 _FAILED = (UpstreamTimeout, UpstreamError, OSError, asyncio.TimeoutError)
 # Errors of the cluster on a mirrored commit that mean the cluster knows this group with members of its own: a
 # client that talks to the cluster directly with the same group id (split brain).
@@ -100,7 +99,7 @@ class FrontGroups:
 
     async def close(self) -> None:
         if self._recommit_task is not None:
-            await cancel_and_wait([self._recommit_task], CLOSE_TIMEOUT_S, "closing the front's re-commits")
+            await cancel_and_wait([self._recommit_task], "closing the front's re-commits")
 
     def committed_topics(self) -> set[str]:
         """The topics any group of this server has committed offsets for (their lag needs log-end offsets)."""

@@ -382,7 +382,7 @@ async def cancel_after(task: asyncio.Future[Any], timeout_s: float) -> bool:
             log.error("shutdown: a step failed", exc_info=task.exception())
         return True
     log.warning("shutdown: a step is still running after %.1f s; every task now:\n%s", timeout_s, stacks())
-    await cancel_and_wait([task], MIN_STEP_S, "shutdown")
+    await cancel_and_wait([task], "shutdown", MIN_STEP_S)
     return False
 
 

@@ -53,7 +53,6 @@ LOAD_PROGRESS_INTERVAL_S = 2.0
 LAYOUT_FILE = "layout.json"
 MONITOR_INTERVAL_S = 0.25
 QUICK_LOAD_WAIT_S = 1.0
-CLOSE_TIMEOUT_S = 2.0  # for loads and compactions in progress to stop at close
 
 Observer = Callable[[float], None]
 LogOpener = Callable[[int], Awaitable[Any]]
@@ -303,7 +302,7 @@ class Shards:
 
     async def close(self) -> None:
         tasks = [t for t in (self._load_task, *self._reloads.values(), *self._tasks) if t is not None]
-        await cancel_and_wait(tasks, CLOSE_TIMEOUT_S, "closing the group shards' loads and compactions")
+        await cancel_and_wait(tasks, "closing the group shards' loads and compactions")
         await asyncio.gather(
             *(shard.close() for shard in self.by_index.values() if shard.state is not ShardState.FAILED),
             return_exceptions=True,

@@ -257,7 +257,7 @@ def test_cancel_and_wait_stops_a_task_that_swallows_a_cancellation():
 
         task = asyncio.create_task(loop_forever())
         await asyncio.sleep(0)
-        assert await cancel_and_wait([task], 2.0, "test")
+        assert await cancel_and_wait([task], "test", 2.0)
         assert task.cancelled() and swallowed == 1
 
         give_in = False
@@ -272,8 +272,8 @@ def test_cancel_and_wait_stops_a_task_that_swallows_a_cancellation():
 
         stubborn = asyncio.create_task(stops_when_told())
         await asyncio.sleep(0)
-        assert not await cancel_and_wait([stubborn], 0.2, "test")  # gives up on it, and says so
+        assert not await cancel_and_wait([stubborn], "test", 0.2)  # gives up on it, and says so
         give_in = True
-        assert await cancel_and_wait([stubborn], 1.0, "test")
+        assert await cancel_and_wait([stubborn], "test", 1.0)
 
     asyncio.run(main())
