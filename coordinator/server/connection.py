@@ -56,7 +56,7 @@ class RequestMemory:
         self._freed = asyncio.Event()
 
     async def acquire(self, size: int) -> None:
-        if self.limit >= 0:
+        if self.bounded:
             while self.used and self.used + size > self.limit:
                 self._freed.clear()
                 self.waiting += 1
@@ -67,7 +67,7 @@ class RequestMemory:
         self.used += size
 
     def would_wait(self, size: int) -> bool:
-        return self.limit >= 0 and self.used > 0 and self.used + size > self.limit
+        return self.bounded and self.used > 0 and self.used + size > self.limit
 
     def release(self, size: int) -> None:
         self.used -= size
