@@ -317,7 +317,8 @@ class Log:
         reports on it. `wall_ms` gives the append time stored in entries that are appended without one.
         `settled(futures)`, called in the writer thread, gets the append futures each flush completed (or
         failed), in append order, once they all are: one call per flush, for a caller that would rather not
-        be woken once per future (an event loop: one thread-safe call instead of one per append).
+        be woken once per future (an event loop: one thread-safe call instead of one per append). Appends made
+        with `append_settled` appear there as their tickets.
         Raises StorageError if the directory cannot be read or repaired (StorageFormatError: newer format).
         """
         if segment_bytes < FRAME_SIZE:
