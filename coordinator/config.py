@@ -354,6 +354,78 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=1,
     ),
     Setting(
+        "group.coordinator.rebalance.protocols",
+        ("classic", "consumer"),
+        _list,
+        "The group protocols served: `classic` (JoinGroup/SyncGroup) and `consumer` (KIP-848, "
+        "ConsumerGroupHeartbeat). Without `consumer`, ConsumerGroupHeartbeat answers UNSUPPORTED_VERSION. The "
+        "consumer protocol is served by the embedded data plane in one process; in front of a cluster and with "
+        "several workers it answers UNSUPPORTED_VERSION for now.",
+    ),
+    Setting(
+        "group.consumer.session.timeout.ms",
+        45000,
+        int,
+        "Session timeout of consumer-protocol members: a member without a heartbeat for this long is removed.",
+        "ms",
+        minimum=1,
+    ),
+    Setting(
+        "group.consumer.min.session.timeout.ms",
+        45000,
+        int,
+        "Lower bound of group.consumer.session.timeout.ms.",
+        "ms",
+        minimum=1,
+    ),
+    Setting(
+        "group.consumer.max.session.timeout.ms",
+        60000,
+        int,
+        "Upper bound of group.consumer.session.timeout.ms.",
+        "ms",
+        minimum=1,
+    ),
+    Setting(
+        "group.consumer.heartbeat.interval.ms",
+        5000,
+        int,
+        "How often consumer-protocol members heartbeat (sent to them in every heartbeat answer); below the "
+        "session timeout.",
+        "ms",
+        minimum=1,
+    ),
+    Setting(
+        "group.consumer.min.heartbeat.interval.ms",
+        5000,
+        int,
+        "Lower bound of group.consumer.heartbeat.interval.ms.",
+        "ms",
+        minimum=1,
+    ),
+    Setting(
+        "group.consumer.max.heartbeat.interval.ms",
+        15000,
+        int,
+        "Upper bound of group.consumer.heartbeat.interval.ms.",
+        "ms",
+        minimum=1,
+    ),
+    Setting(
+        "group.consumer.max.size",
+        2147483647,
+        int,
+        "Largest number of members in a consumer group; a new member beyond it gets GROUP_MAX_SIZE_REACHED.",
+        minimum=1,
+    ),
+    Setting(
+        "group.consumer.assignors",
+        ("uniform", "range"),
+        _list,
+        "Server-side assignors consumer-protocol members may ask for (`group.remote.assignor`); the first is "
+        "used when none asks. Known: uniform, range.",
+    ),
+    Setting(
         "group.static.registration.timeout.ms",
         0,
         int,
@@ -374,12 +446,6 @@ SETTINGS: tuple[Setting, ...] = (
         "ms",
         kafka=False,
         minimum=0,
-    ),
-    Setting(
-        "group.coordinator.rebalance.protocols",
-        ("classic",),
-        _list,
-        "Rebalance protocols served; only classic is implemented.",
     ),
     Setting(
         "group.coordinator.append.linger.ms",
@@ -652,7 +718,34 @@ class Config:
             if not sep:
                 raise ConfigError(f"--set expects NAME=VALUE, got {item!r}")
             config.set(name.strip(), value.strip())
+        config.check()
         return config
+
+    def check(self) -> None:
+        """Relations between settings (Kafka's GroupCoordinatorConfig checks): raises ConfigError."""
+        for what in ("session.timeout", "heartbeat.interval"):
+            low = self[f"group.consumer.min.{what}.ms"]
+            value = self[f"group.consumer.{what}.ms"]
+            high = self[f"group.consumer.max.{what}.ms"]
+            if not low <= value <= high:
+                raise ConfigError(
+                    f"group.consumer.{what}.ms ({value}) must be between group.consumer.min.{what}.ms ({low}) "
+                    f"and group.consumer.max.{what}.ms ({high})"
+                )
+        if self["group.consumer.heartbeat.interval.ms"] >= self["group.consumer.session.timeout.ms"]:
+            raise ConfigError(
+                "group.consumer.heartbeat.interval.ms must be below group.consumer.session.timeout.ms"
+            )
+        unknown = set(self["group.consumer.assignors"]) - {"uniform", "range"}
+        if unknown or not self["group.consumer.assignors"]:
+            raise ConfigError(
+                f"group.consumer.assignors: unknown assignors {sorted(unknown)} (known: uniform, range)"
+                if unknown
+                else "group.consumer.assignors must name at least one assignor"
+            )
+        unknown = set(self["group.coordinator.rebalance.protocols"]) - {"classic", "consumer"}
+        if unknown:
+            raise ConfigError(f"group.coordinator.rebalance.protocols: unknown protocols {sorted(unknown)}")
 
 
 def read_properties(path: str) -> dict[str, str]:

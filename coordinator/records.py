@@ -46,8 +46,9 @@ path that falls back to the general decoder for anything it does not take (see "
 Names are Kafka's in snake case, with the unit in the name where Kafka leaves it out (`rebalanceTimeout` ->
 `rebalance_timeout_ms`, `commitTimestamp` -> `commit_timestamp_ms`).
 
-Records of four types are applied to memory by the handler that writes them, before they are durable
-(GroupMetadata, GroupPause, GroupSettings, GroupOffline; `applied_in_memory_group`): their replay while serving is
+Records of these types are applied to memory by the handler that writes them, before they are durable
+(GroupMetadata, GroupPause, GroupSettings, GroupOffline, and the consumer group records of
+coordinator.consumer.records; `applied_in_memory_group`): their replay while serving is
 skipped, and requests of their group wait until the append settles.
 """
 
@@ -918,6 +919,8 @@ _APPLIED_IN_MEMORY_PREFIXES = frozenset(
         GROUP_PAUSE_KEY_VERSION.to_bytes(2, "big"),
         GROUP_SETTINGS_KEY_VERSION.to_bytes(2, "big"),
         GROUP_OFFLINE_KEY_VERSION.to_bytes(2, "big"),
+        # Kafka's consumer group records (KIP-848, coordinator.consumer.records): types 3, 5, 6, 7, 8
+        *(kind.to_bytes(2, "big") for kind in (3, 5, 6, 7, 8)),
     }
 )
 _OFFSET_COMMIT_PREFIXES = frozenset(v.to_bytes(2, "big") for v in (0, OFFSET_COMMIT_KEY_VERSION))
@@ -925,7 +928,8 @@ _OFFSET_COMMIT_PREFIXES = frozenset(v.to_bytes(2, "big") for v in (0, OFFSET_COM
 
 def applied_in_memory_group(record: CoordinatorRecord) -> str | None:
     """The group of a record the state machine applies in memory before it is durable (GroupMetadata,
-    GroupPause, GroupSettings, GroupOffline: each key is a version and the group id), else None."""
+    GroupPause, GroupSettings, GroupOffline, the consumer group records: each key is a version and the group
+    id, then maybe more), else None."""
     key = record.key
     if key[:2] not in _APPLIED_IN_MEMORY_PREFIXES:
         return None

@@ -5,6 +5,8 @@ records of its own log. It routes each group and offset API and each admin opera
 and composes those parts:
 
 * `GroupMetadataManager` (coordinator.group.manager): classic groups, JoinGroup/SyncGroup/Heartbeat/LeaveGroup;
+* `ConsumerGroupManager` (coordinator.consumer.manager): consumer groups (KIP-848), ConsumerGroupHeartbeat and
+  ConsumerGroupDescribe; group ids are one namespace shared with the classic groups;
 * `OffsetMetadataManager` (coordinator.offsets.manager): OffsetCommit/OffsetFetch/OffsetDelete and retention,
   validated against the groups (it asks the group manager, never the other way round);
 * `PauseRegistry` and `GroupSettingsRegistry` (coordinator.group.pause, .settings): operator intent about group
@@ -37,6 +39,9 @@ from kio.schema.describe_groups.v6.response import DescribeGroupsResponse
 from kio.schema.list_groups.v5.response import ListGroupsResponse
 
 from coordinator.clock import Clock, Timer
+from coordinator.consumer import records as consumer_records
+from coordinator.consumer.group import ConsumerGroup
+from coordinator.consumer.manager import ConsumerGroupManager, ConsumerGroupSettings, TopicImage
 from coordinator.group.describe import describe_group, list_group_entries
 from coordinator.group.effects import Calls, state_machine_call
 from coordinator.group.events import GroupEventListener, OffsetsWritten
@@ -94,11 +99,21 @@ class GroupCoordinatorShard:
         settings: GroupCoordinatorSettings | Mapping[str, Any] | Any = None,
         *,
         new_uuid: Callable[[], str] | None = None,
+        topics: TopicImage | None = None,
+        consumer_settings: ConsumerGroupSettings | None = None,
         **overrides: int,
     ) -> None:
         """`settings` is a GroupCoordinatorSettings, or anything indexed by Kafka's names
         (coordinator.config.Config); keyword overrides use the Python names
-        (`group_initial_rebalance_delay_ms=0`). `new_uuid` makes member ids predictable in tests."""
+        (`group_initial_rebalance_delay_ms=0`). `new_uuid` makes member ids predictable in tests. `topics`: the
+        topics consumer groups are assigned from (without them ConsumerGroupHeartbeat answers
+        UNSUPPORTED_VERSION); `consumer_settings` default to `settings`' group.consumer.* values."""
+        if consumer_settings is None:
+            consumer_settings = (
+                ConsumerGroupSettings()
+                if settings is None or isinstance(settings, GroupCoordinatorSettings)
+                else ConsumerGroupSettings.from_config(settings)
+            )
         if settings is None:
             settings = GroupCoordinatorSettings()
         elif not isinstance(settings, GroupCoordinatorSettings):
@@ -111,9 +126,20 @@ class GroupCoordinatorShard:
         self.classic = GroupMetadataManager(
             self.calls, clock, timer, self.settings, self.pauses, self.group_settings, new_uuid=new_uuid
         )
+        self.consumer = ConsumerGroupManager(
+            self.calls,
+            clock,
+            timer,
+            consumer_settings,
+            topics,
+            classic_group_exists=self.classic.groups.__contains__,
+            remove_empty_classic_group=self._remove_empty_classic_group,
+            new_uuid=new_uuid,
+        )
         self.offsets = OffsetMetadataManager(
             self.classic,
             clock,
+            consumer=self.consumer,
             offset_metadata_max_bytes=self.settings.offset_metadata_max_bytes,
             offsets_retention_ms=self.settings.offsets_retention_ms,
         )
@@ -177,10 +203,53 @@ class GroupCoordinatorShard:
     def leave_group(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
         return self.classic.leave_group(token, api_version, request)
 
+    def consumer_group_heartbeat(
+        self, token: object, api_version: int, request: Any, *, client_id: str = "", client_host: str = ""
+    ) -> CoordinatorResult:
+        """ConsumerGroupHeartbeat v0-v1 (KIP-848)."""
+        return self.consumer.heartbeat(
+            token, api_version, request, client_id=client_id, client_host=client_host
+        )
+
+    def consumer_group_describe(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        """ConsumerGroupDescribe v0-v1."""
+        from kio.schema.consumer_group_describe.v1.response import ConsumerGroupDescribeResponse
+
+        described = self.consumer.describe(request.group_ids)
+        return CoordinatorResult(
+            responses=[
+                (token, build(ConsumerGroupDescribeResponse, {"throttle_time": 0, "groups": described}))
+            ]
+        )
+
+    def _remove_empty_classic_group(self, group_id: str) -> list[CoordinatorRecord] | None:
+        """For a consumer group taking the id: the tombstone of the empty classic group of that id (removed
+        now, back if the append fails), None if that classic group has members."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return []
+        if not group.is_empty():
+            return None
+        self.classic.remove_group(group)
+        self.calls.fx.failure_hooks.append(lambda error: self._restore_groups([group]))
+        return [new_group_metadata_tombstone(group_id)]
+
     def describe_groups(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
-        """DescribeGroups v0-v6."""
+        """DescribeGroups v0-v6. A consumer group is not described here (Kafka: GROUP_ID_NOT_FOUND from v6,
+        Dead before): ConsumerGroupDescribe describes it."""
         described = [
             describe_group(group_id, self.groups.get(group_id), api_version, self.pauses.deliverable)
+            if group_id not in self.consumer.groups
+            else {
+                "error_code": ErrorCode.group_id_not_found if api_version >= 6 else ErrorCode.none,
+                "error_message": f"Group {group_id} is not a classic group." if api_version >= 6 else None,
+                "group_id": group_id,
+                "group_state": "Dead",
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": (),
+                "authorized_operations": -2147483648,
+            }
             for group_id in request.groups
         ]
         return CoordinatorResult(responses=[(token, build(DescribeGroupsResponse, {"groups": described}))])
@@ -188,6 +257,10 @@ class GroupCoordinatorShard:
     def list_groups(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
         """ListGroups v0-v5."""
         listed = list_group_entries(self.groups.values(), request)
+        listed += self.consumer.list_entries(
+            (s.strip() for s in getattr(request, "states_filter", ())),
+            (t.strip() for t in getattr(request, "types_filter", ())),
+        )
         return CoordinatorResult(
             responses=[(token, build(ListGroupsResponse, {"error_code": ErrorCode.none, "groups": listed}))]
         )
@@ -205,7 +278,19 @@ class GroupCoordinatorShard:
         )
         results = []
         deleted: list[ClassicGroup] = []
+        deleted_consumer: list[ConsumerGroup] = []
         for group_id in group_ids:
+            consumer_group = self.consumer.groups.get(group_id)
+            if consumer_group is not None:
+                error = ErrorCode.none if consumer_group.is_empty() else ErrorCode.non_empty_group
+                if error == ErrorCode.none:
+                    fx.records.extend(self.offsets.delete_all_offsets(group_id))
+                    fx.records.extend(self.consumer.remove_group(group_id))
+                    fx.records.extend(self.pauses.forget(group_id))
+                    fx.records.extend(self.group_settings.forget(group_id))
+                    deleted_consumer.append(consumer_group)
+                results.append({"group_id": group_id, "error_code": error})
+                continue
             group = self.groups.get(group_id)
             error = ErrorCode.group_id_not_found if group is None else group.validate_delete_group()
             if group is not None and error == ErrorCode.none:
@@ -219,11 +304,19 @@ class GroupCoordinatorShard:
         if deleted:
             log.info("deleted groups %s", [g.group_id for g in deleted])
             fx.failure_hooks.append(lambda error: self._restore_groups(deleted))
+        if deleted_consumer:
+            log.info("deleted consumer groups %s", [g.group_id for g in deleted_consumer])
+            fx.failure_hooks.append(lambda error: self._restore_consumer_groups(deleted_consumer))
         self.calls.respond(token, build(DeleteGroupsResponse, {"results": results}))
 
     def _restore_groups(self, groups: Iterable[ClassicGroup]) -> dict[object, Any]:
         for group in groups:
             self.groups.setdefault(group.group_id, group)
+        return {}
+
+    def _restore_consumer_groups(self, groups: Iterable[ConsumerGroup]) -> dict[object, Any]:
+        for group in groups:
+            self.consumer.restore_group(group)
         return {}
 
     # -- offset APIs -----------------------------------------------------------------------------------------
@@ -260,6 +353,13 @@ class GroupCoordinatorShard:
             if all_expired and group.is_empty():
                 fx.records.append(new_group_metadata_tombstone(group_id))
                 self.classic.remove_group(group)
+        for group_id, consumer_group in list(self.consumer.groups.items()):
+            records, all_expired = self.offsets.cleanup_expired_offsets(group_id, now_ms)
+            fx.records.extend(records)
+            if self.calls.listeners and records:
+                self.calls.emit(OffsetsWritten(group_id, expired=count_offset_records(records)))
+            if all_expired and consumer_group.is_empty():
+                fx.records.extend(self.consumer.remove_group(group_id))
         if fx.records:
             log.info("offset retention wrote %d tombstones", len(fx.records))
 
@@ -406,7 +506,7 @@ class GroupCoordinatorShard:
         if value is not None:
             fields = simple_offset_commit(key, value)
             if fields is not None:
-                if fields[0] not in self.groups:
+                if fields[0] not in self.groups and fields[0] not in self.consumer.groups:
                     self.classic.create_group(fields[0])
                 self.offsets.store.replay_simple(*fields)
                 return
@@ -414,6 +514,9 @@ class GroupCoordinatorShard:
 
     def replay(self, record: CoordinatorRecord) -> None:
         """Apply a durable record (see the module doc)."""
+        if consumer_records.is_consumer_record(record.key):
+            self._replay_consumer(record)
+            return
         try:
             key, value = decode_record(record)
         except UnknownRecordType as exc:
@@ -439,16 +542,31 @@ class GroupCoordinatorShard:
             )
             self.classic.replay_group_metadata(key, value)
 
+    def _replay_consumer(self, record: CoordinatorRecord) -> None:
+        if self.calls.replayed(record):
+            return  # its heartbeat applied it in memory when it wrote it
+        key = consumer_records.decode_key(record.key)
+        value = consumer_records.decode_value(key, record.value)
+        if key.group in self.groups and key.type == consumer_records.GROUP_METADATA and value is not None:
+            # The classic group of this id was replaced by the consumer group (an empty or "simple" one,
+            # made by offsets replayed before this record).
+            classic = self.groups[key.group]
+            if classic.is_empty():
+                self.classic.remove_group(classic)
+        self.consumer.replay(key, value)
+
     @state_machine_call
     def on_loaded(self) -> None:
         """The log is loaded: timers start (coordinator.group.manager.on_loaded)."""
         self.classic.on_loaded()
+        self.consumer.on_loaded()
         offsets = self.offsets.store.num_offsets()
         # One line per shard: only the shards that hold something are worth an info line.
         log.log(
-            logging.INFO if self.groups or offsets else logging.DEBUG,
-            "loaded %d groups and %d offsets",
+            logging.INFO if self.groups or self.consumer.groups or offsets else logging.DEBUG,
+            "loaded %d classic groups, %d consumer groups and %d offsets",
             len(self.groups),
+            len(self.consumer.groups),
             offsets,
         )
 
@@ -456,3 +574,4 @@ class GroupCoordinatorShard:
     def on_unloaded(self) -> None:
         """The shard is going away: parked requests are answered NOT_COORDINATOR, timers are cancelled."""
         self.classic.on_unloaded()
+        self.consumer.on_unloaded()

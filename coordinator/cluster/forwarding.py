@@ -42,6 +42,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -95,6 +96,10 @@ class ForwardingDataPlane:
         self._metadata_answers: dict[tuple[Any, ...], Any] = {}  # see _metadata_answer
         self._metadata_bytes = 0
         self._partitions: dict[str, int] = {}
+        # Topic ids and names too, for consumer groups (coordinator.consumer.manager.TopicImage).
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        self._topic_names: dict[uuid.UUID, str] = {}
+        self.topics_version = 0
         self._log_end: dict[tuple[str, int], int] = {}
         self._refresh_task: asyncio.Task[None] | None = None
         self._shared_refresh = SharedRefresh(self.refresh)
@@ -120,6 +125,15 @@ class ForwardingDataPlane:
 
     def partition_count(self, topic: str) -> int | None:
         return self._partitions.get(topic)
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        return self._topic_ids.get(topic)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self._topic_names.get(topic_id)
+
+    def topic_names(self) -> list[str]:
+        return list(self._partitions)
 
     async def catch_up(self) -> None:
         await self._shared_refresh()
@@ -229,6 +243,13 @@ class ForwardingDataPlane:
             },
         )
         partitions = {t.name: len(t.partitions) for t in metadata.topics if t.error_code == 0 and t.name}
+        topic_ids = {
+            t.name: t.topic_id for t in metadata.topics if t.error_code == 0 and t.name and t.topic_id
+        }
+        if partitions != self._partitions or topic_ids != self._topic_ids:
+            self.topics_version += 1
+            self._topic_ids = topic_ids
+            self._topic_names = {topic_id: name for name, topic_id in topic_ids.items()}
         self._partitions = partitions
         if not partitions:
             self._log_end = {}

@@ -186,6 +186,7 @@ class EmbeddedDataPlane:
         self._metadata_answers: dict[tuple[Any, ...], Encoded] = {}  # see _metadata
         self._metadata_bytes = 0
         self._topics_by_id: dict[uuid.UUID, _Topic] = {}
+        self.topics_version = 0  # moves on every topic created or deleted (consumer groups re-check them)
         self._collision_keys: dict[str, str] = {}  # collision key -> topic name
         # Topics being created or deleted on disk: the name is taken until the disk work ends.
         self._pending: dict[str, asyncio.Future[None]] = {}
@@ -376,6 +377,9 @@ class EmbeddedDataPlane:
         found = self._topics.get(topic)
         return None if found is None else found.topic_id
 
+    def topic_names(self) -> list[str]:
+        return list(self._topics)
+
     def create_topic(
         self, name: str, num_partitions: int = -1, configs: dict[str, str] | None = None
     ) -> uuid.UUID:
@@ -537,12 +541,14 @@ class EmbeddedDataPlane:
         return self._install(_Topic(plan.name, self._new_topic_id(), logs, plan.configs))
 
     def _install(self, topic: _Topic) -> _Topic:
+        self.topics_version += 1
         self._topics[topic.name] = topic
         self._topics_by_id[topic.topic_id] = topic
         self._collision_keys[_collision_key(topic.name)] = topic.name
         return topic
 
     def _delete(self, topic: _Topic) -> None:
+        self.topics_version += 1
         del self._topics[topic.name]
         del self._topics_by_id[topic.topic_id]
         if self._collision_keys.get(_collision_key(topic.name)) == topic.name:

@@ -1,7 +1,7 @@
 """OffsetCommit, OffsetFetch and OffsetDelete, and offset retention (Kafka's OffsetMetadataManager).
 
-Handlers validate against the group (the classic groups of the shard, coordinator.group.manager: this manager
-asks it, it never asks this one), emit OffsetCommit records and tombstones, and answer once those are durable;
+Handlers validate against the group (the classic groups of the shard, coordinator.group.manager, and its
+consumer groups, coordinator.consumer.manager: this manager asks them, they never ask this one), emit OffsetCommit records and tombstones, and answer once those are durable;
 the offsets themselves change only in `replay` (see store.py). Requests arrive as kio entities of any version,
 read with the fields that version has.
 """
@@ -22,6 +22,7 @@ from kio.schema.offset_fetch.v7.response import OffsetFetchResponse as OffsetFet
 from kio.schema.offset_fetch.v9.response import OffsetFetchResponse as OffsetFetchResponseV9
 
 from coordinator.clock import Clock
+from coordinator.consumer.manager import ConsumerGroupManager
 from coordinator.group.manager import GroupMetadataManager
 from coordinator.group.state import ClassicGroupState
 from coordinator.records import (
@@ -56,10 +57,13 @@ class OffsetMetadataManager:
         groups: GroupMetadataManager,
         clock: Clock,
         *,
+        consumer: ConsumerGroupManager | None = None,
         offset_metadata_max_bytes: int = 4096,
         offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
     ) -> None:
         self._groups = groups
+        self._consumer_groups = {} if consumer is None else consumer.groups
+        self._consumer = consumer
         self._clock = clock
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
         self.offsets_retention_ms = offsets_retention_ms
@@ -141,7 +145,13 @@ class OffsetMetadataManager:
         require_stable = bool(getattr(request, "require_stable", False))
         if api_version >= 8 or hasattr(request, "groups"):
             groups = [
-                self._fetch_group(g.group_id, _requested_topics(g.topics), require_stable)
+                self._fetch_group(
+                    g.group_id,
+                    _requested_topics(g.topics),
+                    require_stable,
+                    getattr(g, "member_id", None),
+                    int(getattr(g, "member_epoch", -1)),
+                )
                 for g in request.groups
             ]
             if api_version >= 8:
@@ -154,8 +164,18 @@ class OffsetMetadataManager:
         return CoordinatorResult(responses=[(token, build(OffsetFetchResponseV7, answer))])
 
     def _fetch_group(
-        self, group_id: str, topics: list[tuple[str, list[int]]] | None, require_stable: bool
+        self,
+        group_id: str,
+        topics: list[tuple[str, list[int]]] | None,
+        require_stable: bool,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> dict[str, Any]:
+        consumer_group = self._consumer_groups.get(group_id)
+        if consumer_group is not None and self._consumer is not None:
+            error = self._consumer.validate_offset_fetch(consumer_group, member_id, member_epoch)
+            if error != ErrorCode.none:
+                return {"group_id": group_id, "topics": [], "error_code": error}
         allowed = self.is_offset_fetch_allowed(group_id)
         response_topics = []
         if topics is None:  # all committed offsets of the group
@@ -279,7 +299,7 @@ class OffsetMetadataManager:
         if value is None:
             self.store.replay(key, None)
         else:
-            if key.group not in self._groups.groups:
+            if key.group not in self._groups.groups and key.group not in self._consumer_groups:
                 self._groups.create_group(key.group)  # offsets of a group the log holds no record of: simple
             self.store.replay_commit(key, value)  # = remove_pending, then replay
 
@@ -295,6 +315,11 @@ class OffsetMetadataManager:
     ) -> ErrorCode:
         """Validate a commit (creating a simple group for a generation -1 commit to an unknown group) and
         refresh the committing member's session."""
+        consumer_group = self._consumer_groups.get(group_id)
+        if consumer_group is not None and self._consumer is not None:
+            return self._consumer.validate_offset_commit(
+                consumer_group, member_id, generation_id, api_version
+            )
         group = self._groups.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -315,21 +340,29 @@ class OffsetMetadataManager:
 
     def is_offset_fetch_allowed(self, group_id: str) -> bool:
         """False if the group does not exist (or is Dead): its offsets read as not committed."""
+        if group_id in self._consumer_groups:
+            return True
         group = self._groups.groups.get(group_id)
         return group is not None and not group.is_in_state(ClassicGroupState.DEAD)
 
     def validate_offset_delete(self, group_id: str) -> ErrorCode:
+        if group_id in self._consumer_groups:
+            return ErrorCode.none
         group = self._groups.groups.get(group_id)
         if group is None:
             return ErrorCode.group_id_not_found
         return group.validate_offset_delete()
 
     def _is_subscribed_to_topic(self, group_id: str, topic: str) -> bool:
+        if group_id in self._consumer_groups and self._consumer is not None:
+            return self._consumer.is_subscribed_to_topic(group_id, topic)
         group = self._groups.groups.get(group_id)
         return group is not None and group.is_subscribed_to_topic(topic)
 
     def _offset_expiration_base(self, group_id: str) -> Callable[[int], int] | None:
         """KIP-211: commit timestamp -> the timestamp retention counts from; None: nothing expires now."""
+        if group_id in self._consumer_groups:
+            return lambda commit_timestamp_ms: commit_timestamp_ms
         group = self._groups.groups.get(group_id)
         if group is None:
             return lambda commit_timestamp_ms: commit_timestamp_ms

@@ -40,6 +40,8 @@ GROUP_API_VERSIONS = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 
@@ -153,6 +155,15 @@ class GroupCoordinatorService:
                 gated=True,
             ),
             ApiKey.LIST_GROUPS: self._list_groups,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self._consumer_group_heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: self._split(
+                "group_ids",
+                "groups",
+                lambda g: g,
+                _consumer_describe_error,
+                lambda s: s.machine.consumer_group_describe,
+                gated=False,
+            ),
         }
         for api_key, (lo, hi) in GROUP_API_VERSIONS.items():
             table.register(api_key, lo, hi, handlers[api_key])
@@ -183,6 +194,16 @@ class GroupCoordinatorService:
             ctx,
             request,
             lambda s: s.machine.join_group,
+            gated=True,
+            client_id=ctx.client_id or "",
+            client_host="/" + ctx.client_host,
+        )
+
+    async def _consumer_group_heartbeat(self, ctx: RequestContext, request: Any) -> Any:
+        return await self._serve(
+            ctx,
+            request,
+            lambda s: s.machine.consumer_group_heartbeat,
             gated=True,
             client_id=ctx.client_id or "",
             client_host="/" + ctx.client_host,
@@ -371,6 +392,17 @@ def error_response(api_key: int, version: int, request: Any, code: ErrorCode) ->
         return base | {"results": [{"group_id": g, "error_code": code} for g in request.groups_names]}
     if api_key == ApiKey.OFFSET_DELETE:
         return base | {"error_code": code, "topics": ()}
+    if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
+        return base | {
+            "error_code": code,
+            "error_message": None,
+            "member_id": None,
+            "member_epoch": 0,
+            "heartbeat_interval": 0,
+            "assignment": None,
+        }
+    if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:
+        return base | {"groups": [_consumer_describe_error(g, code, version) for g in request.group_ids]}
     raise ValueError(f"no error answer for api {api_key}")
 
 
@@ -382,6 +414,20 @@ def _describe_error(group_id: str, code: ErrorCode, version: int) -> dict[str, A
         "group_state": "",
         "protocol_type": "",
         "protocol_data": "",
+        "members": (),
+        "authorized_operations": -2147483648,
+    }
+
+
+def _consumer_describe_error(group_id: str, code: ErrorCode, version: int) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "error_message": None,
+        "group_id": group_id,
+        "group_state": "",
+        "group_epoch": -1,
+        "assignment_epoch": -1,
+        "assignor_name": "",
         "members": (),
         "authorized_operations": -2147483648,
     }

@@ -36,6 +36,7 @@ from typing import Any
 
 from coordinator.clock import OFFSETS_EXPIRATION_KEY
 from coordinator.config import Config
+from coordinator.consumer.manager import TopicImage
 from coordinator.group.events import GroupEventListener
 from coordinator.group.group import ClassicGroup
 from coordinator.group.pause import NOT_PAUSED, PauseState
@@ -76,6 +77,7 @@ class Shard:
         fs: FS,
         on_append: Observer | None = None,
         log_opener: LogOpener | None = None,
+        topics: TopicImage | None = None,
     ) -> None:
         self.index = index
         self.log_opener = log_opener
@@ -85,7 +87,7 @@ class Shard:
         self.runtime = ShardRuntime(timeout_ms=config["offsets.commit.timeout.ms"], on_append=on_append)
         self.clock = LoopClock()
         self.timer = AsyncioTimer(self.runtime)
-        self.machine = GroupCoordinatorShard(self.clock, self.timer, config)
+        self.machine = GroupCoordinatorShard(self.clock, self.timer, config, topics=topics)
         self.runtime.machine = self.machine
         self.loaded = False
         self.state = ShardState.LOADING
@@ -202,12 +204,15 @@ class Shards:
         on_append: Observer | None = None,
         on_compaction: Observer | None = None,
         log_opener: LogOpener | None = None,
+        topics: TopicImage | None = None,
     ) -> None:
         """`owned`: the shard indexes to serve (default: all); `on_append` / `on_compaction`: told how long each
         successful append (until durable) and compaction took, in seconds. `log_opener(index)`: each shard's log
         somewhere else than DATA_DIR/groups (the state topic of a server in front of a cluster,
-        coordinator.front.state), which compacts itself."""
+        coordinator.front.state), which compacts itself. `topics`: what consumer groups are assigned from (the
+        embedded data plane; None: ConsumerGroupHeartbeat is not served)."""
         self.config = config
+        self.topics = topics
         self.log_opener = log_opener
         self.data_dir = data_dir
         self.fs: FS = fs or OsFS()
@@ -228,7 +233,9 @@ class Shards:
         self.view = ShardedView(self)
 
     def _new_shard(self, index: int) -> Shard:
-        return Shard(index, self.config, self.data_dir, self.fs, self._on_append, self.log_opener)
+        return Shard(
+            index, self.config, self.data_dir, self.fs, self._on_append, self.log_opener, self.topics
+        )
 
     # -- which shard -----------------------------------------------------------------------------------------
 

@@ -43,9 +43,12 @@ def main() -> None:
     if args.instance_id:
         conf["group.instance.id"] = args.instance_id
     consumer = Consumer(conf)
-    # confluent-kafka has no rebalance_protocol(): librdkafka uses COOPERATIVE exactly for cooperative-sticky.
+    # confluent-kafka has no rebalance_protocol(): librdkafka uses COOPERATIVE for cooperative-sticky and KIP-848.
     protocol = (
-        "COOPERATIVE" if "cooperative" in str(conf.get("partition.assignment.strategy", "")) else "EAGER"
+        "COOPERATIVE"
+        if "cooperative" in str(conf.get("partition.assignment.strategy", ""))
+        or conf.get("group.protocol") == "consumer"  # KIP-848: incremental assign and revoke only
+        else "EAGER"
     )
     held: set[int] = set()
 

@@ -115,8 +115,9 @@ def test_replay_empty_group_and_tombstone():
 
 
 def test_replay_skips_unknown_record_types():
+    # Type 10 is a share group record (KIP-932): not served here, skipped on load.
     ctx = GroupTestContext(loaded=False)
-    ctx.shard.replay(CoordinatorRecord(struct.pack(">h", 3) + b"\x00\x01g", b"\x00\x00"))
+    ctx.shard.replay(CoordinatorRecord(struct.pack(">h", 10) + b"\x00\x01g", b"\x00\x00"))
     assert not ctx.shard.groups
 
 

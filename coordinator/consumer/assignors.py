@@ -1,0 +1,169 @@
+"""The server-side assignors of consumer groups (KIP-848): `uniform` (Kafka's default) and `range`.
+
+An assignor maps the members' subscriptions (topic ids) to a target assignment. Both are pure and
+deterministic (members and partitions are visited in sorted order), so a log replayed elsewhere computes the
+same targets.
+
+`uniform` balances the number of partitions per member and, within that, keeps each member's current target
+(sticky). With identical subscriptions (homogeneous, the common case) every member gets `P // M` partitions and
+`P % M` members one more; a member keeps what it holds up to its quota, and whoever holds an extra partition
+may keep it (Kafka's KAFKA-18688), so a join or a leave moves only what balance needs. With different
+subscriptions (heterogeneous) partitions a member holds and may still have are kept, the rest go to the least
+loaded member subscribed to their topic, and partitions then move from the most to the least loaded member
+that can take them until no move narrows the gap.
+
+`range` gives each member a contiguous range of every topic it subscribes to, `n // k` partitions and the
+first `n % k` members one more, members ordered with static members first (by instance id), then by member
+id: it is sticky only through static instance ids, as Kafka's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Mapping
+
+Assignment = dict[uuid.UUID, frozenset[int]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MemberSpec:
+    member_id: str
+    instance_id: str | None
+    subscribed: frozenset[uuid.UUID]  # the ids of the existing topics the member subscribes to
+    current: Mapping[uuid.UUID, frozenset[int]]  # its current target
+
+
+class PartitionAssignorError(Exception):
+    """An assignor that cannot assign (Kafka's PartitionAssignorException)."""
+
+
+def _as_assignment(owned: Mapping[str, set[tuple[uuid.UUID, int]]]) -> dict[str, Assignment]:
+    result: dict[str, Assignment] = {}
+    for member_id, partitions in owned.items():
+        by_topic: dict[uuid.UUID, set[int]] = {}
+        for topic_id, p in partitions:
+            by_topic.setdefault(topic_id, set()).add(p)
+        result[member_id] = {t: frozenset(ps) for t, ps in by_topic.items()}
+    return result
+
+
+def uniform(members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int]) -> dict[str, Assignment]:
+    """The `uniform` assignor (see the module doc). `topics`: partition count by topic id."""
+    if not members:
+        return {}
+    subscriptions = {m.subscribed for m in members.values()}
+    if len(subscriptions) == 1:
+        return _uniform_homogeneous(members, topics, next(iter(subscriptions)))
+    return _uniform_heterogeneous(members, topics)
+
+
+def _uniform_homogeneous(
+    members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int], subscribed: frozenset[uuid.UUID]
+) -> dict[str, Assignment]:
+    partitions = [(t, p) for t in sorted(subscribed) if t in topics for p in range(topics[t])]
+    order = sorted(members)
+    quota, extra = divmod(len(partitions), len(order))
+    valid = set(partitions)
+    owned: dict[str, set[tuple[uuid.UUID, int]]] = {m: set() for m in order}
+    taken: set[tuple[uuid.UUID, int]] = set()
+    for member_id in order:  # keep what is held, up to the quota (+1 while extras last)
+        held = sorted(
+            (t, p)
+            for t, ps in members[member_id].current.items()
+            for p in ps
+            if (t, p) in valid and (t, p) not in taken
+        )
+        keep = held[:quota]
+        if len(held) > quota and extra > 0:
+            keep = held[: quota + 1]
+            extra -= 1
+        owned[member_id].update(keep)
+        taken.update(keep)
+    free = [tp for tp in partitions if tp not in taken]
+    # Fill every member to the quota, then hand out the extras left to members at the quota.
+    position = 0
+    for member_id in order:
+        need = quota - len(owned[member_id])
+        if need > 0:
+            owned[member_id].update(free[position : position + need])
+            position += need
+    for member_id in order:
+        if position >= len(free) or extra <= 0:
+            break
+        if len(owned[member_id]) == quota:
+            owned[member_id].add(free[position])
+            position += 1
+            extra -= 1
+    if position < len(free):  # cannot happen with consistent quotas; never lose a partition
+        raise PartitionAssignorError(f"{len(free) - position} partitions left unassigned")
+    return _as_assignment(owned)
+
+
+def _uniform_heterogeneous(
+    members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int]
+) -> dict[str, Assignment]:
+    order = sorted(members)
+    owned: dict[str, set[tuple[uuid.UUID, int]]] = {m: set() for m in order}
+    owner: dict[tuple[uuid.UUID, int], str] = {}
+    subscribers: dict[uuid.UUID, list[str]] = {}
+    for member_id in order:
+        for t in sorted(members[member_id].subscribed):
+            if t in topics:
+                subscribers.setdefault(t, []).append(member_id)
+    for member_id in order:
+        spec = members[member_id]
+        for t, ps in sorted(spec.current.items()):
+            if t not in spec.subscribed or t not in topics:
+                continue
+            for p in sorted(ps):
+                if p < topics[t] and (t, p) not in owner:
+                    owner[(t, p)] = member_id
+                    owned[member_id].add((t, p))
+    for t in sorted(subscribers):
+        for p in range(topics[t]):
+            if (t, p) not in owner:
+                target = min(subscribers[t], key=lambda m: (len(owned[m]), m))
+                owner[(t, p)] = target
+                owned[target].add((t, p))
+    # Move partitions from the most to the least loaded member able to take them, while that narrows the gap.
+    moved = True
+    while moved:
+        moved = False
+        for giver in sorted(order, key=lambda m: (-len(owned[m]), m)):
+            load = len(owned[giver])
+            for t, p in sorted(owned[giver], reverse=True):
+                takers = [m for m in subscribers.get(t, ()) if len(owned[m]) <= load - 2]
+                if takers:
+                    taker = min(takers, key=lambda m: (len(owned[m]), m))
+                    owned[giver].discard((t, p))
+                    owned[taker].add((t, p))
+                    moved = True
+                    break
+            if moved:
+                break
+    return _as_assignment(owned)
+
+
+def range_(members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int]) -> dict[str, Assignment]:
+    """The `range` assignor (see the module doc)."""
+    order = sorted(
+        members.values(),
+        key=lambda m: (m.instance_id is None, m.instance_id or "", m.member_id),
+    )
+    result: dict[str, Assignment] = {m.member_id: {} for m in order}
+    for t in sorted(topics):
+        subscribed = [m.member_id for m in order if t in m.subscribed]
+        if not subscribed:
+            continue
+        quota, extra = divmod(topics[t], len(subscribed))
+        start = 0
+        for i, member_id in enumerate(subscribed):
+            count = quota + (1 if i < extra else 0)
+            if count:
+                result[member_id][t] = frozenset(range(start, start + count))
+            start += count
+    return result
+
+
+ASSIGNORS = {"uniform": uniform, "range": range_}

@@ -1,0 +1,289 @@
+"""A consumer group (KIP-848) and its members, and reconciliation (Kafka's ConsumerGroup,
+ConsumerGroupMember and CurrentAssignmentBuilder).
+
+Epochs. The group epoch moves when what the assignment depends on changes (members, subscriptions, the
+subscribed topics' metadata); the assignment epoch is the group epoch the target assignment was computed at;
+a member's epoch is the target epoch it has reconciled to.
+
+Reconciliation (`reconcile`, 4.3's CurrentAssignmentBuilder, with the fixes Kafka made after 4.1). A member
+moves towards its target one heartbeat at a time: partitions it must give up are first withheld from its
+assignment (`pending_revocation`, state UNREVOKED_PARTITIONS, its epoch unchanged) until a heartbeat no longer
+lists them; only then does it move to the target epoch and take the partitions that are free. A partition still
+held or being revoked by another member is not handed out (state UNRELEASED_PARTITIONS) until that member lets
+go of it, so a partition never has two owners. `owner` is the group's map of partition -> member holding it
+(assigned or pending revocation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+
+Assignment = Mapping[uuid.UUID, frozenset[int]]
+EMPTY_ASSIGNMENT: Assignment = {}
+
+LEAVE_GROUP_EPOCH = -1
+LEAVE_GROUP_STATIC_EPOCH = -2
+
+
+class MemberState(enum.IntEnum):
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+    UNKNOWN = 127
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    assigned: Assignment = dataclasses.field(default_factory=dict)
+    pending_revocation: Assignment = dataclasses.field(default_factory=dict)
+
+    def partitions(self) -> Iterable[tuple[uuid.UUID, int]]:
+        """Every partition the member holds: assigned and pending revocation."""
+        for assignment in (self.assigned, self.pending_revocation):
+            for t, ps in assignment.items():
+                for p in ps:
+                    yield t, p
+
+
+def _clean(assignment: Mapping[uuid.UUID, Iterable[int]]) -> dict[uuid.UUID, frozenset[int]]:
+    return {t: frozenset(ps) for t, ps in assignment.items() if ps}
+
+
+def owns_any(owned: Mapping[uuid.UUID, Iterable[int]] | None, partitions: Assignment) -> bool:
+    """Whether the member still lists any of `partitions` (None, "unchanged", counts as still owning)."""
+    if owned is None:
+        return True
+    for t, ps in partitions.items():
+        if ps and not frozenset(owned.get(t, ())).isdisjoint(ps):
+            return True
+    return False
+
+
+def is_subset(owned: Mapping[uuid.UUID, Iterable[int]] | None, assignment: Assignment) -> bool:
+    if owned is None:
+        return False
+    return all(frozenset(ps) <= assignment.get(t, frozenset()) for t, ps in owned.items())
+
+
+def reconcile(
+    member: ConsumerMember,
+    target_epoch: int,
+    target: Assignment,
+    owned: Mapping[uuid.UUID, Iterable[int]] | None,
+    owner: Callable[[uuid.UUID, int], str | None],
+) -> ConsumerMember:
+    """The member's next state towards `target` (see the module doc). `owned`: the partitions its heartbeat
+    lists (None: not sent). Returns `member` itself when nothing changes."""
+    state = member.state
+    if state == MemberState.STABLE:
+        if member.member_epoch == target_epoch:
+            return member
+        return _next(member, target_epoch, target, owned, owner)
+    if state == MemberState.UNREVOKED_PARTITIONS:
+        if owns_any(owned, member.pending_revocation):
+            return member
+        return _next(member, target_epoch, target, owned, owner)
+    if state == MemberState.UNRELEASED_PARTITIONS:
+        return _next(member, target_epoch, target, owned, owner)
+    # UNKNOWN: only a member that owns nothing may go on.
+    return _next(member, target_epoch, target, owned, owner)
+
+
+def _next(
+    member: ConsumerMember,
+    target_epoch: int,
+    target: Assignment,
+    owned: Mapping[uuid.UUID, Iterable[int]] | None,
+    owner: Callable[[uuid.UUID, int], str | None],
+) -> ConsumerMember:
+    keep: dict[uuid.UUID, set[int]] = {}
+    revoke: dict[uuid.UUID, set[int]] = {}
+    added: dict[uuid.UUID, set[int]] = {}
+    unreleased = False
+    for t in set(member.assigned) | set(target):
+        current = member.assigned.get(t, frozenset())
+        wanted = target.get(t, frozenset())
+        kept = current & wanted
+        if kept:
+            keep[t] = set(kept)
+        gone = current - wanted
+        if gone:
+            revoke[t] = set(gone)
+        for p in wanted - current:
+            holder = owner(t, p)
+            # A partition held by no one, or by this member's own pending revocation (KAFKA-19449), is free.
+            if holder is None or holder == member.member_id:
+                added.setdefault(t, set()).add(p)
+            else:
+                unreleased = True
+    if revoke and owns_any(owned, _clean(revoke)):
+        return dataclasses.replace(
+            member,
+            state=MemberState.UNREVOKED_PARTITIONS,
+            assigned=_clean(keep),
+            pending_revocation=_clean(revoke),
+        )
+    assigned = {t: set(ps) for t, ps in keep.items()}
+    for t, ps in added.items():
+        assigned.setdefault(t, set()).update(ps)
+    return dataclasses.replace(
+        member,
+        state=MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE,
+        member_epoch=target_epoch,
+        previous_member_epoch=member.member_epoch,
+        assigned=_clean(assigned),
+        pending_revocation={},
+    )
+
+
+class ConsumerGroup:
+    """A consumer group: its epochs, members, target assignment and the partition owners (see the module doc)."""
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.metadata_hash = 0
+        self.members: dict[str, ConsumerMember] = {}
+        self.static_members: dict[str, str] = {}  # instance id -> member id
+        self.target: dict[str, Assignment] = {}  # member id -> target assignment
+        self.owners: dict[tuple[uuid.UUID, int], str] = {}  # partition -> member holding it
+        self.image_version = -1  # the topic image version the subscription metadata was computed at
+        self.resolved: dict[str, frozenset[str]] = {}  # regex -> topic names, at image_version
+
+    # -- state ----------------------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        for m in self.members.values():
+            if m.state != MemberState.STABLE or m.member_epoch != self.assignment_epoch:
+                return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def owner(self, topic_id: uuid.UUID, partition: int) -> str | None:
+        return self.owners.get((topic_id, partition))
+
+    # -- members --------------------------------------------------------------------------------------------
+
+    def update_member(self, member: ConsumerMember) -> None:
+        """Put `member` in place of the member with its id (if any), keeping the owner map and the static
+        member map in step."""
+        old = self.members.get(member.member_id)
+        if old is not None:
+            self._release(old)
+            if old.instance_id is not None and self.static_members.get(old.instance_id) == old.member_id:
+                del self.static_members[old.instance_id]
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+        for tp in member.partitions():
+            self.owners[tp] = member.member_id
+
+    def remove_member(self, member_id: str) -> ConsumerMember | None:
+        old = self.members.pop(member_id, None)
+        if old is not None:
+            self._release(old)
+            if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
+                del self.static_members[old.instance_id]
+        self.target.pop(member_id, None)
+        return old
+
+    def _release(self, member: ConsumerMember) -> None:
+        for tp in member.partitions():
+            if self.owners.get(tp) == member.member_id:
+                del self.owners[tp]
+
+    def static_member(self, instance_id: str) -> ConsumerMember | None:
+        member_id = self.static_members.get(instance_id)
+        return None if member_id is None else self.members.get(member_id)
+
+    def rebuild_owners(self) -> None:
+        self.owners = {}
+        self.static_members = {}
+        for member in self.members.values():
+            if member.instance_id is not None:
+                self.static_members[member.instance_id] = member.member_id
+            for tp in member.partitions():
+                self.owners[tp] = member.member_id
+
+    # -- subscriptions --------------------------------------------------------------------------------------
+
+    def subscribed_topic_names(self, member: ConsumerMember | None = None) -> set[str]:
+        """The topics the members (or one member) subscribe to: names and what their regexes resolved to."""
+        names: set[str] = set()
+        for m in (member,) if member is not None else self.members.values():
+            names.update(m.subscribed_topic_names)
+            if m.subscribed_topic_regex is not None:
+                names.update(self.resolved.get(m.subscribed_topic_regex, ()))
+        return names
+
+    def preferred_assignor(self) -> str | None:
+        """The assignor most members ask for (ties: the first name in order), None if none asks."""
+        counts: dict[str, int] = {}
+        for m in self.members.values():
+            if m.server_assignor:
+                counts[m.server_assignor] = counts.get(m.server_assignor, 0) + 1
+        if not counts:
+            return None
+        return min(counts, key=lambda name: (-counts[name], name))
+
+    # -- undo -----------------------------------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[object, ...]:
+        return (
+            self.group_epoch,
+            self.assignment_epoch,
+            self.metadata_hash,
+            dict(self.members),
+            dict(self.target),
+            self.image_version,
+            dict(self.resolved),
+        )
+
+    def restore(self, snapshot: tuple[object, ...]) -> None:
+        (
+            self.group_epoch,
+            self.assignment_epoch,
+            self.metadata_hash,
+            members,
+            target,
+            self.image_version,
+            resolved,
+        ) = snapshot  # type: ignore[assignment]
+        self.members = dict(members)  # type: ignore[call-overload]
+        self.target = dict(target)  # type: ignore[call-overload]
+        self.resolved = dict(resolved)  # type: ignore[call-overload]
+        self.rebuild_owners()

@@ -1,0 +1,1048 @@
+"""The consumer groups of one shard (KIP-848): ConsumerGroupHeartbeat and ConsumerGroupDescribe (Kafka's
+GroupMetadataManager, its consumer-group half).
+
+A pure state machine beside the classic one (coordinator.group.manager), sharing its `Calls`, clock and timer.
+Group ids are one namespace: a consumer group and a classic group never share an id. An empty classic group is
+replaced by a consumer group on a member's first heartbeat, and an empty consumer group by a classic group on a
+JoinGroup (Kafka's offline migration); a group with members of the other protocol answers GROUP_ID_NOT_FOUND
+to a heartbeat (online migration is not built yet).
+
+A heartbeat (`heartbeat`) runs Kafka's steps (see ../shared/reference/kip848.md §2.2): validate the request; get
+or create the group and the member (static members by instance id); apply what the request changed; bump the
+group epoch when the members' subscriptions, or the metadata of the topics they subscribe to, changed; compute a
+new target assignment when the group epoch is ahead of the assignment epoch; move the member one step towards
+its target (coordinator.consumer.group.reconcile); re-arm its session timer, and its rebalance timer while it
+owes revocations. Its records (types 3, 5, 6, 7, 8 of `__consumer_offsets`, coordinator.consumer.records) are
+applied in memory at once and the answer is released only once they are durable; if the append fails, the
+group goes back to what it was before the heartbeat.
+
+Topics come from a `TopicImage` (the data plane's topics: ids, partition counts, names); the target carries
+topic ids, as the clients expect. Regular expressions (ConsumerGroupHeartbeat v1) are RE2 expressions matched
+against whole topic names (google-re2's fullmatch, as Kafka's RE2J `matches()`), resolved when first seen and
+again whenever the topics change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from coordinator.clock import Clock, Timer
+from coordinator.group.effects import Calls, state_machine_call
+from coordinator.records import CoordinatorRecord
+from protocol.build import build, ms
+from protocol.errors import ErrorCode
+
+from . import records as rec
+from .assignors import ASSIGNORS, MemberSpec, PartitionAssignorError
+from .group import (
+    LEAVE_GROUP_EPOCH,
+    LEAVE_GROUP_STATIC_EPOCH,
+    Assignment,
+    ConsumerGroup,
+    ConsumerGroupState,
+    ConsumerMember,
+    MemberState,
+    is_subset,
+    reconcile,
+)
+
+log = logging.getLogger(__name__)
+
+MEMBER_TYPE_CONSUMER = 1
+
+
+class TopicImage(Protocol):
+    """The topics consumer groups are assigned from (the data plane's)."""
+
+    @property
+    def topics_version(self) -> int:
+        """Moves whenever a topic is created, deleted or changes its partition count."""
+        ...
+
+    def topic_id(self, topic: str) -> uuid.UUID | None: ...
+
+    def partition_count(self, topic: str) -> int | None: ...
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None: ...
+
+    def topic_names(self) -> Iterable[str]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerGroupSettings:
+    """Kafka's group.consumer.* broker settings, with Kafka's defaults."""
+
+    enabled: bool = True  # "consumer" in group.coordinator.rebalance.protocols
+    session_timeout_ms: int = 45000
+    min_session_timeout_ms: int = 45000
+    max_session_timeout_ms: int = 60000
+    heartbeat_interval_ms: int = 5000
+    min_heartbeat_interval_ms: int = 5000
+    max_heartbeat_interval_ms: int = 15000
+    max_size: int = 2**31 - 1
+    assignors: tuple[str, ...] = ("uniform", "range")
+
+    @classmethod
+    def from_config(cls, config: Any) -> ConsumerGroupSettings:
+        def get(name: str, default: Any) -> Any:
+            try:
+                return config[name]
+            except KeyError:
+                return default
+
+        protocols = get("group.coordinator.rebalance.protocols", "classic,consumer")
+        assignors = get("group.consumer.assignors", "uniform,range")
+        return cls(
+            enabled="consumer" in _names(protocols),
+            session_timeout_ms=int(get("group.consumer.session.timeout.ms", 45000)),
+            min_session_timeout_ms=int(get("group.consumer.min.session.timeout.ms", 45000)),
+            max_session_timeout_ms=int(get("group.consumer.max.session.timeout.ms", 60000)),
+            heartbeat_interval_ms=int(get("group.consumer.heartbeat.interval.ms", 5000)),
+            min_heartbeat_interval_ms=int(get("group.consumer.min.heartbeat.interval.ms", 5000)),
+            max_heartbeat_interval_ms=int(get("group.consumer.max.heartbeat.interval.ms", 15000)),
+            max_size=int(get("group.consumer.max.size", 2**31 - 1)),
+            assignors=tuple(_names(assignors)) or ("uniform",),
+        )
+
+
+def _names(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v).strip() for v in value]
+
+
+def session_key(group_id: str, member_id: str) -> str:
+    return f"consumer-session-{group_id}-{member_id}"
+
+
+def rebalance_key(group_id: str, member_id: str) -> str:
+    return f"consumer-rebalance-{group_id}-{member_id}"
+
+
+class HeartbeatError(Exception):
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message
+
+
+def _owned(request: Any) -> dict[uuid.UUID, frozenset[int]] | None:
+    if request.topic_partitions is None:
+        return None
+    owned: dict[uuid.UUID, frozenset[int]] = {}
+    for tp in request.topic_partitions:
+        if tp.topic_id is not None:
+            owned[tp.topic_id] = owned.get(tp.topic_id, frozenset()) | frozenset(
+                int(p) for p in tp.partitions
+            )
+    return owned
+
+
+def _wire_assignment(assignment: Assignment) -> dict[str, Any]:
+    return {
+        "topic_partitions": [
+            {"topic_id": t, "partitions": sorted(ps)} for t, ps in sorted(assignment.items()) if ps
+        ]
+    }
+
+
+class ConsumerGroupManager:
+    """The consumer groups of one shard (see the module doc)."""
+
+    def __init__(
+        self,
+        calls: Calls,
+        clock: Clock,
+        timer: Timer,
+        settings: ConsumerGroupSettings,
+        topics: TopicImage | None,
+        *,
+        classic_group_exists: Callable[[str], bool],
+        remove_empty_classic_group: Callable[[str], list[CoordinatorRecord] | None],
+        new_uuid: Callable[[], str] | None = None,
+    ) -> None:
+        """`remove_empty_classic_group(group_id)`: the records removing an empty classic group of that id, or
+        None if the classic group has members (then the id is taken)."""
+        self.calls = calls
+        self.clock = clock
+        self.timer = timer
+        self.settings = settings
+        self.topics = topics
+        self.groups: dict[str, ConsumerGroup] = {}
+        self._classic_group_exists = classic_group_exists
+        self._remove_empty_classic_group = remove_empty_classic_group
+        self._new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
+
+    @property
+    def serving(self) -> bool:
+        """Whether ConsumerGroupHeartbeat can be served (the protocol is on and topics are known here)."""
+        return self.settings.enabled and self.topics is not None
+
+    # ========================================================================================================
+    # ConsumerGroupHeartbeat
+    # ========================================================================================================
+
+    @state_machine_call
+    def heartbeat(
+        self, token: object, api_version: int, request: Any, *, client_id: str = "", client_host: str = ""
+    ) -> None:
+        """ConsumerGroupHeartbeat v0-v1."""
+        fx = self.calls.fx
+        fx.own_token = token
+        fx.own_error = lambda error: self._error(error)
+        if not self.serving:
+            self.calls.respond(
+                token,
+                self._error(
+                    ErrorCode.unsupported_version,
+                    "the consumer group protocol is not enabled on this coordinator"
+                    if not self.settings.enabled
+                    else "the consumer group protocol is not served in this mode (workers or in front of a "
+                    "cluster); use group.protocol=classic",
+                ),
+            )
+            return
+        group = self.groups.get(request.group_id)
+        snapshot = None if group is None else group.snapshot()
+        created = group is None
+        try:
+            self._validate(api_version, request)
+            if request.member_epoch in (LEAVE_GROUP_EPOCH, LEAVE_GROUP_STATIC_EPOCH):
+                answer = self._leave(request)
+            else:
+                answer = self._heartbeat(api_version, request, client_id, client_host)
+        except HeartbeatError as exc:
+            answer = self._error(exc.code, exc.message)
+        except PartitionAssignorError as exc:
+            log.warning("group %s: the assignor failed: %s", request.group_id, exc)
+            answer = self._error(ErrorCode.unknown_server_error, f"the assignor failed: {exc}")
+        if fx.records:
+            group_id = request.group_id
+
+            def undo(error: ErrorCode) -> dict[object, Any]:
+                current = self.groups.get(group_id)
+                if created:
+                    if current is not None:
+                        self._cancel_timers(current)
+                        del self.groups[group_id]
+                elif current is not None and snapshot is not None:
+                    current.restore(snapshot)
+                elif snapshot is not None:  # pragma: no cover - the heartbeat never deletes its group
+                    restored = ConsumerGroup(group_id)
+                    restored.restore(snapshot)
+                    self.groups[group_id] = restored
+                return {}
+
+            fx.failure_hooks.append(undo)
+        self.calls.respond(token, answer)
+
+    def _error(self, code: ErrorCode, message: str | None = None) -> Any:
+        from kio.schema.consumer_group_heartbeat.v1.response import ConsumerGroupHeartbeatResponse
+
+        return build(
+            ConsumerGroupHeartbeatResponse,
+            {
+                "throttle_time": 0,
+                "error_code": code,
+                "error_message": message,
+                "member_id": None,
+                "member_epoch": 0,
+                "heartbeat_interval": 0,
+                "assignment": None,
+            },
+        )
+
+    def _validate(self, api_version: int, request: Any) -> None:
+        """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
+        epoch = request.member_epoch
+        member_id = request.member_id
+        if not member_id and (api_version >= 1 or epoch > 0 or epoch == LEAVE_GROUP_EPOCH):
+            raise HeartbeatError(ErrorCode.invalid_request, "MemberId can't be empty.")
+        if not request.group_id:
+            raise HeartbeatError(ErrorCode.invalid_request, "GroupId can't be empty.")
+        if request.instance_id == "":
+            raise HeartbeatError(ErrorCode.invalid_request, "InstanceId can't be empty.")
+        if request.rack_id == "":
+            raise HeartbeatError(ErrorCode.invalid_request, "RackId can't be empty.")
+        regex = getattr(request, "subscribed_topic_regex", None)
+        if epoch == 0:
+            if ms(request.rebalance_timeout) == -1:
+                raise HeartbeatError(
+                    ErrorCode.invalid_request, "RebalanceTimeoutMs must be provided in first request."
+                )
+            if request.topic_partitions is None or len(request.topic_partitions) > 0:
+                raise HeartbeatError(
+                    ErrorCode.invalid_request, "TopicPartitions must be empty when (re-)joining."
+                )
+            if request.subscribed_topic_names is None and regex is None:
+                raise HeartbeatError(
+                    ErrorCode.invalid_request,
+                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
+                )
+        elif epoch == LEAVE_GROUP_STATIC_EPOCH:
+            if request.instance_id is None:
+                raise HeartbeatError(
+                    ErrorCode.invalid_request, "InstanceId can't be null when MemberEpoch is -2."
+                )
+        elif epoch < LEAVE_GROUP_STATIC_EPOCH:
+            raise HeartbeatError(ErrorCode.invalid_request, f"MemberEpoch is invalid: {epoch}.")
+        if request.server_assignor is not None and request.server_assignor not in self.settings.assignors:
+            raise HeartbeatError(
+                ErrorCode.unsupported_assignor,
+                f"ServerAssignor {request.server_assignor} is not supported. Supported assignors: "
+                f"{', '.join(self.settings.assignors)}.",
+            )
+
+    # -- joining and heartbeating ----------------------------------------------------------------------------
+
+    def _group_for(self, group_id: str, create: bool) -> ConsumerGroup:
+        group = self.groups.get(group_id)
+        if group is not None:
+            return group
+        if self._classic_group_exists(group_id):
+            removal = self._remove_empty_classic_group(group_id) if create else None
+            if removal is None:
+                raise HeartbeatError(
+                    ErrorCode.group_id_not_found,
+                    f"Group {group_id} is a classic group with members: it cannot become a consumer group while "
+                    "they are in it (online migration is not supported by this coordinator).",
+                )
+            self.calls.fx.records.extend(removal)
+            log.info("group %s: the empty classic group is replaced by a consumer group", group_id)
+        elif not create:
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+        group = self.groups[group_id] = ConsumerGroup(group_id)
+        return group
+
+    def _heartbeat(self, api_version: int, request: Any, client_id: str, client_host: str) -> Any:
+        group_id = request.group_id
+        epoch = request.member_epoch
+        group = self._group_for(group_id, create=epoch == 0)
+        member_id = request.member_id or self._new_uuid()
+        fx = self.calls.fx
+        owned = _owned(request)
+        regex = getattr(request, "subscribed_topic_regex", None)
+
+        member, replaced = self._member_for(group, request, member_id)
+        new_member = member_id not in group.members and replaced is None
+        if new_member and len(group.members) >= self.settings.max_size:
+            raise HeartbeatError(
+                ErrorCode.group_max_size_reached,
+                f"The consumer group has reached its maximum capacity of {self.settings.max_size} members.",
+            )
+
+        updated = dataclasses.replace(
+            member,
+            instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
+            rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
+            client_id=client_id,
+            client_host=client_host,
+            rebalance_timeout_ms=ms(request.rebalance_timeout)
+            if ms(request.rebalance_timeout) != -1
+            else member.rebalance_timeout_ms,
+            server_assignor=request.server_assignor
+            if request.server_assignor is not None
+            else member.server_assignor,
+            subscribed_topic_names=tuple(sorted(request.subscribed_topic_names))
+            if request.subscribed_topic_names is not None
+            else member.subscribed_topic_names,
+            subscribed_topic_regex=regex if regex is not None else member.subscribed_topic_regex,
+        )
+        if updated.subscribed_topic_regex == "":
+            updated = dataclasses.replace(updated, subscribed_topic_regex=None)
+        bump = group.group_epoch == 0 or new_member
+        if (
+            updated.subscribed_topic_names != member.subscribed_topic_names
+            or updated.subscribed_topic_regex != member.subscribed_topic_regex
+        ):
+            bump = True
+        if (
+            updated.subscribed_topic_regex is not None
+            and updated.subscribed_topic_regex not in group.resolved
+        ):
+            self._compile(updated.subscribed_topic_regex)
+        if replaced is not None:
+            self._replace_static(group, replaced, updated)
+        if _metadata_changed(member, updated) or member_id not in group.members:
+            fx.records.append(self._member_metadata_record(group_id, updated))
+        group.update_member(updated)
+        if replaced is not None:
+            group.target[updated.member_id] = group.target.pop(replaced.member_id, {})
+            fx.records.append(self._target_member_record(group_id, updated.member_id))
+            fx.records.append(self._current_assignment_record(group_id, updated))
+
+        self._refresh_subscription(group, bump)
+
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group)
+
+        member = group.members[member_id]
+        target = group.target.get(member_id, {})
+        next_member = reconcile(member, group.assignment_epoch, target, owned, group.owner)
+        if next_member != member:
+            group.update_member(next_member)
+            fx.records.append(self._current_assignment_record(group_id, next_member))
+            # The rebalance timeout runs only while revocations are owed, from the step that asked for them.
+            if next_member.state == MemberState.UNREVOKED_PARTITIONS:
+                self._schedule_rebalance_timeout(group, next_member)
+            else:
+                self.timer.cancel(rebalance_key(group_id, member_id))
+        self._schedule_session_timeout(group_id, member_id)
+
+        full = (
+            ms(request.rebalance_timeout) != -1
+            and (request.subscribed_topic_names is not None or regex is not None)
+            and owned is not None
+        )
+        send_assignment = epoch == 0 or full or next_member.assigned != member.assigned
+        return self._answer(next_member, next_member.assigned if send_assignment else None)
+
+    def _answer(self, member: ConsumerMember, assignment: Assignment | None) -> Any:
+        from kio.schema.consumer_group_heartbeat.v1.response import ConsumerGroupHeartbeatResponse
+
+        return build(
+            ConsumerGroupHeartbeatResponse,
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "member_id": member.member_id,
+                "member_epoch": member.member_epoch,
+                "heartbeat_interval": self.settings.heartbeat_interval_ms,
+                "assignment": None if assignment is None else _wire_assignment(assignment),
+            },
+        )
+
+    def _member_for(
+        self, group: ConsumerGroup, request: Any, member_id: str
+    ) -> tuple[ConsumerMember, ConsumerMember | None]:
+        """The member the heartbeat is about (a new one at epoch 0), and the static member it replaces."""
+        epoch = request.member_epoch
+        instance_id = request.instance_id
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                if epoch != 0:
+                    raise HeartbeatError(
+                        ErrorCode.unknown_member_id,
+                        f"Member {member_id} is not a member of group {group.group_id}.",
+                    )
+                return ConsumerMember(member_id), None
+            self._check_epoch(member, epoch, request)
+            return member, None
+        old = group.static_member(instance_id)
+        if epoch == 0:
+            if old is None or old.member_id == member_id:
+                existing = group.members.get(member_id)
+                if existing is not None:
+                    return existing, None
+                return ConsumerMember(member_id, instance_id=instance_id), None
+            if old.member_epoch != LEAVE_GROUP_STATIC_EPOCH:
+                raise HeartbeatError(
+                    ErrorCode.unreleased_instance_id,
+                    f"Static member {old.member_id} with instance id {instance_id} is present in the group "
+                    "and has not left it.",
+                )
+            # The static member comes back under a new member id: it takes the old member's place.
+            return (
+                dataclasses.replace(
+                    old,
+                    member_id=member_id,
+                    member_epoch=0,
+                    previous_member_epoch=0,
+                    state=MemberState.STABLE,
+                    pending_revocation={},
+                ),
+                old,
+            )
+        if old is None:
+            raise HeartbeatError(
+                ErrorCode.unknown_member_id,
+                f"Instance id {instance_id} is unknown in group {group.group_id}.",
+            )
+        if old.member_id != member_id:
+            raise HeartbeatError(
+                ErrorCode.fenced_instance_id,
+                f"Static member {member_id} with instance id {instance_id} was fenced by {old.member_id}.",
+            )
+        self._check_epoch(old, epoch, request)
+        return old, None
+
+    @staticmethod
+    def _check_epoch(member: ConsumerMember, epoch: int, request: Any) -> None:
+        """Kafka's throwIfMemberEpochIsInvalid; an epoch-0 rejoin of a known member is accepted (Kafka 4.3,
+        KAFKA-19233): it keeps its assignment and is sent it in full."""
+        if epoch == 0:
+            return
+        if epoch > member.member_epoch:
+            raise HeartbeatError(
+                ErrorCode.fenced_member_epoch,
+                f"The consumer group member has a greater member epoch ({epoch}) than the one known by the "
+                f"group coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.",
+            )
+        if epoch < member.member_epoch and not (
+            epoch == member.previous_member_epoch and is_subset(_owned(request), member.assigned)
+        ):
+            raise HeartbeatError(
+                ErrorCode.fenced_member_epoch,
+                f"The consumer group member has a smaller member epoch ({epoch}) than the one known by the "
+                f"group coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.",
+            )
+
+    def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember) -> None:
+        fx = self.calls.fx
+        group_id = group.group_id
+        log.info(
+            "group %s: static member %s (instance %s) rejoined as %s",
+            group_id,
+            old.member_id,
+            old.instance_id,
+            new.member_id,
+        )
+        fx.records.extend(self._member_tombstones(group_id, old.member_id))
+        target = group.target.get(old.member_id, {})
+        group.remove_member(old.member_id)
+        group.target[old.member_id] = target  # moved to the new id by the caller
+        self._cancel_member_timers(group_id, old.member_id)
+
+    # -- leaving ---------------------------------------------------------------------------------------------
+
+    def _leave(self, request: Any) -> Any:
+        group_id = request.group_id
+        group = self.groups.get(group_id)
+        if group is None:
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+        if request.instance_id is None:
+            member = group.members.get(request.member_id)
+            if member is None:
+                raise HeartbeatError(
+                    ErrorCode.unknown_member_id,
+                    f"Member {request.member_id} is not a member of group {group_id}.",
+                )
+        else:
+            member = group.static_member(request.instance_id)
+            if member is None:
+                raise HeartbeatError(
+                    ErrorCode.unknown_member_id,
+                    f"Instance id {request.instance_id} is unknown in group {group_id}.",
+                )
+            if member.member_id != request.member_id:
+                raise HeartbeatError(
+                    ErrorCode.fenced_instance_id,
+                    f"Static member {request.member_id} with instance id {request.instance_id} was fenced by "
+                    f"{member.member_id}.",
+                )
+        if request.member_epoch == LEAVE_GROUP_STATIC_EPOCH and member.instance_id is not None:
+            left = dataclasses.replace(member, member_epoch=LEAVE_GROUP_STATIC_EPOCH, pending_revocation={})
+            group.update_member(left)
+            self.calls.fx.records.append(self._current_assignment_record(group_id, left))
+            self.timer.cancel(rebalance_key(group_id, member.member_id))
+            log.info("group %s: static member %s left temporarily", group_id, member.member_id)
+            return self._left(member.member_id, LEAVE_GROUP_STATIC_EPOCH)
+        self._remove_member(group, member.member_id, "left the group")
+        return self._left(member.member_id, LEAVE_GROUP_EPOCH)
+
+    def _left(self, member_id: str, epoch: int) -> Any:
+        from kio.schema.consumer_group_heartbeat.v1.response import ConsumerGroupHeartbeatResponse
+
+        return build(
+            ConsumerGroupHeartbeatResponse,
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.none,
+                "member_id": member_id,
+                "member_epoch": epoch,
+                "heartbeat_interval": 0,
+                "assignment": None,
+            },
+        )
+
+    def _remove_member(self, group: ConsumerGroup, member_id: str, why: str) -> None:
+        """Fence a member: its three tombstones, and a group epoch bump (Kafka's removeMember)."""
+        fx = self.calls.fx
+        group_id = group.group_id
+        fx.records.extend(self._member_tombstones(group_id, member_id))
+        group.remove_member(member_id)
+        self._cancel_member_timers(group_id, member_id)
+        group.group_epoch += 1
+        self._refresh_subscription(group, bump=False, count_bumped=True)
+        fx.records.append(self._group_metadata_record(group))
+        log.info("group %s: member %s %s; group epoch %d", group_id, member_id, why, group.group_epoch)
+
+    def _member_tombstones(self, group_id: str, member_id: str) -> list[CoordinatorRecord]:
+        return [
+            rec.record(rec.ConsumerRecordKey(rec.CURRENT_MEMBER_ASSIGNMENT, group_id, member_id), None),
+            rec.record(rec.ConsumerRecordKey(rec.TARGET_ASSIGNMENT_MEMBER, group_id, member_id), None),
+            rec.record(rec.ConsumerRecordKey(rec.MEMBER_METADATA, group_id, member_id), None),
+        ]
+
+    # -- timers ----------------------------------------------------------------------------------------------
+
+    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+        self.timer.schedule(
+            session_key(group_id, member_id),
+            self.settings.session_timeout_ms,
+            self.calls.op(self._session_expired, group_id, member_id),
+        )
+
+    def _session_expired(self, group_id: str, member_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return
+        self.timer.cancel(rebalance_key(group_id, member_id))
+        self._remove_member(group, member_id, "was removed: its session timed out")
+
+    def _schedule_rebalance_timeout(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        timeout_ms = member.rebalance_timeout_ms if member.rebalance_timeout_ms >= 0 else 300_000
+        self.timer.schedule(
+            rebalance_key(group.group_id, member.member_id),
+            timeout_ms,
+            self.calls.op(self._rebalance_expired, group.group_id, member.member_id, member.member_epoch),
+        )
+
+    def _rebalance_expired(self, group_id: str, member_id: str, epoch: int) -> None:
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return
+        if member.state == MemberState.UNREVOKED_PARTITIONS and member.member_epoch == epoch:
+            self.timer.cancel(session_key(group_id, member_id))
+            self._remove_member(group, member_id, "was removed: it did not revoke its partitions in time")
+
+    def _cancel_member_timers(self, group_id: str, member_id: str) -> None:
+        self.timer.cancel(session_key(group_id, member_id))
+        self.timer.cancel(rebalance_key(group_id, member_id))
+
+    def _cancel_timers(self, group: ConsumerGroup) -> None:
+        for member_id in group.members:
+            self._cancel_member_timers(group.group_id, member_id)
+
+    # -- subscriptions and the target assignment -------------------------------------------------------------
+
+    def _compile(self, regex: str) -> None:
+        try:
+            import re2  # google-re2: RE2 syntax, as Kafka's RE2J
+
+            re2.compile(regex)
+        except Exception as exc:  # noqa: BLE001 - re2.error and friends: the expression is refused
+            raise HeartbeatError(
+                ErrorCode.invalid_regular_expression,
+                f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {exc}.",
+            ) from None
+
+    def _resolve(self, group: ConsumerGroup) -> None:
+        """Resolve every regex of the group against the current topics."""
+        assert self.topics is not None
+        regexes = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+        if not regexes:
+            group.resolved = {}
+            return
+        import re2
+
+        names = [n for n in self.topics.topic_names() if not n.startswith("__")]
+        resolved: dict[str, frozenset[str]] = {}
+        for regex in regexes:
+            try:
+                pattern = re2.compile(regex)
+            except Exception:  # noqa: BLE001 - replayed from an older log: matches nothing
+                resolved[regex] = frozenset()
+                continue
+            resolved[regex] = frozenset(n for n in names if pattern.fullmatch(n))
+        group.resolved = resolved
+
+    def _metadata_hash(self, group: ConsumerGroup) -> int:
+        assert self.topics is not None
+        digest = hashlib.blake2b(digest_size=8)
+        for name in sorted(group.subscribed_topic_names()):
+            topic_id = self.topics.topic_id(name)
+            count = self.topics.partition_count(name)
+            if topic_id is None or count is None:
+                continue
+            digest.update(f"{name}\0{topic_id}\0{count}\0".encode())
+        return int.from_bytes(digest.digest(), "big", signed=True)
+
+    def _refresh_subscription(self, group: ConsumerGroup, bump: bool, *, count_bumped: bool = False) -> None:
+        """Resolve regexes and re-hash the subscribed topics' metadata when a bump is due or the topics changed
+        since the group last looked; a changed hash bumps the group epoch too (written here, unless the
+        caller bumped and writes it: `count_bumped`)."""
+        assert self.topics is not None
+        version = self.topics.topics_version
+        regexes = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+        unresolved = any(r not in group.resolved for r in regexes)
+        if not bump and not count_bumped and version == group.image_version and not unresolved:
+            return
+        self._resolve(group)
+        group.image_version = version
+        new_hash = self._metadata_hash(group)
+        if new_hash != group.metadata_hash:
+            group.metadata_hash = new_hash
+            if not count_bumped:
+                bump = True
+        if bump and not count_bumped:
+            group.group_epoch += 1
+            self.calls.fx.records.append(self._group_metadata_record(group))
+            log.debug("group %s: group epoch %d", group.group_id, group.group_epoch)
+
+    def _compute_target(self, group: ConsumerGroup) -> None:
+        assert self.topics is not None
+        name = group.preferred_assignor() or self.settings.assignors[0]
+        assignor = ASSIGNORS.get(name)
+        if assignor is None:
+            raise PartitionAssignorError(f"unknown assignor {name}")
+        topics: dict[uuid.UUID, int] = {}
+        specs: dict[str, MemberSpec] = {}
+        for member in group.members.values():
+            ids: set[uuid.UUID] = set()
+            for topic in group.subscribed_topic_names(member):
+                topic_id = self.topics.topic_id(topic)
+                count = self.topics.partition_count(topic)
+                if topic_id is None or not count:
+                    continue
+                topics[topic_id] = count
+                ids.add(topic_id)
+            specs[member.member_id] = MemberSpec(
+                member.member_id, member.instance_id, frozenset(ids), group.target.get(member.member_id, {})
+            )
+        new_target = assignor(specs, topics)
+        fx = self.calls.fx
+        for member_id in sorted(group.members):
+            assignment = new_target.get(member_id, {})
+            if assignment != group.target.get(member_id, {}) or member_id not in group.target:
+                group.target[member_id] = assignment
+                fx.records.append(self._target_member_record(group.group_id, member_id))
+        group.assignment_epoch = group.group_epoch
+        fx.records.append(
+            rec.record(
+                rec.ConsumerRecordKey(rec.TARGET_ASSIGNMENT_METADATA, group.group_id),
+                rec.TargetAssignmentMetadataValue(group.assignment_epoch),
+            )
+        )
+        log.debug(
+            "group %s: target assignment at epoch %d by %s for %d members",
+            group.group_id,
+            group.assignment_epoch,
+            name,
+            len(group.members),
+        )
+
+    # -- records ---------------------------------------------------------------------------------------------
+
+    def _group_metadata_record(self, group: ConsumerGroup) -> CoordinatorRecord:
+        return rec.record(
+            rec.ConsumerRecordKey(rec.GROUP_METADATA, group.group_id),
+            rec.GroupMetadataValue(group.group_epoch, group.metadata_hash),
+        )
+
+    @staticmethod
+    def _member_metadata_record(group_id: str, member: ConsumerMember) -> CoordinatorRecord:
+        return rec.record(
+            rec.ConsumerRecordKey(rec.MEMBER_METADATA, group_id, member.member_id),
+            rec.MemberMetadataValue(
+                member.instance_id,
+                member.rack_id,
+                member.client_id,
+                member.client_host,
+                member.subscribed_topic_names,
+                member.subscribed_topic_regex,
+                member.rebalance_timeout_ms,
+                member.server_assignor,
+            ),
+        )
+
+    def _target_member_record(self, group_id: str, member_id: str) -> CoordinatorRecord:
+        group = self.groups[group_id]
+        return rec.record(
+            rec.ConsumerRecordKey(rec.TARGET_ASSIGNMENT_MEMBER, group_id, member_id),
+            rec.TargetAssignmentMemberValue(group.target.get(member_id, {})),
+        )
+
+    @staticmethod
+    def _current_assignment_record(group_id: str, member: ConsumerMember) -> CoordinatorRecord:
+        return rec.record(
+            rec.ConsumerRecordKey(rec.CURRENT_MEMBER_ASSIGNMENT, group_id, member.member_id),
+            rec.CurrentMemberAssignmentValue(
+                member.member_epoch,
+                member.previous_member_epoch,
+                int(member.state),
+                member.assigned,
+                member.pending_revocation,
+            ),
+        )
+
+    def group_tombstones(self, group: ConsumerGroup) -> list[CoordinatorRecord]:
+        """The records deleting a group (Kafka's createGroupTombstoneRecords): current assignments, targets,
+        the target metadata, members, then the group. Its offsets are not among them."""
+        group_id = group.group_id
+        result = [
+            rec.record(rec.ConsumerRecordKey(rec.CURRENT_MEMBER_ASSIGNMENT, group_id, m), None)
+            for m in sorted(group.members)
+        ]
+        result += [
+            rec.record(rec.ConsumerRecordKey(rec.TARGET_ASSIGNMENT_MEMBER, group_id, m), None)
+            for m in sorted(group.target)
+        ]
+        result.append(rec.record(rec.ConsumerRecordKey(rec.TARGET_ASSIGNMENT_METADATA, group_id), None))
+        result += [
+            rec.record(rec.ConsumerRecordKey(rec.MEMBER_METADATA, group_id, m), None)
+            for m in sorted(group.members)
+        ]
+        result.append(rec.record(rec.ConsumerRecordKey(rec.GROUP_METADATA, group_id), None))
+        return result
+
+    def remove_group(self, group_id: str) -> list[CoordinatorRecord]:
+        """Delete a group from memory now; its tombstones (empty if there is no such group)."""
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return []
+        self._cancel_timers(group)
+        return self.group_tombstones(group)
+
+    def restore_group(self, group: ConsumerGroup) -> None:
+        self.groups.setdefault(group.group_id, group)
+
+    # ========================================================================================================
+    # ConsumerGroupDescribe
+    # ========================================================================================================
+
+    def describe(self, group_ids: Iterable[str]) -> list[dict[str, Any]]:
+        """ConsumerGroupDescribe v0-v1's groups."""
+        described = []
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if not group_id:
+                described.append(self._describe_error(group_id, ErrorCode.invalid_group_id))
+            elif group is None:
+                described.append(
+                    self._describe_error(
+                        group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found."
+                    )
+                )
+            else:
+                described.append(self._describe(group))
+        return described
+
+    @staticmethod
+    def _describe_error(group_id: str, code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+        return {
+            "error_code": code,
+            "error_message": message,
+            "group_id": group_id,
+            "group_state": "Dead" if code == ErrorCode.group_id_not_found else "",
+            "group_epoch": -1,
+            "assignment_epoch": -1,
+            "assignor_name": "",
+            "members": [],
+            "authorized_operations": -2147483648,
+        }
+
+    def _describe(self, group: ConsumerGroup) -> dict[str, Any]:
+        members = []
+        for member in sorted(group.members.values(), key=lambda m: m.member_id):
+            # Partitions being revoked are still the member's (Kafka 4.4, KAFKA-20431).
+            current: dict[uuid.UUID, frozenset[int]] = dict(member.assigned)
+            for t, ps in member.pending_revocation.items():
+                current[t] = current.get(t, frozenset()) | ps
+            members.append(
+                {
+                    "member_id": member.member_id,
+                    "instance_id": member.instance_id,
+                    "rack_id": member.rack_id,
+                    "member_epoch": member.member_epoch,
+                    "client_id": member.client_id,
+                    "client_host": member.client_host,
+                    "subscribed_topic_names": list(member.subscribed_topic_names),
+                    "subscribed_topic_regex": member.subscribed_topic_regex,
+                    "assignment": self._named(current),
+                    "target_assignment": self._named(group.target.get(member.member_id, {})),
+                    "member_type": MEMBER_TYPE_CONSUMER,
+                }
+            )
+        return {
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "group_id": group.group_id,
+            "group_state": str(group.state),
+            "group_epoch": group.group_epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "assignor_name": group.preferred_assignor() or self.settings.assignors[0],
+            "members": members,
+            "authorized_operations": -2147483648,
+        }
+
+    def _named(self, assignment: Assignment) -> dict[str, Any]:
+        partitions = []
+        for t, ps in sorted(assignment.items()):
+            if not ps:
+                continue
+            name = self.topics.topic_name(t) if self.topics is not None else None
+            partitions.append({"topic_id": t, "topic_name": name or "", "partitions": sorted(ps)})
+        return {"topic_partitions": partitions}
+
+    # ========================================================================================================
+    # Offsets: who may commit and fetch
+    # ========================================================================================================
+
+    def validate_offset_commit(
+        self, group: ConsumerGroup, member_id: str, epoch: int, api_version: int, transactional: bool = False
+    ) -> ErrorCode:
+        """Kafka's ConsumerGroup.validateOffsetCommit."""
+        if epoch < 0 and group.is_empty():
+            return ErrorCode.none
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if not transactional and api_version < 9:
+            return ErrorCode.unsupported_version
+        if epoch != member.member_epoch:
+            return ErrorCode.illegal_generation if transactional else ErrorCode.stale_member_epoch
+        return ErrorCode.none
+
+    def validate_offset_fetch(self, group: ConsumerGroup, member_id: str | None, epoch: int) -> ErrorCode:
+        """Kafka's ConsumerGroup.validateOffsetFetch."""
+        if member_id is None and epoch < 0:
+            return ErrorCode.none
+        member = group.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if epoch != member.member_epoch:
+            return ErrorCode.stale_member_epoch
+        return ErrorCode.none
+
+    # ========================================================================================================
+    # Loading
+    # ========================================================================================================
+
+    def replay(self, key: rec.ConsumerRecordKey, value: Any) -> None:
+        """Apply a record of the log being loaded."""
+        group_id = key.group
+        if key.type in (rec.PARTITION_METADATA, rec.REGULAR_EXPRESSION):
+            return
+        group = self.groups.get(group_id)
+        if group is None:
+            if value is None:
+                return
+            group = self.groups[group_id] = ConsumerGroup(group_id)
+        if key.type == rec.GROUP_METADATA:
+            if value is None:
+                del self.groups[group_id]
+            else:
+                group.group_epoch = value.epoch
+                group.metadata_hash = value.metadata_hash
+        elif key.type == rec.TARGET_ASSIGNMENT_METADATA:
+            group.assignment_epoch = 0 if value is None else value.assignment_epoch
+        elif key.type == rec.TARGET_ASSIGNMENT_MEMBER:
+            if value is None:
+                group.target.pop(key.member_id, None)
+            else:
+                group.target[key.member_id] = dict(value.partitions)
+        elif key.type == rec.MEMBER_METADATA:
+            if value is None:
+                group.members.pop(key.member_id, None)
+            else:
+                old = group.members.get(key.member_id) or ConsumerMember(key.member_id)
+                group.members[key.member_id] = dataclasses.replace(
+                    old,
+                    instance_id=value.instance_id,
+                    rack_id=value.rack_id,
+                    client_id=value.client_id,
+                    client_host=value.client_host,
+                    subscribed_topic_names=tuple(value.subscribed_topic_names),
+                    subscribed_topic_regex=value.subscribed_topic_regex,
+                    rebalance_timeout_ms=value.rebalance_timeout_ms,
+                    server_assignor=value.server_assignor,
+                )
+        elif key.type == rec.CURRENT_MEMBER_ASSIGNMENT:
+            holder = group.members.get(key.member_id)
+            if value is None:
+                if holder is not None:
+                    group.members[key.member_id] = dataclasses.replace(
+                        holder,
+                        member_epoch=0,
+                        previous_member_epoch=0,
+                        state=MemberState.STABLE,
+                        assigned={},
+                        pending_revocation={},
+                    )
+            else:
+                try:
+                    state = MemberState(value.state)
+                except ValueError:
+                    state = MemberState.UNKNOWN
+                group.members[key.member_id] = dataclasses.replace(
+                    holder or ConsumerMember(key.member_id),
+                    member_epoch=value.member_epoch,
+                    previous_member_epoch=value.previous_member_epoch,
+                    state=state,
+                    assigned=dict(value.assigned),
+                    pending_revocation=dict(value.pending_revocation),
+                )
+
+    def on_loaded(self) -> None:
+        """The log is loaded: owners and static members are rebuilt, session timers start for every member, and
+        rebalance timers for members that owe revocations."""
+        for group in self.groups.values():
+            group.rebuild_owners()
+            for member in group.members.values():
+                self._schedule_session_timeout(group.group_id, member.member_id)
+                if member.state == MemberState.UNREVOKED_PARTITIONS:
+                    self._schedule_rebalance_timeout(group, member)
+
+    def on_unloaded(self) -> None:
+        for group in self.groups.values():
+            self._cancel_timers(group)
+
+    # -- for observers ---------------------------------------------------------------------------------------
+
+    def list_entries(self, states_filter: Iterable[str], types_filter: Iterable[str]) -> list[dict[str, Any]]:
+        states = {s.lower() for s in states_filter}
+        types = {t.lower() for t in types_filter}
+        if types and "consumer" not in types:
+            return []
+        listed = []
+        for group in self.groups.values():
+            state = str(group.state)
+            if states and state.lower() not in states:
+                continue
+            listed.append(
+                {
+                    "group_id": group.group_id,
+                    "protocol_type": "consumer",
+                    "group_state": state,
+                    "group_type": "consumer",
+                }
+            )
+        return listed
+
+    def is_subscribed_to_topic(self, group_id: str, topic: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and topic in group.subscribed_topic_names()
+
+
+def _metadata_changed(old: ConsumerMember, new: ConsumerMember) -> bool:
+    return (
+        old.instance_id != new.instance_id
+        or old.rack_id != new.rack_id
+        or old.client_id != new.client_id
+        or old.client_host != new.client_host
+        or old.subscribed_topic_names != new.subscribed_topic_names
+        or old.subscribed_topic_regex != new.subscribed_topic_regex
+        or old.rebalance_timeout_ms != new.rebalance_timeout_ms
+        or old.server_assignor != new.server_assignor
+    )
+
+
+def consumer_group_state_names() -> list[str]:
+    return [str(s) for s in ConsumerGroupState]
+
+
+__all__ = [
+    "ConsumerGroupManager",
+    "ConsumerGroupSettings",
+    "TopicImage",
+    "Mapping",
+]
