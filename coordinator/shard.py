@@ -48,6 +48,7 @@ from coordinator.group.events import GroupEventListener, OffsetsWritten
 from coordinator.group.group import ClassicGroup
 from coordinator.group.manager import GroupMetadataManager
 from coordinator.group.pause import NOT_PAUSED, PauseRegistry, PauseState
+from coordinator.group.responses import join_response
 from coordinator.group.settings import (
     GroupCoordinatorSettings,
     GroupSettingsRegistry,
@@ -190,9 +191,38 @@ class GroupCoordinatorShard:
         self, token: object, api_version: int, request: Any, *, client_id: str = "", client_host: str = ""
     ) -> CoordinatorResult:
         """JoinGroup v0-v9. `client_id` and `client_host` come from the request header and the connection."""
+        if request.group_id in self.consumer.groups:
+            return self._join_consumer_group(
+                token, api_version, request, client_id=client_id, client_host=client_host
+            )
         return self.classic.join_group(
             token, api_version, request, client_id=client_id, client_host=client_host
         )
+
+    @state_machine_call
+    def _join_consumer_group(
+        self, token: object, api_version: int, request: Any, *, client_id: str, client_host: str
+    ) -> None:
+        """A JoinGroup to the id of a consumer group: an empty one is replaced by a classic group (Kafka's
+        offline downgrade); one with members refuses classic members (INCONSISTENT_GROUP_PROTOCOL: online
+        migration is not built)."""
+        group_id = request.group_id
+        group = self.consumer.groups[group_id]
+        if not group.is_empty():
+            self.calls.respond(
+                token,
+                join_response(
+                    api_version,
+                    error=ErrorCode.inconsistent_group_protocol,
+                    member_id=request.member_id,
+                ),
+            )
+            return
+        self.calls.fx.records.extend(self.consumer.remove_group(group_id))
+        self.calls.fx.failure_hooks.append(lambda error: self._restore_consumer_groups([group]))
+        log.info("group %s: the empty consumer group is replaced by a classic group", group_id)
+        classic_join = GroupMetadataManager.join_group.__wrapped__  # type: ignore[attr-defined]
+        classic_join(self.classic, token, api_version, request, client_id=client_id, client_host=client_host)
 
     def sync_group(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
         return self.classic.sync_group(token, api_version, request)

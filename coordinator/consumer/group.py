@@ -156,7 +156,10 @@ def _next(
         member,
         state=MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE,
         member_epoch=target_epoch,
-        previous_member_epoch=member.member_epoch,
+        # Unchanged when the epoch is: a heartbeat retried after a lost answer must still be accepted.
+        previous_member_epoch=member.member_epoch
+        if member.member_epoch != target_epoch
+        else member.previous_member_epoch,
         assigned=_clean(assigned),
         pending_revocation={},
     )

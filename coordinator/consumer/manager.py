@@ -216,11 +216,21 @@ class ConsumerGroupManager:
                 answer = self._leave(request)
             else:
                 answer = self._heartbeat(api_version, request, client_id, client_host)
-        except HeartbeatError as exc:
-            answer = self._error(exc.code, exc.message)
-        except PartitionAssignorError as exc:
-            log.warning("group %s: the assignor failed: %s", request.group_id, exc)
-            answer = self._error(ErrorCode.unknown_server_error, f"the assignor failed: {exc}")
+        except (HeartbeatError, PartitionAssignorError) as exc:
+            if isinstance(exc, HeartbeatError):
+                answer = self._error(exc.code, exc.message)
+            else:
+                log.warning("group %s: the assignor failed: %s", request.group_id, exc)
+                answer = self._error(ErrorCode.unknown_server_error, f"the assignor failed: {exc}")
+            # A refused heartbeat changes nothing: what it did before the refusal is undone, unwritten.
+            for hook in fx.failure_hooks:
+                hook(answer.error_code)
+            fx.failure_hooks.clear()
+            fx.records.clear()
+            if created:
+                self.groups.pop(request.group_id, None)
+            elif group is not None and snapshot is not None:
+                group.restore(snapshot)
         if fx.records:
             group_id = request.group_id
 

@@ -177,5 +177,8 @@ def record_types(result: CoordinatorResult) -> list[tuple[int, bool]]:
 
 
 def ok(answer: Any) -> Any:
+    """The answer (of a heartbeat's (answer, result) too), asserted to carry no error."""
+    if isinstance(answer, tuple):
+        answer = answer[0]
     assert answer.error_code == ErrorCode.none, (answer.error_code, answer.error_message)
     return answer

@@ -1,0 +1,290 @@
+"""Consumer groups beside the rest of the shard: offsets (member epochs), describe and list, deletion and
+retention, classic groups of the same id, loading from the log, failed appends."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+from kio.index import load_request_schema
+from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
+from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
+from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.list_groups.v5.request import ListGroupsRequest
+
+from coordinator.consumer import records as rec
+from coordinator.consumer.group import MemberState
+from coordinator.consumer.manager import rebalance_key, session_key
+from coordinator.records import CoordinatorRecord, RecordDecodeError
+from protocol.build import build
+from protocol.errors import ErrorCode
+from tests.unit.coordinator.group.context import GroupTestContext
+
+from .context import ConsumerContext, FakeTopics, assignment_of, ok, parts, tid
+
+FOO = tid("foo")
+
+
+def commit(ctx: ConsumerContext, member_id: str, epoch: int, version: int = 9, group_id: str = "grp"):
+    request = build(
+        load_request_schema(8, version),
+        {
+            "group_id": group_id,
+            "generation_id_or_member_epoch": epoch,
+            "member_id": member_id,
+            "group_instance_id": None,
+            "retention_time": -1,
+            "topics": [{"name": "foo", "partitions": [{"partition_index": 0, "committed_offset": 42}]}],
+        },
+    )
+    result = ctx.apply(ctx.shard.offset_commit("c", version, request))
+    ctx.answers.pop("c")
+    (answer,) = [a for t, a in result.responses]
+    return answer.topics[0].partitions[0].error_code
+
+
+def fetch(ctx: ConsumerContext, member_id: str | None, epoch: int, group_id: str = "grp"):
+    request = build(
+        load_request_schema(9, 9),
+        {
+            "groups": [
+                {
+                    "group_id": group_id,
+                    "member_id": member_id,
+                    "member_epoch": epoch,
+                    "topics": [{"name": "foo", "partition_indexes": [0]}],
+                }
+            ],
+            "require_stable": False,
+        },
+    )
+    result = ctx.shard.offset_fetch("f", 9, request)
+    (answer,) = [a for t, a in result.responses]
+    return answer.groups[0]
+
+
+def test_offset_commit_with_member_epochs():
+    # ConsumerGroupTest.testValidateOffsetCommit
+    ctx = ConsumerContext()
+    ok(ctx.heartbeat("m1"))
+    assert commit(ctx, "m1", 1) == ErrorCode.none
+    assert commit(ctx, "m1", 0) == ErrorCode.stale_member_epoch
+    assert commit(ctx, "m1", 2) == ErrorCode.stale_member_epoch
+    assert commit(ctx, "nobody", 1) == ErrorCode.unknown_member_id
+    assert commit(ctx, "", -1) == ErrorCode.unknown_member_id  # an admin commit to a group with members
+    assert commit(ctx, "m1", 1, version=8) == ErrorCode.unsupported_version
+    ok(ctx.heartbeat("m1", -1))
+    assert commit(ctx, "", -1) == ErrorCode.none  # the group is empty
+    assert commit(ctx, "m1", 1, group_id="unknown") == ErrorCode.group_id_not_found
+    assert commit(ctx, "m1", 1, version=8, group_id="unknown") == ErrorCode.illegal_generation
+
+
+def test_offset_fetch_with_member_epochs():
+    # ConsumerGroupTest.testValidateOffsetFetch
+    ctx = ConsumerContext()
+    ok(ctx.heartbeat("m1"))
+    assert commit(ctx, "m1", 1) == ErrorCode.none
+    answer = fetch(ctx, "m1", 1)
+    assert answer.error_code == ErrorCode.none and answer.topics[0].partitions[0].committed_offset == 42
+    assert fetch(ctx, None, -1).topics[0].partitions[0].committed_offset == 42  # an admin's fetch
+    assert fetch(ctx, "m1", 7).error_code == ErrorCode.stale_member_epoch
+    assert fetch(ctx, "nobody", 1).error_code == ErrorCode.unknown_member_id
+
+
+def test_consumer_group_describe():
+    ctx = ConsumerContext()
+    ok(ctx.heartbeat("m1", instance_id="i1", rack_id="r1"))
+    ok(ctx.heartbeat("m2", assignor="uniform"))
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=range(6)), instance_id="i1"))  # revoking 3-5
+    request = ConsumerGroupDescribeRequest(
+        group_ids=("grp", "missing", ""), include_authorized_operations=False
+    )
+    result = ctx.shard.consumer_group_describe("d", 1, request)
+    (answer,) = [a for _, a in result.responses]
+    grp, missing, empty = answer.groups
+    assert (grp.error_code, grp.group_state, grp.group_epoch, grp.assignment_epoch) == (
+        0,
+        "Reconciling",
+        2,
+        2,
+    )
+    assert grp.assignor_name == "uniform"
+    m1, m2 = grp.members
+    assert (m1.member_id, m1.instance_id, m1.rack_id, m1.member_epoch, m1.member_type) == (
+        "m1",
+        "i1",
+        "r1",
+        1,
+        1,
+    )
+    assert m1.subscribed_topic_names == ("foo",) and m1.client_host == "/127.0.0.1"
+    # partitions being revoked are still shown as the member's (KAFKA-20431)
+    assert [(tp.topic_name, tp.partitions) for tp in m1.assignment.topic_partitions] == [
+        ("foo", (0, 1, 2, 3, 4, 5))
+    ]
+    assert [(tp.topic_name, tp.partitions) for tp in m1.target_assignment.topic_partitions] == [
+        ("foo", (0, 1, 2))
+    ]
+    assert m2.assignment.topic_partitions == ()
+    assert (missing.error_code, empty.error_code) == (
+        ErrorCode.group_id_not_found,
+        ErrorCode.invalid_group_id,
+    )
+
+
+def test_describe_groups_and_list_groups_see_the_type():
+    ctx = ConsumerContext()
+    ok(ctx.heartbeat("m1"))
+    result = ctx.shard.describe_groups(
+        "d", 5, DescribeGroupsRequest(groups=("grp",), include_authorized_operations=False)
+    )
+    (answer,) = [a for _, a in result.responses]
+    assert answer.groups[0].group_state == "Dead"
+    listed = ctx.shard.list_groups("l", 5, ListGroupsRequest(states_filter=(), types_filter=()))
+    (answer,) = [a for _, a in listed.responses]
+    assert [(g.group_id, g.group_type, g.group_state, g.protocol_type) for g in answer.groups] == [
+        ("grp", "consumer", "Stable", "consumer")
+    ]
+    only_classic = ctx.shard.list_groups(
+        "l", 5, ListGroupsRequest(states_filter=(), types_filter=("classic",))
+    )
+    assert [a for _, a in only_classic.responses][0].groups == ()
+    stable = ctx.shard.list_groups(
+        "l", 5, ListGroupsRequest(states_filter=("stable",), types_filter=("Consumer",))
+    )
+    assert len([a for _, a in stable.responses][0].groups) == 1
+
+
+def test_delete_groups():
+    ctx = ConsumerContext()
+    ok(ctx.heartbeat("m1"))
+    assert commit(ctx, "m1", 1) == ErrorCode.none
+    result = ctx.apply(ctx.shard.delete_groups("x", 2, DeleteGroupsRequest(groups_names=("grp",))))
+    assert ctx.answers.pop("x").results[0].error_code == ErrorCode.non_empty_group
+    ok(ctx.heartbeat("m1", -1))
+    result = ctx.apply(ctx.shard.delete_groups("x", 2, DeleteGroupsRequest(groups_names=("grp",))))
+    assert ctx.answers.pop("x").results[0].error_code == ErrorCode.none
+    kinds = [rec.record_type(r.key) for r in result.records]
+    assert kinds[0] == 1 and kinds[-1] == rec.GROUP_METADATA and all(r.value is None for r in result.records)
+    assert "grp" not in ctx.consumer.groups
+    assert fetch(ctx, None, -1).topics[0].partitions[0].committed_offset == -1
+
+
+def test_offsets_retention_deletes_an_empty_consumer_group():
+    ctx = ConsumerContext()
+    ok(ctx.heartbeat("m1"))
+    assert commit(ctx, "m1", 1) == ErrorCode.none
+    ok(ctx.heartbeat("m1", -1))
+    ctx.clock.advance(8 * 24 * 3600 * 1000)
+    ctx.apply(ctx.shard.expire_offsets())
+    assert "grp" not in ctx.consumer.groups
+
+
+def test_classic_groups_of_the_same_id():
+    classic = GroupTestContext()
+    classic.join_as_dynamic_member_and_complete_rebalance(group_id="busy")
+    shard = classic.shard
+    shard.consumer.topics = FakeTopics(foo=2)
+    ctx = ConsumerContext()
+    ctx.shard = shard
+    ctx.clock, ctx.timer = classic.clock, classic.timer
+    answer, _ = ctx.heartbeat("m1", group_id="busy")
+    assert answer.error_code == ErrorCode.group_id_not_found
+    assert "busy" in shard.groups and "busy" not in shard.consumer.groups
+
+
+def test_empty_classic_group_replaced_and_empty_consumer_group_downgraded():
+    ctx = ConsumerContext()
+    ctx.shard.classic.create_group("grp")
+    answer, result = ctx.heartbeat("m1")
+    ok(answer)
+    assert result.records[0] == CoordinatorRecord(
+        result.records[0].key, None
+    )  # the classic group's tombstone
+    assert "grp" not in ctx.shard.groups
+    join = JoinGroupRequest(
+        group_id="grp",
+        session_timeout=datetime.timedelta(seconds=10),
+        rebalance_timeout=datetime.timedelta(seconds=10),
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
+        reason=None,
+    )
+    ctx.apply(ctx.shard.join_group("j", 9, join))
+    assert ctx.answers.pop("j").error_code == ErrorCode.inconsistent_group_protocol
+    ok(ctx.heartbeat("m1", -1))
+    result = ctx.apply(ctx.shard.join_group("j", 9, join))
+    assert ctx.answers.pop("j").error_code == ErrorCode.member_id_required
+    assert "grp" not in ctx.consumer.groups and "grp" in ctx.shard.groups
+
+
+def test_load_rebuilds_the_groups_and_their_timers():
+    ctx = ConsumerContext()
+    ok(ctx.heartbeat("m1", instance_id="i1"))
+    ok(ctx.heartbeat("m2", regex="fo+", topics=None))
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=range(6)), instance_id="i1"))
+    loaded = ctx.reload()
+    group, original = loaded.consumer.groups["grp"], ctx.group()
+    assert (group.group_epoch, group.assignment_epoch, group.metadata_hash) == (
+        original.group_epoch,
+        original.assignment_epoch,
+        original.metadata_hash,
+    )
+    assert group.members == original.members
+    assert group.target == original.target
+    assert group.owners == original.owners and group.static_members == {"i1": "m1"}
+    assert group.members["m1"].state == MemberState.UNREVOKED_PARTITIONS
+    timer = loaded.consumer.timer
+    assert timer.is_scheduled(session_key("grp", "m1")) and timer.is_scheduled(session_key("grp", "m2"))
+    assert timer.is_scheduled(rebalance_key("grp", "m1")) and not timer.is_scheduled(
+        rebalance_key("grp", "m2")
+    )
+    # offsets replayed before the group's records do not leave a classic group of the same id behind
+    assert "grp" not in loaded.groups
+
+
+def test_a_failed_append_undoes_the_heartbeat():
+    ctx = ConsumerContext()
+    ok(ctx.heartbeat("m1"))
+    before = dataclasses.replace(ctx.group().members["m1"])
+    request = ConsumerGroupHeartbeatRequest(
+        group_id="grp",
+        member_id="m2",
+        member_epoch=0,
+        rebalance_timeout=datetime.timedelta(seconds=5),
+        subscribed_topic_names=("foo",),
+        topic_partitions=(),
+    )
+    result = ctx.shard.consumer_group_heartbeat("t", 1, request)
+    assert result.records and result.on_append_failure is not None
+    failed = result.on_append_failure(ErrorCode.not_coordinator)
+    (answer,) = [a for _, a in failed.responses]
+    assert answer.error_code == ErrorCode.not_coordinator
+    assert set(ctx.group().members) == {"m1"} and ctx.group().members["m1"] == before
+    assert ctx.group().group_epoch == 1
+    answer, _ = ctx.heartbeat("m2")
+    assert answer.member_epoch == 2 and assignment_of(answer) == {}
+
+
+def test_records_round_trip_and_refuse_malformed_input():
+    key = rec.ConsumerRecordKey(rec.CURRENT_MEMBER_ASSIGNMENT, "g", "m")
+    value = rec.CurrentMemberAssignmentValue(3, 2, 1, parts(foo=[0, 2]), parts(foo=[1]))
+    record = rec.record(key, value)
+    assert rec.decode_key(record.key) == key
+    assert rec.decode_value(key, record.value) == value
+    meta = rec.ConsumerRecordKey(rec.GROUP_METADATA, "g")
+    for v in (rec.GroupMetadataValue(4), rec.GroupMetadataValue(4, -123456789)):
+        assert rec.decode_value(meta, rec.encode_value(v)) == v
+    member_key = rec.ConsumerRecordKey(rec.MEMBER_METADATA, "g", "m")
+    member = rec.MemberMetadataValue("i", None, "c", "/h", ("a", "b"), "x.*", 300000, "range")
+    assert rec.decode_value(member_key, rec.encode_value(member)) == member
+    for bad in (record.value[:-1], record.value + b"\x00", b"\x00\x01" + record.value[2:]):
+        try:
+            rec.decode_value(key, bad)
+        except RecordDecodeError:
+            continue
+        raise AssertionError(f"decoded {bad!r}")
