@@ -59,7 +59,14 @@ def main() -> None:
         else:
             held.clear()
             held.update(ps)
-        events.emit("assigned", partitions=ps, held=sorted(held), protocol=protocol, member_id=c.memberid())
+        events.emit(
+            "assigned",
+            partitions=ps,
+            held=sorted(held),
+            protocol=protocol,
+            member_id=c.memberid(),
+            topics=sorted({p.topic for p in parts}),
+        )
 
     def on_revoke_or_lost(ev: str):
         def cb(c: Consumer, parts: list[TopicPartition]) -> None:
@@ -103,15 +110,16 @@ def main() -> None:
                     fatal = fatal or err.fatal() or err.code() == KafkaError._FATAL
                     continue
                 recs.append([m.partition(), m.offset(), hx(m.key())])
-                nxt[m.partition()] = m.offset() + 1
+                nxt[(m.topic(), m.partition())] = m.offset() + 1
             if not recs:
                 continue
-            events.emit("records", recs=recs)
+            events.emit("records", recs=recs, topics=sorted({t for t, _p in nxt}))
             if args.commit == "sync":
-                offsets = {str(p): o for p, o in sorted(nxt.items())}
+                # by partition, as one topic is the common case; a regex subscription commits every topic's
+                offsets = {str(p): o for (_t, p), o in sorted(nxt.items())}
                 try:
                     result = consumer.commit(
-                        offsets=[TopicPartition(args.topic, p, o) for p, o in sorted(nxt.items())],
+                        offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(nxt.items())],
                         asynchronous=False,
                     )
                     failed = [(tp.partition, tp.error.name()) for tp in result or [] if tp.error is not None]

@@ -1,0 +1,145 @@
+"""The consumer group protocol (KIP-848, `group.protocol=consumer`) with librdkafka (confluent-kafka 2.16):
+the server assigns, members reconcile one heartbeat at a time. An even split with every record consumed once
+while members join and leave, a static member that closes and comes back to its partitions with nobody else
+disturbed, a second process with an instance id in use refused (fatal UNRELEASED_INSTANCE_ID, as Kafka), and a
+regular-expression subscription that picks up a topic created later."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.support.members import (
+    RD_FATAL,
+    check_exactly_once,
+    commit_errors,
+    consumed_all,
+    create_topic,
+    produce_batch,
+    wait_for,
+    wait_split,
+)
+
+pytestmark = pytest.mark.e2e
+
+UNRELEASED_INSTANCE_ID = 111
+PARTITIONS = 6
+# Kafka's minimums (5 s heartbeats, 45 s sessions) make every reconciliation step slow; the server lets them go
+# lower, as a user of a coordinator-only server may.
+SERVER = {
+    "group.consumer.min.heartbeat.interval.ms": 300,
+    "group.consumer.heartbeat.interval.ms": 300,
+    "group.consumer.min.session.timeout.ms": 6000,
+    "group.consumer.session.timeout.ms": 10000,
+}
+CONSUMER = {"group.protocol": "consumer"}
+
+
+@pytest.fixture
+def server(server_factory):
+    return server_factory(SERVER)
+
+
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_members_join_split_evenly_and_leave_with_every_record_consumed_once(
+    members, server, tmp_path, assignor
+):
+    group, topic = f"kip848-{assignor}", f"kip848-{assignor}-topic"
+    create_topic(server, topic, PARTITIONS)
+    placed = produce_batch(server, topic, 300, 848, tmp_path, partitions=PARTITIONS)
+    settings = {**CONSUMER, "group.remote.assignor": assignor}
+    ms = [members.start("ck", "c0", server, group, topic, settings=settings)]
+    wait_split(members, ms, PARTITIONS, [6], timeout=30, stable_for=0)
+    ms += [members.start("ck", f"c{i}", server, group, topic, settings=settings) for i in (1, 2)]
+    wait_split(members, ms, PARTITIONS, [2, 2, 2], timeout=40)
+    wait_for(lambda: consumed_all(ms, placed), 30, "batch 1 consumed", members.describe)
+
+    assert ms[2].close() == 0, members.describe([ms[2]])  # leaves the group (epoch -1)
+    placed |= produce_batch(server, topic, 300, 849, tmp_path, partitions=PARTITIONS)
+    wait_split(members, ms[:2], PARTITIONS, [3, 3], timeout=30)
+    wait_for(lambda: consumed_all(ms, placed), 30, "batch 2 consumed", members.describe)
+    for m in ms[:2]:
+        assert m.close() == 0, members.describe([m])
+    assert not commit_errors(ms), members.describe()
+    assert not [e for m in ms for e in m.errors()], members.describe()
+    check_exactly_once(ms, placed)
+
+
+def test_static_member_closes_and_comes_back_to_its_partitions(members, server, tmp_path):
+    group, topic = "kip848-static", "kip848-static-topic"
+    create_topic(server, topic, PARTITIONS)
+    placed = produce_batch(server, topic, 200, 850, tmp_path, partitions=PARTITIONS)
+    ms = [
+        members.start("ck", f"s{i}", server, group, topic, instance_id=f"kip848-i{i}", settings=CONSUMER)
+        for i in range(2)
+    ]
+    split = wait_split(members, ms, PARTITIONS, [3, 3], timeout=40)
+    wait_for(lambda: consumed_all(ms, placed), 30, "batch 1 consumed", members.describe)
+    stayer, leaver = ms
+    seen = len(stayer.rebalance_events())
+
+    assert leaver.close() == 0, members.describe([leaver])  # a static member leaves with epoch -2
+    back = members.start("ck", "s1-again", server, group, topic, instance_id="kip848-i1", settings=CONSUMER)
+    wait_for(lambda: back.held(), 20, "the static member back with its partitions", members.describe)
+    assert back.held() == split["s1"], members.describe()
+    placed |= produce_batch(server, topic, 200, 851, tmp_path, partitions=PARTITIONS)
+    everyone = [*ms, back]
+    wait_for(lambda: consumed_all(everyone, placed), 30, "batch 2 consumed", members.describe)
+    time.sleep(1.0)  # a few heartbeats: any reassignment would show by now
+    assert stayer.rebalance_events()[seen:] == [], members.describe([stayer])
+    assert stayer.held() == split["s0"]
+    for m in (stayer, back):
+        assert m.close() == 0, members.describe([m])
+    check_exactly_once(everyone, placed)
+
+
+def test_instance_id_in_use_is_refused(members, server, tmp_path):
+    group, topic = "kip848-fence", "kip848-fence-topic"
+    create_topic(server, topic, PARTITIONS)
+    a = members.start("ck", "a", server, group, topic, instance_id="kip848-dup", settings=CONSUMER)
+    wait_split(members, [a], PARTITIONS, [6], timeout=30, stable_for=0)
+    b = members.start("ck", "b", server, group, topic, instance_id="kip848-dup", settings=CONSUMER)
+
+    def refused() -> list[dict]:
+        return [
+            e
+            for e in b.events("error")
+            if e["code"] in (UNRELEASED_INSTANCE_ID, RD_FATAL)
+            and "instance" in (e["name"] + e["str"]).lower()
+        ]
+
+    wait_for(refused, 20, "the second process to be refused its instance id", members.describe)
+    wait_for(lambda: not b.alive(), 20, "the refused member to exit", members.describe)
+    assert b.held() == frozenset(), members.describe([b])
+    assert a.held() == frozenset(range(PARTITIONS)) and a.alive(), members.describe([a])
+    assert a.close() == 0, members.describe([a])
+
+
+def test_regex_subscription_picks_up_a_topic_created_later(members, server, tmp_path):
+    group = "kip848-regex"
+    create_topic(server, "rx-one", 2)
+    placed_one = produce_batch(server, "rx-one", 50, 852, tmp_path)
+    m = members.start("ck", "rx", server, group, "^rx-.*", settings=CONSUMER)
+
+    def topics_seen() -> set[str]:
+        return {t for e in m.events("records") for t in e.get("topics", ())}
+
+    wait_for(
+        lambda: topics_seen() == {"rx-one"} and len(m.records()) >= len(placed_one),
+        30,
+        "rx-one consumed",
+        members.describe,
+    )
+    create_topic(server, "rx-two", 3)
+    create_topic(server, "other", 1)
+    produce_batch(server, "rx-two", 30, 853, tmp_path)
+    produce_batch(server, "other", 5, 854, tmp_path)
+    wait_for(
+        lambda: "rx-two" in topics_seen(), 40, "the later topic picked up and consumed", members.describe
+    )
+    assigned_topics = {t for e in m.events("assigned") for t in e.get("topics", ())}
+    assert assigned_topics == {"rx-one", "rx-two"}, members.describe([m])
+    wait_for(lambda: len(m.records()) >= 80, 20, "every record of both topics", members.describe)
+    assert not commit_errors([m]), members.describe([m])
+    assert m.close() == 0, members.describe([m])
