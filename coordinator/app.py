@@ -214,10 +214,9 @@ def build(
         on_append=metrics.log_append_duration.observe,
         on_compaction=metrics.log_compaction_duration.observe,
         log_opener=log_opener,
-        # Consumer groups (KIP-848) are assigned from the data plane's topics: the embedded one's, or worker 0's
-        # as a worker's forwarder follows them. In front of a cluster the protocol answers UNSUPPORTED_VERSION
-        # for now (clients that can fall back to the classic protocol do).
-        topics=dataplane if isinstance(dataplane, (EmbeddedDataPlane, ForwardingDataPlane)) else None,
+        # Consumer groups (KIP-848) are assigned from the data plane's topics: the embedded one's, worker 0's as
+        # a worker's forwarder follows them, or the upstream cluster's as the front follows them.
+        topics=front.consumer_topics if front is not None else dataplane,
     )
     relay, owner_of_shard = None, None
     if topology is not None and topology.count > 1:

@@ -70,7 +70,9 @@ class TopicImage(Protocol):
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None: ...
 
-    def topic_names(self) -> Iterable[str]: ...
+    def topic_names(self) -> Iterable[str]:
+        """Every topic a regular expression may match (internal topics left out)."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -654,7 +656,7 @@ class ConsumerGroupManager:
             return
         import re2
 
-        names = [n for n in self.topics.topic_names() if not n.startswith("__")]
+        names = list(self.topics.topic_names())
         resolved: dict[str, frozenset[str]] = {}
         for regex in regexes:
             try:

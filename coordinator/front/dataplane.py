@@ -42,6 +42,7 @@ import functools
 import logging
 import struct
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -128,6 +129,14 @@ class FrontDataPlane:
         self._partitions: dict[str, int] = {}
         self._log_end: dict[tuple[str, int], int] = {}
         self._shared_refresh = SharedRefresh(self.refresh)
+        # consumer groups (KIP-848): topic ids of the watched topics, and every topic's name once a regular
+        # expression asks for them (FrontTopics)
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        self._topic_names: dict[uuid.UUID, str] = {}
+        self._all_names: list[str] = []
+        self._want_all_names = False
+        self.topics_version = 0
+        self.consumer_topics = FrontTopics(self)
         self.started = False
         self.groups: Any = None  # coordinator.front.groups.FrontGroups, for upstream_status
 
@@ -413,7 +422,7 @@ class FrontDataPlane:
                         await self.cluster.probe(nodes[turn % len(nodes)])
                 for node in self.cluster.nodes:
                     await self._ensure_listener(node)
-                if self._watched:
+                if self._watched or self._want_all_names:
                     await self._shared_refresh()  # not catch_up: no scan of every group's topics each second
             except asyncio.CancelledError:
                 raise
@@ -421,17 +430,28 @@ class FrontDataPlane:
                 log.debug("refreshing from the upstream cluster failed: %r", exc)
 
     async def refresh(self) -> None:
-        """Partition counts and log-end offsets of the watched topics, from the partitions' leaders."""
-        if not self._watched:
+        """Partition counts, topic ids and log-end offsets of the watched topics, from the partitions' leaders;
+        every topic's name too once consumer groups' regular expressions want them."""
+        if not self._watched and not self._want_all_names:
             return
         deadline = time.monotonic() + self.cluster.timeout_s
-        metadata = await self.cluster.metadata(sorted(self._watched), deadline)
+        want_all = self._want_all_names
+        watched = set(self._watched)
+        metadata = await self.cluster.metadata(None if want_all else sorted(watched), deadline)
         partitions: dict[str, int] = {}
+        topic_ids: dict[str, uuid.UUID] = {}
+        names: list[str] = []
         by_leader: dict[int, dict[str, list[int]]] = {}
         for topic in metadata.topics:
             if topic.error_code or not topic.name:
                 continue
+            if not topic.is_internal and topic.name != self._config["coordinator.state.topic"]:
+                names.append(topic.name)
+            if topic.name not in watched:
+                continue
             partitions[topic.name] = len(topic.partitions)
+            if topic.topic_id is not None and topic.topic_id.int:
+                topic_ids[topic.name] = topic.topic_id
             for p in topic.partitions:
                 if p.leader_id >= 0:
                     by_leader.setdefault(p.leader_id, {}).setdefault(topic.name, []).append(p.partition_index)
@@ -462,5 +482,44 @@ class FrontDataPlane:
                 for p in t.partitions:
                     if p.error_code == 0:
                         log_end[(t.name, p.partition_index)] = int(p.offset)
+        if (
+            partitions != self._partitions
+            or topic_ids != self._topic_ids
+            or (want_all and names != self._all_names)
+        ):
+            self.topics_version += 1
+        self._topic_ids = topic_ids
+        self._topic_names = {topic_id: name for name, topic_id in topic_ids.items()}
+        if want_all:
+            self._all_names = sorted(names)
         self._partitions = partitions
         self._log_end = log_end
+
+
+class FrontTopics:
+    """The cluster's topics as consumer groups see them (coordinator.consumer.manager.TopicImage), from the
+    front's cache: a topic asked for is watched from then on and known after the next refresh (each second);
+    asking for every name (a regular expression) makes each refresh fetch them all."""
+
+    def __init__(self, front: FrontDataPlane) -> None:
+        self._front = front
+
+    @property
+    def topics_version(self) -> int:
+        return self._front.topics_version
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        self._front.watch((topic,))
+        return self._front._topic_ids.get(topic)
+
+    def partition_count(self, topic: str) -> int | None:
+        return self._front.partition_count(topic)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self._front._topic_names.get(topic_id)
+
+    def topic_names(self) -> list[str]:
+        front = self._front
+        if not front._want_all_names:
+            front._want_all_names = True
+        return front._all_names

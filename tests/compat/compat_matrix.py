@@ -50,11 +50,26 @@ CLIENTS: dict[str, dict[str, Any]] = {
         "registry": "PyPI",
         "client_ids": ["ck-", "e2e-ck-group-admin"],
     },
+    "confluent-kafka-848": {
+        "name": "confluent-kafka, group.protocol=consumer (KIP-848)",
+        "registry": "PyPI",
+        "client_ids": ["ck-confluent-kafka-848", "e2e-ck-group-admin"],
+    },
     "java-3.9": {"name": "Java kafka-clients 3.9", "registry": "Maven Central", "client_ids": ["java-"]},
     "java-4": {"name": "Java kafka-clients 4.x", "registry": "Maven Central", "client_ids": ["java-"]},
+    "java-4-848": {
+        "name": "Java kafka-clients 4.x, group.protocol=consumer (KIP-848)",
+        "registry": "Maven Central",
+        "client_ids": ["java-"],
+    },
     "kafka-python": {"name": "kafka-python", "registry": "PyPI", "client_ids": ["kp-"]},
     "aiokafka": {"name": "aiokafka", "registry": "PyPI", "client_ids": ["aio-"]},
     "franz-go": {"name": "franz-go (kgo, kadm)", "registry": "Go module proxy", "client_ids": ["franz-go-"]},
+    "franz-go-848": {
+        "name": "franz-go, kgo.ServerSideBalancer() (KIP-848)",
+        "registry": "Go module proxy",
+        "client_ids": ["franz-go-"],
+    },
     "kafkajs": {"name": "KafkaJS", "registry": "npm", "client_ids": ["kafkajs-"]},
     "kcat": {"name": "kcat (librdkafka)", "registry": "Debian", "client_ids": ["kcat-"]},
     "kafka-consumer-groups": {
@@ -76,6 +91,13 @@ TEST_SCENARIOS = {
     "test_java_static_member_restart_keeps_partitions_without_rebalance": ["static_restart"],
     "test_java_duplicate_instance_id_fences_the_older_member": ["fencing"],
     "test_kafka_consumer_groups_list_describe_reset_delete": ["admin"],
+    "test_java_consumer_protocol_split_consume_exactly_once_and_take_over_a_leaver": [
+        "join",
+        "consume_commit",
+        "member_leaves",
+    ],
+    "test_java_consumer_protocol_static_member_restart_keeps_partitions": ["static_restart"],
+    "test_java_consumer_protocol_duplicate_instance_id_is_refused": ["fencing"],
 }
 
 _RANK = {"n.t.": 0, "n.a.": 1, "pass": 2, "fail": 3}  # n.t.: not tested
@@ -354,6 +376,8 @@ def record_report(item: pytest.Item, report: pytest.TestReport) -> None:
         if java is None:
             return
         client, version = JAVA_SETS[java.set_name], java.version
+        if name.startswith("test_java_consumer_protocol_"):
+            client = f"{client}-848"  # kafka-clients 4.x with group.protocol=consumer (3.9's is skipped)
     else:
         client = "kafka-consumer-groups"
         tools = funcargs.get("kafka_tools")

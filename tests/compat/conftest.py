@@ -33,7 +33,17 @@ def server(server_factory, request, monkeypatch):
     proxy = compat_matrix.RecordingProxy()
     with monkeypatch.context() as mp:
         mp.setenv("KGC_ADVERTISED_LISTENER", proxy.address)
-        real = server_factory({"coordinator.workers": 1})
+        # Consumer-protocol (KIP-848) members heartbeat every second here, not Kafka's 5 s minimum, so that
+        # each reconciliation step of the matrix takes a second.
+        real = server_factory(
+            {
+                "coordinator.workers": 1,
+                "group.consumer.min.heartbeat.interval.ms": 1000,
+                "group.consumer.heartbeat.interval.ms": 1000,
+                "group.consumer.min.session.timeout.ms": 20000,
+                "group.consumer.session.timeout.ms": 20000,
+            }
+        )
     proxy.start(real.bootstrap)
     request.node.compat_proxy = proxy
     yield dataclasses.replace(real, bootstrap=proxy.address)

@@ -19,12 +19,17 @@ test_kcat_groups.py.
 Each scenario's outcome goes to the compatibility results (compat_matrix), with the API versions the client
 used (recorded by the proxy in front of the server).
 
+Two clients run the same scenarios twice, once per group protocol: confluent-kafka and franz-go with the
+classic protocol (JoinGroup/SyncGroup), and as "confluent-kafka-848" (`group.protocol=consumer`) and
+"franz-go-848" (kgo.ServerSideBalancer(), its KIP-848 opt-in, used when ApiVersions lists
+ConsumerGroupHeartbeat v1) with the consumer group protocol of KIP-848; test_group_lifecycle asserts which one
+each used. With KIP-848 the fencing scenario is Kafka's for that protocol: a second process with an instance id
+in use is refused (UNRELEASED_INSTANCE_ID) and the member holding it keeps its partitions, where the classic
+protocol fences the older member.
+
 Client behaviour written down (no server-side accommodation was needed for any of them):
-- franz-go 1.22.2 is started with kgo.ServerSideBalancer() (its KIP-848 opt-in). It uses the KIP-848 protocol
-  only if ApiVersions lists ConsumerGroupHeartbeat (68) v1+; this server does not, and the client falls back
-  to the classic JoinGroup/SyncGroup protocol: test_group_lifecycle asserts that it sent JoinGroup and never
-  ConsumerGroupHeartbeat. On FENCED_INSTANCE_ID franz-go keeps retrying the join with backoff and reports the
-  error from PollFetches; the member program treats it as fatal and closes (as the Java client does).
+- On FENCED_INSTANCE_ID franz-go keeps retrying the join with backoff and reports the error from PollFetches;
+  the member program treats it as fatal and closes (as the Java client does).
 - KafkaJS 2.2.4 has no static membership (no groupInstanceId anywhere in the library; KIP-345 is not
   implemented): static restart and fencing are n.a. for it, checked by test_kafkajs_has_no_static_membership.
 - Admin: confluent-kafka's AdminClient, kafka-python's KafkaAdminClient and aiokafka's AIOKafkaAdminClient
@@ -155,12 +160,16 @@ class Driver:
     start: Callable[..., Member]  # (pool, name, server, group, topic, instance_id=None) -> Member
     admin: Callable[..., dict[str, Any]] | None  # (server, command, group) -> normalized answer
     static: bool = True
+    kip848: bool = False  # uses the consumer group protocol (ConsumerGroupHeartbeat)
 
 
 def python_driver(client: str, lib: str, settings: dict[str, object]) -> Driver:
-    dist = {"confluent-kafka": "confluent-kafka", "kafka-python": "kafka-python", "aiokafka": "aiokafka"}[
-        client
-    ]
+    dist = {
+        "confluent-kafka": "confluent-kafka",
+        "confluent-kafka-848": "confluent-kafka",
+        "kafka-python": "kafka-python",
+        "aiokafka": "aiokafka",
+    }[client]
 
     def start(
         pool: Members,
@@ -209,10 +218,17 @@ def python_driver(client: str, lib: str, settings: dict[str, object]) -> Driver:
             )
         )
 
-    return Driver(client, importlib.metadata.version(dist), start, ck_admin if lib == "ck" else py_admin)
+    return Driver(
+        client,
+        importlib.metadata.version(dist),
+        start,
+        ck_admin if lib == "ck" else py_admin,
+        kip848=settings.get("group.protocol") == "consumer",
+    )
 
 
-def go_driver(binary: Path) -> Driver:
+def go_driver(binary: Path, server_side: bool) -> Driver:
+    """franz-go: with `server_side`, kgo.ServerSideBalancer() (KIP-848), else the classic protocol."""
     version = subprocess.run(
         [str(binary), "version"], capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL
     ).stdout.strip()
@@ -243,13 +259,15 @@ def go_driver(binary: Path) -> Driver:
             str(HEARTBEAT_MS),
             "--balancer",
             "range",
-            "--server-side-balancer=true",
+            f"--server-side-balancer={'true' if server_side else 'false'}",
         ]
         if instance_id:
             cmd += ["--instance-id", instance_id]
-        m = StdoutMember("franz-go", name, cmd, pool.run_dir)
+        m = StdoutMember(client, name, cmd, pool.run_dir)
         pool.all.append(m)
         return m.start()
+
+    client = "franz-go-848" if server_side else "franz-go"
 
     def go_admin(server: ServerProcess, command: str, group: str) -> dict[str, Any]:
         res = json.loads(
@@ -268,7 +286,7 @@ def go_driver(binary: Path) -> Driver:
             }
         return {"error": None if err is None else err["code"]}
 
-    return Driver("franz-go", version, start, go_admin)
+    return Driver(client, version, start, go_admin, kip848=server_side)
 
 
 def js_driver(js_dir: Path) -> Driver:
@@ -348,8 +366,19 @@ CK = {
     "session.timeout.ms": SESSION_MS,
     "heartbeat.interval.ms": HEARTBEAT_MS,
 }
+# The consumer group protocol: timeouts and intervals are the server's (group.consumer.*, set by the compat
+# server fixture), the assignor is the server's `range`.
+CK_848 = {"group.protocol": "consumer", "group.remote.assignor": "range"}
 KP = {"session_timeout_ms": SESSION_MS, "heartbeat_interval_ms": HEARTBEAT_MS}
-CLIENTS = ["confluent-kafka", "kafka-python", "aiokafka", "franz-go", "kafkajs"]
+CLIENTS = [
+    "confluent-kafka",
+    "confluent-kafka-848",
+    "kafka-python",
+    "aiokafka",
+    "franz-go",
+    "franz-go-848",
+    "kafkajs",
+]
 
 
 @pytest.fixture
@@ -357,12 +386,14 @@ def driver(request) -> Driver:
     client = request.param
     if client == "confluent-kafka":
         return python_driver(client, "ck", CK)
+    if client == "confluent-kafka-848":
+        return python_driver(client, "ck", CK_848)
     if client == "kafka-python":
         return python_driver(client, "kp", KP)
     if client == "aiokafka":
         return python_driver(client, "aio", KP)
-    if client == "franz-go":
-        return go_driver(request.getfixturevalue("franz_go_binary"))
+    if client in ("franz-go", "franz-go-848"):
+        return go_driver(request.getfixturevalue("franz_go_binary"), server_side=client == "franz-go-848")
     return js_driver(request.getfixturevalue("kafkajs_dir"))
 
 
@@ -383,17 +414,15 @@ def test_group_lifecycle(members, server, tmp_path, driver, request):
     with scenario(c, "join", request, proxy=proxy):
         ms = [driver.start(members, f"{c}-m{i}", server, group, topic) for i in range(2)]
         split = wait_split(members, ms, PARTITIONS, [3, 3], timeout=60)
-        if c == "franz-go" and proxy is not None:  # (through the front, test_front_matrix.py: no proxy)
-            # Opted into KIP-848 with ServerSideBalancer, but the server advertises no ConsumerGroupHeartbeat:
-            # franz-go must have fallen back to the classic protocol.
+        if proxy is not None and c in ("confluent-kafka", "confluent-kafka-848", "franz-go", "franz-go-848"):
+            # (through the front, test_front_matrix.py, there is no proxy) The protocol the client used.
             used = proxy.api_versions(compat_matrix.CLIENTS[c]["client_ids"])
-            assert "JoinGroup" in used and "SyncGroup" in used, used
-            assert "ConsumerGroupHeartbeat" not in used, used
-            compat_matrix.note(
-                c,
-                "kgo.ServerSideBalancer() (KIP-848 opt-in) falls back to the classic protocol: "
-                "the server advertises no ConsumerGroupHeartbeat",
-            )
+            if driver.kip848:
+                assert "ConsumerGroupHeartbeat" in used and "JoinGroup" not in used, used
+                compat_matrix.note(c, "the consumer group protocol of KIP-848 (ConsumerGroupHeartbeat)")
+            else:
+                assert "JoinGroup" in used and "SyncGroup" in used, used
+                assert "ConsumerGroupHeartbeat" not in used, used
 
     with scenario(c, "consume_commit", request, proxy=proxy):
         # Produced once the split is settled: no rebalance while records are in flight, so exactly once holds
@@ -489,6 +518,22 @@ def test_static_membership(members, server, tmp_path, driver, request):
     group, topic = f"matrix-static-{c}", f"matrix-static-{c}-topic"
     create_topic(server, topic, PARTITIONS)
 
+    if c in STATIC_LEAVE_LIMITS:
+        # The restart scenario cannot pass with this client (see STATIC_LEAVE_LIMITS); fencing is still tried.
+        a = driver.start(members, f"{c}-a", server, group, topic, instance_id=f"{group}-a")
+        wait_split(members, [a], PARTITIONS, [PARTITIONS], timeout=60, stable_for=0)
+        b = driver.start(members, f"{c}-b", server, group, topic, instance_id=f"{group}-b")
+        split = wait_split(members, [a, b], PARTITIONS, [3, 3], timeout=60)
+        record(
+            c,
+            "static_restart",
+            "fail",
+            detail=f"client behaviour: {STATIC_LEAVE_LIMITS[c]}",
+            test=request.node.nodeid,
+        )
+        refused_duplicate(c, members, server, group, topic, driver, a, b, b, split, request, proxy)
+        return
+
     with scenario(c, "static_restart", request, proxy=proxy):
         a = driver.start(members, f"{c}-a", server, group, topic, instance_id=f"{group}-a")
         wait_split(members, [a], PARTITIONS, [PARTITIONS], timeout=60, stable_for=0)  # a leads
@@ -515,12 +560,27 @@ def test_static_membership(members, server, tmp_path, driver, request):
 
     limit = FENCING_CLIENT_LIMITS.get(c)
     try:
-        fencing(c, members, server, group, topic, driver, a, b, b2, split, request, proxy)
+        if driver.kip848:
+            refused_duplicate(c, members, server, group, topic, driver, a, b, b2, split, request, proxy)
+        else:
+            fencing(c, members, server, group, topic, driver, a, b, b2, split, request, proxy)
     except (pytest.fail.Exception, AssertionError):
         if limit is None:
             raise
         record(c, "fencing", "fail", detail=f"client behaviour: {limit}", test=request.node.nodeid)
         pytest.xfail(f"{c} {driver.version}: {limit}")
+
+
+# KIP-848 clients whose static leave (epoch -2) Kafka refuses: a static member that leaves stays in the group
+# until its session expires, so a restart cannot get its partitions back without a rebalance (Kafka 4.x
+# behaves the same with these clients).
+STATIC_LEAVE_LIMITS = {
+    "franz-go-848": (
+        "franz-go 1.22.2 leaves a static KIP-848 member with epoch -2 but no instance id, which Kafka refuses "
+        '(INVALID_REQUEST, "InstanceId can\'t be null"): a restart within the session timeout is refused '
+        "UNRELEASED_INSTANCE_ID until the old member's session expires, and the group rebalances twice"
+    ),
+}
 
 
 # Client behaviour, not the server's: the server answers the older member's Heartbeat/OffsetCommit/SyncGroup
@@ -559,6 +619,39 @@ def fencing(c, members, server, group, topic, driver, a, b, b2, split, request, 
         assert not a2.errors(), a2.summary()
         assert b2.rebalance_events()[seen_b2:] == [] and b2.held() == split[b.name], members.describe()
         for m in (a2, b2):
+            assert m.close() == 0, members.describe([m])
+
+
+UNRELEASED_INSTANCE_ID = 111
+
+
+def refused_error(e: dict[str, Any]) -> bool:
+    text = f"{e.get('name')} {e.get('str')}".lower()
+    return e.get("code") == UNRELEASED_INSTANCE_ID or "unreleased" in text or "instance id" in text
+
+
+def refused_duplicate(c, members, server, group, topic, driver, a, b, b2, split, request, proxy) -> None:
+    """The fencing scenario under KIP-848 (Kafka's test_fencing_static_consumer with the consumer protocol): a
+    second process with an instance id in use is refused (UNRELEASED_INSTANCE_ID) and gets nothing; the member
+    holding it keeps its partitions and nobody else is disturbed."""
+    with scenario(c, "fencing", request, proxy=proxy):
+        seen = {m.name: len(m.rebalance_events()) for m in (a, b2)}
+        errors_before = {m.name: len(m.errors()) for m in (a, b2)}
+        a2 = driver.start(members, f"{c}-a2", server, group, topic, instance_id=f"{group}-a")
+        errs = wait_for(
+            lambda: [e for e in a2.errors() if refused_error(e)],
+            30,
+            "the duplicate to be refused its instance id",
+            members.describe,
+        )
+        print(f"{c}: the duplicate reported {errs[0]}")
+        assert a2.held() == frozenset(), members.describe([a2])
+        if a2.alive():
+            a2.close()
+        for m, name in ((a, a.name), (b2, b.name)):
+            assert m.rebalance_events()[seen[m.name] :] == [] and m.held() == split[name], members.describe()
+            assert m.errors()[errors_before[m.name] :] == [], m.summary()
+        for m in (a, b2):
             assert m.close() == 0, members.describe([m])
 
 

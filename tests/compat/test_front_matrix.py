@@ -19,6 +19,9 @@ from test_client_matrix import (  # noqa: F401
     test_static_membership,
 )
 from test_java_clients import (  # noqa: F401
+    test_java_consumer_protocol_duplicate_instance_id_is_refused,
+    test_java_consumer_protocol_split_consume_exactly_once_and_take_over_a_leaver,
+    test_java_consumer_protocol_static_member_restart_keeps_partitions,
     test_java_duplicate_instance_id_fences_the_older_member,
     test_java_members_split_consume_exactly_once_and_take_over_a_leaver,
     test_java_static_member_restart_keeps_partitions_without_rebalance,

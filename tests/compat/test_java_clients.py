@@ -184,3 +184,112 @@ def test_java_duplicate_instance_id_fences_the_older_member(members, server, jav
     assert b.rebalance_events()[seen_b:] == [] and b.held() == split["b"], members.describe()
     for m in (a2, b):
         assert m.close() == 0, members.describe([m])
+
+
+# -- the consumer group protocol (KIP-848): kafka-clients 4.x with group.protocol=consumer ----------------------
+
+# The server's heartbeat interval and session timeout apply (the compat server fixture's group.consumer.*); the
+# client refuses session.timeout.ms and heartbeat.interval.ms with this protocol.
+KIP848 = {"group.protocol": "consumer", "group.remote.assignor": "uniform"}
+
+
+def kip848_only(java_clients) -> None:
+    if not java_clients.set_name.endswith("-4"):
+        pytest.skip("the consumer group protocol is GA from kafka-clients 4.0 (early access in 3.9)")
+
+
+def test_java_consumer_protocol_split_consume_exactly_once_and_take_over_a_leaver(
+    members, server, tmp_path, java_clients
+):
+    kip848_only(java_clients)
+    group, topic = "java-848-split", "java-848-split-topic"
+    create_topic(server, topic, PARTITIONS)
+    placed = produce_batch(server, topic, 600, 520, tmp_path)
+    ms = [
+        start_java_member(members, java_clients, f"k{i}", server, group, topic, settings=KIP848)
+        for i in range(3)
+    ]
+    check_version(ms[0], java_clients)
+    wait_split(members, ms, PARTITIONS, [2, 2, 2], timeout=60)
+    wait_for(lambda: consumed_all(ms, placed), 30, "batch 1 consumed", members.describe)
+    leaver, stay = ms[2], ms[:2]
+    t_leave = time.monotonic()
+    assert leaver.close() == 0, members.describe([leaver])  # leaves with epoch -1
+    wait_split(members, stay, PARTITIONS, [3, 3], timeout=30)
+    print(
+        f"{java_clients.set_name}/KIP-848: the leaver's partitions moved in {time.monotonic() - t_leave:.2f}s"
+    )
+    placed |= produce_batch(server, topic, 300, 521, tmp_path)
+    wait_for(lambda: consumed_all(ms, placed), 30, "batch 2 consumed", members.describe)
+    hw = high_watermarks(placed, PARTITIONS)
+    wait_for(
+        lambda: committed_offsets(server, group, topic, PARTITIONS) == hw,
+        15,
+        f"committed offsets to reach {hw}",
+        members.describe,
+    )
+    for m in stay:
+        assert m.close() == 0, members.describe([m])
+    check_exactly_once(ms, placed)
+    assert not [e for m in ms for e in m.events("error")], members.describe()
+    assert not commit_errors(ms), members.describe()
+
+
+def test_java_consumer_protocol_static_member_restart_keeps_partitions(
+    members, server, tmp_path, java_clients
+):
+    kip848_only(java_clients)
+    group, topic = "java-848-static", "java-848-static-topic"
+    create_topic(server, topic, PARTITIONS)
+    placed = produce_batch(server, topic, 300, 530, tmp_path)
+    ms = [
+        start_java_member(
+            members, java_clients, f"s{i}", server, group, topic, instance_id=f"{group}-{i}", settings=KIP848
+        )
+        for i in range(3)
+    ]
+    split = wait_split(members, ms, PARTITIONS, [2, 2, 2], timeout=60)
+    wait_for(lambda: consumed_all(ms, placed), 30, "batch 1 consumed", members.describe)
+    victim, others = ms[2], ms[:2]
+    seen = {m.name: len(m.rebalance_events()) for m in others}
+    assert victim.close() == 0, members.describe([victim])  # a static member leaves with epoch -2
+    back = start_java_member(
+        members, java_clients, "s2-again", server, group, topic, instance_id=f"{group}-2", settings=KIP848
+    )
+    wait_for(lambda: back.held(), 30, "the restarted static member to be assigned", members.describe)
+    assert back.held() == split[victim.name], members.describe()
+    placed |= produce_batch(server, topic, 300, 531, tmp_path)
+    everyone = [*ms, back]
+    wait_for(lambda: consumed_all(everyone, placed), 30, "batch 2 consumed", members.describe)
+    time.sleep(QUIET_S)
+    for m in others:
+        assert m.rebalance_events()[seen[m.name] :] == [], members.describe([m])
+        assert m.held() == split[m.name]
+    for m in [*others, back]:
+        assert m.close() == 0, members.describe([m])
+    check_exactly_once(everyone, placed)
+
+
+def test_java_consumer_protocol_duplicate_instance_id_is_refused(members, server, java_clients):
+    kip848_only(java_clients)
+    group, topic = "java-848-fence", "java-848-fence-topic"
+    create_topic(server, topic, PARTITIONS)
+    a = start_java_member(
+        members, java_clients, "a", server, group, topic, instance_id="dup", settings=KIP848
+    )
+    wait_split(members, [a], PARTITIONS, [6], timeout=40, stable_for=0)
+    seen = len(a.rebalance_events())
+    a2 = start_java_member(
+        members, java_clients, "a2", server, group, topic, instance_id="dup", settings=KIP848
+    )
+
+    def refused() -> list[dict]:
+        return [e for e in a2.events("error") if e["name"] == "UnreleasedInstanceIdException"]
+
+    errs = wait_for(refused, 30, "the duplicate to get an UnreleasedInstanceIdException", members.describe)
+    print(f"{java_clients.set_name}/KIP-848: the duplicate reported: {errs[0]}")
+    wait_for(lambda: not a2.alive(), 20, "the refused process to close and exit", members.describe)
+    assert a2.held() == frozenset(), members.describe([a2])
+    assert a.rebalance_events()[seen:] == [] and a.held() == frozenset(range(PARTITIONS)), members.describe()
+    assert not a.errors(), a.summary()
+    assert a.close() == 0, members.describe([a])

@@ -144,6 +144,10 @@ func member(args []string) {
 	if strings.HasPrefix(*bal, "cooperative") {
 		protocol = "COOPERATIVE"
 	}
+	// With ServerSideBalancer the client uses KIP-848 where the server serves it: assignments then come and go
+	// incrementally, whatever the balancer. Where it falls back to the classic protocol an eager balancer
+	// revokes everything before each assignment, so counting incrementally is right either way.
+	incremental := protocol == "COOPERATIVE" || *serverSide
 
 	var mu sync.Mutex
 	held := map[int]bool{}
@@ -169,7 +173,7 @@ func member(args []string) {
 			mu.Lock()
 			defer mu.Unlock()
 			ps := parts(m, *topic)
-			if protocol == "EAGER" {
+			if !incremental {
 				held = map[int]bool{}
 			}
 			for _, p := range ps {
@@ -351,6 +355,33 @@ func admin(args []string) {
 		}
 		out["groups"] = groups
 	case "describe":
+		// As Kafka's Admin client: ConsumerGroupDescribe (KIP-848) first, DescribeGroups for a classic group.
+		if cg, cerr := adm.DescribeConsumerGroups(ctx, *group); cerr == nil {
+			if d, ok := cg[*group]; ok && d.Err == nil {
+				out["error"] = nil
+				out["group_error"] = nil
+				out["state"] = d.State
+				out["protocol_type"] = "consumer"
+				out["protocol"] = d.AssignorName
+				out["type"] = "consumer"
+				members := []map[string]any{}
+				for _, m := range d.Members {
+					assigned := [][]any{}
+					for _, tp := range m.Assignment.Sorted() {
+						for _, p := range tp.Partitions {
+							assigned = append(assigned, []any{tp.Topic, p})
+						}
+					}
+					members = append(members, map[string]any{"member_id": m.MemberID, "instance_id": m.InstanceID,
+						"client_id": m.ClientID, "host": m.ClientHost, "assignment": assigned})
+				}
+				sort.Slice(members, func(i, j int) bool {
+					return members[i]["client_id"].(string) < members[j]["client_id"].(string)
+				})
+				out["members"] = members
+				break
+			}
+		}
 		described, err := adm.DescribeGroups(ctx, *group)
 		out["error"] = errObj(err)
 		d, ok := described[*group]

@@ -192,12 +192,15 @@ public final class GroupMember {
         props.put(ConsumerConfig.CLIENT_ID_CONFIG, clientId != null ? clientId : "java-" + name);
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        props.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignorClass(assignor));
+        // The consumer group protocol (KIP-848, --set group.protocol=consumer) assigns on the server: the client
+        // refuses a partition.assignment.strategy then (and session/heartbeat settings).
+        final boolean kip848 = "consumer".equalsIgnoreCase(String.valueOf(extra.get("group.protocol")));
+        if (!kip848) props.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignorClass(assignor));
         props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         if (instanceId != null && !instanceId.isEmpty()) props.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, instanceId);
         props.putAll(extra);
-        final String protocol = assignor.startsWith("cooperative") ? "COOPERATIVE" : "EAGER";
+        final String protocol = kip848 || assignor.startsWith("cooperative") ? "COOPERATIVE" : "EAGER";
 
         LinkedBlockingQueue<String> commands = new LinkedBlockingQueue<>();
         Thread control = new Thread(() -> {
