@@ -358,9 +358,8 @@ SETTINGS: tuple[Setting, ...] = (
         ("classic", "consumer"),
         _list,
         "The group protocols served: `classic` (JoinGroup/SyncGroup) and `consumer` (KIP-848, "
-        "ConsumerGroupHeartbeat). Without `consumer`, ConsumerGroupHeartbeat answers UNSUPPORTED_VERSION. The "
-        "consumer protocol is served by the embedded data plane in one process; in front of a cluster and with "
-        "several workers it answers UNSUPPORTED_VERSION for now.",
+        "ConsumerGroupHeartbeat). Without `consumer`, ConsumerGroupHeartbeat answers UNSUPPORTED_VERSION (as "
+        "Kafka does; franz-go then falls back to the classic protocol).",
     ),
     Setting(
         "group.consumer.session.timeout.ms",

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -135,6 +136,7 @@ class GroupCoordinatorShard:
             topics,
             classic_group_exists=self.classic.groups.__contains__,
             remove_empty_classic_group=self._remove_empty_classic_group,
+            withholds=lambda group_id, topic: self.pauses.state(group_id).withholds(topic),
             new_uuid=new_uuid,
         )
         self.offsets = OffsetMetadataManager(
@@ -151,6 +153,18 @@ class GroupCoordinatorShard:
     def groups(self) -> dict[str, ClassicGroup]:
         return self.classic.groups
 
+    @property
+    def consumer_groups(self) -> dict[str, ConsumerGroup]:
+        return self.consumer.groups
+
+    def consumer_topic_name(self, topic_id: uuid.UUID) -> str | None:
+        topics = self.consumer.topics
+        return None if topics is None else topics.topic_name(topic_id)
+
+    @property
+    def consumer_settings(self) -> ConsumerGroupSettings:
+        return self.consumer.settings
+
     def add_listener(self, listener: GroupEventListener) -> None:
         """`listener.on_group_event(event)` is called synchronously for every event, with this shard's clock
         in the timestamps; what it raises is logged and ignored."""
@@ -162,6 +176,25 @@ class GroupCoordinatorShard:
     def pause_progress(self, group_id: str) -> dict[str, Any]:
         """Whether the group's pause state is in effect: every member has synced an assignment filtered by it
         (or the group has no members). Otherwise the group's state and the members still to sync it."""
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            # in effect once no member holds a withheld partition (or, resumed, every one is handed out again)
+            pending = self.consumer.withheld_holders(group_id)
+            if not pending and consumer_group.state.value not in ("Stable", "Empty"):
+                pending = sorted(
+                    m.member_id
+                    for m in consumer_group.members.values()
+                    if m.member_epoch != consumer_group.assignment_epoch
+                    or m.state.name != "STABLE"
+                    or consumer_group.group_epoch != consumer_group.assignment_epoch
+                )
+            return {
+                "in_effect": not pending,
+                "state": str(consumer_group.state),
+                "generation": consumer_group.group_epoch,
+                "members_synced": len(consumer_group.members) - len(pending),
+                "pending_members": pending,
+            }
         group = self.groups.get(group_id)
         if group is None:
             return {
@@ -468,6 +501,7 @@ class GroupCoordinatorShard:
             self.pauses.set(group_id, new)
             log.info("group %s: %s; paused now: %s", group_id, what, new.to_json())
             self.classic.rebalance_for_admin(group_id, f"{what} by an administrator")
+            self.consumer.pause_changed(group_id, f"{what} by an administrator")
 
             def revert(error: ErrorCode) -> dict[object, Any]:
                 if self.pauses.state(group_id) == new:
@@ -475,6 +509,7 @@ class GroupCoordinatorShard:
                     self.classic.rebalance_for_admin(
                         group_id, f"the {what} could not be written ({error.name})"
                     )
+                    self.consumer.pause_changed(group_id, f"the {what} could not be written ({error.name})")
                 return {}
 
             fx.failure_hooks.append(revert)

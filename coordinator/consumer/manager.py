@@ -33,6 +33,17 @@ from typing import Any, Protocol
 
 from coordinator.clock import Clock, Timer
 from coordinator.group.effects import Calls, state_machine_call
+from coordinator.group.events import (
+    GroupRemoved,
+    JoinPhaseCompleted,
+    MemberInfo,
+    MemberRemoved,
+    RebalanceCompleted,
+    RebalanceReason,
+    RebalanceStarted,
+    RemovalCause,
+    StaticMemberReplaced,
+)
 from coordinator.records import CoordinatorRecord
 from protocol.build import build, ms
 from protocol.errors import ErrorCode
@@ -166,10 +177,12 @@ class ConsumerGroupManager:
         *,
         classic_group_exists: Callable[[str], bool],
         remove_empty_classic_group: Callable[[str], list[CoordinatorRecord] | None],
+        withholds: Callable[[str, str], bool] = lambda group_id, topic: False,
         new_uuid: Callable[[], str] | None = None,
     ) -> None:
         """`remove_empty_classic_group(group_id)`: the records removing an empty classic group of that id, or
-        None if the classic group has members (then the id is taken)."""
+        None if the classic group has members (then the id is taken). `withholds(group_id, topic)`: whether the
+        coordinator-side pause (coordinator.group.pause) keeps the topic's partitions from the group."""
         self.calls = calls
         self.clock = clock
         self.timer = timer
@@ -178,6 +191,7 @@ class ConsumerGroupManager:
         self.groups: dict[str, ConsumerGroup] = {}
         self._classic_group_exists = classic_group_exists
         self._remove_empty_classic_group = remove_empty_classic_group
+        self._withholds = withholds
         self._new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
 
     @property
@@ -212,6 +226,7 @@ class ConsumerGroupManager:
         group = self.groups.get(request.group_id)
         snapshot = None if group is None else group.snapshot()
         created = group is None
+        state_before = None if group is None else group.state
         try:
             self._validate(api_version, request)
             if request.member_epoch in (LEAVE_GROUP_EPOCH, LEAVE_GROUP_STATIC_EPOCH):
@@ -233,6 +248,8 @@ class ConsumerGroupManager:
                 self.groups.pop(request.group_id, None)
             elif group is not None and snapshot is not None:
                 group.restore(snapshot)
+        if self.calls.listeners:
+            self._emit_if_stable(self.groups.get(request.group_id), state_before)
         if fx.records:
             group_id = request.group_id
 
@@ -388,7 +405,12 @@ class ConsumerGroupManager:
             fx.records.append(self._target_member_record(group_id, updated.member_id))
             fx.records.append(self._current_assignment_record(group_id, updated))
 
-        self._refresh_subscription(group, bump)
+        self._refresh_subscription(
+            group,
+            bump,
+            reason=RebalanceReason.NEW_MEMBER if new_member else RebalanceReason.METADATA_CHANGE,
+            member=updated,
+        )
 
         if group.group_epoch > group.assignment_epoch:
             self._compute_target(group)
@@ -517,6 +539,12 @@ class ConsumerGroupManager:
             new.member_id,
         )
         fx.records.extend(self._member_tombstones(group_id, old.member_id))
+        if self.calls.listeners and old.instance_id is not None:
+            self.calls.emit(
+                StaticMemberReplaced(
+                    group_id, old.instance_id, old.member_id, new.member_id, self.clock.wall_ms()
+                )
+            )
         target = group.target.get(old.member_id, {})
         group.remove_member(old.member_id)
         group.target[old.member_id] = target  # moved to the new id by the caller
@@ -556,7 +584,9 @@ class ConsumerGroupManager:
             self.timer.cancel(rebalance_key(group_id, member.member_id))
             log.info("group %s: static member %s left temporarily", group_id, member.member_id)
             return self._left(member.member_id, LEAVE_GROUP_STATIC_EPOCH)
-        self._remove_member(group, member.member_id, "left the group")
+        self._remove_member(
+            group, member.member_id, "left the group", RemovalCause.LEFT, RebalanceReason.LEAVE
+        )
         return self._left(member.member_id, LEAVE_GROUP_EPOCH)
 
     def _left(self, member_id: str, epoch: int) -> Any:
@@ -574,17 +604,25 @@ class ConsumerGroupManager:
             },
         )
 
-    def _remove_member(self, group: ConsumerGroup, member_id: str, why: str) -> None:
+    def _remove_member(
+        self, group: ConsumerGroup, member_id: str, why: str, cause: RemovalCause, reason: RebalanceReason
+    ) -> None:
         """Fence a member: its three tombstones, and a group epoch bump (Kafka's removeMember)."""
         fx = self.calls.fx
         group_id = group.group_id
         fx.records.extend(self._member_tombstones(group_id, member_id))
-        group.remove_member(member_id)
+        removed = group.remove_member(member_id)
         self._cancel_member_timers(group_id, member_id)
+        state_before = group.state
         group.group_epoch += 1
         self._refresh_subscription(group, bump=False, count_bumped=True)
         fx.records.append(self._group_metadata_record(group))
         log.info("group %s: member %s %s; group epoch %d", group_id, member_id, why, group.group_epoch)
+        if self.calls.listeners and removed is not None:
+            now = (self.clock.wall_ms(), self.clock.monotonic_ms())
+            info = _info(removed)
+            self.calls.emit(MemberRemoved(group_id, info, cause, group.group_epoch - 1, *now))
+            self._emit_started(group, state_before, reason, info, f"member {member_id} {why}")
 
     def _member_tombstones(self, group_id: str, member_id: str) -> list[CoordinatorRecord]:
         return [
@@ -607,7 +645,13 @@ class ConsumerGroupManager:
         if group is None or member_id not in group.members:
             return
         self.timer.cancel(rebalance_key(group_id, member_id))
-        self._remove_member(group, member_id, "was removed: its session timed out")
+        self._remove_member(
+            group,
+            member_id,
+            "was removed: its session timed out",
+            RemovalCause.SESSION_TIMEOUT,
+            RebalanceReason.SESSION_EXPIRY,
+        )
 
     def _schedule_rebalance_timeout(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         timeout_ms = member.rebalance_timeout_ms if member.rebalance_timeout_ms >= 0 else 300_000
@@ -624,7 +668,13 @@ class ConsumerGroupManager:
             return
         if member.state == MemberState.UNREVOKED_PARTITIONS and member.member_epoch == epoch:
             self.timer.cancel(session_key(group_id, member_id))
-            self._remove_member(group, member_id, "was removed: it did not revoke its partitions in time")
+            self._remove_member(
+                group,
+                member_id,
+                "was removed: it did not revoke its partitions in time",
+                RemovalCause.REBALANCE_TIMEOUT,
+                RebalanceReason.REBALANCE_TIMEOUT,
+            )
 
     def _cancel_member_timers(self, group_id: str, member_id: str) -> None:
         self.timer.cancel(session_key(group_id, member_id))
@@ -678,7 +728,15 @@ class ConsumerGroupManager:
             digest.update(f"{name}\0{topic_id}\0{count}\0".encode())
         return int.from_bytes(digest.digest(), "big", signed=True)
 
-    def _refresh_subscription(self, group: ConsumerGroup, bump: bool, *, count_bumped: bool = False) -> None:
+    def _refresh_subscription(
+        self,
+        group: ConsumerGroup,
+        bump: bool,
+        *,
+        count_bumped: bool = False,
+        reason: RebalanceReason = RebalanceReason.METADATA_CHANGE,
+        member: ConsumerMember | None = None,
+    ) -> None:
         """Resolve regexes and re-hash the subscribed topics' metadata when a bump is due or the topics changed
         since the group last looked; a changed hash bumps the group epoch too (written here, unless the
         caller bumped and writes it: `count_bumped`)."""
@@ -696,9 +754,18 @@ class ConsumerGroupManager:
             if not count_bumped:
                 bump = True
         if bump and not count_bumped:
+            state_before = group.state
             group.group_epoch += 1
             self.calls.fx.records.append(self._group_metadata_record(group))
             log.debug("group %s: group epoch %d", group.group_id, group.group_epoch)
+            if self.calls.listeners:
+                self._emit_started(
+                    group,
+                    state_before,
+                    reason,
+                    None if member is None else _info(member),
+                    f"group epoch {group.group_epoch}: {reason.value.replace('_', ' ')}",
+                )
 
     def _compute_target(self, group: ConsumerGroup) -> None:
         assert self.topics is not None
@@ -711,6 +778,8 @@ class ConsumerGroupManager:
         for member in group.members.values():
             ids: set[uuid.UUID] = set()
             for topic in group.subscribed_topic_names(member):
+                if self._withholds(group.group_id, topic):
+                    continue  # paused: kept out of the target, so members give it up and nobody takes it
                 topic_id = self.topics.topic_id(topic)
                 count = self.topics.partition_count(topic)
                 if topic_id is None or not count:
@@ -741,6 +810,52 @@ class ConsumerGroupManager:
             name,
             len(group.members),
         )
+
+    # -- events (coordinator.group.events): a group epoch bump is a rebalance, the group Stable its end --------
+
+    def _emit_started(
+        self,
+        group: ConsumerGroup,
+        state_before: ConsumerGroupState,
+        reason: RebalanceReason,
+        member: MemberInfo | None,
+        detail: str,
+    ) -> None:
+        self.calls.emit(
+            RebalanceStarted(
+                group.group_id,
+                group.group_epoch - 1,
+                str(state_before),
+                reason,
+                member,
+                None,
+                detail,
+                tuple(_info(m) for m in group.members.values()),
+                self.clock.wall_ms(),
+                self.clock.monotonic_ms(),
+            )
+        )
+
+    def _emit_if_stable(self, group: ConsumerGroup | None, state_before: ConsumerGroupState | None) -> None:
+        if (
+            group is None
+            or state_before == ConsumerGroupState.STABLE
+            or group.state != ConsumerGroupState.STABLE
+        ):
+            return
+        now = (self.clock.wall_ms(), self.clock.monotonic_ms())
+        self.calls.emit(
+            JoinPhaseCompleted(
+                group.group_id,
+                group.group_epoch,
+                str(group.state),
+                None,
+                group.preferred_assignor() or self.settings.assignors[0],
+                tuple(_info(m) for m in group.members.values()),
+                *now,
+            )
+        )
+        self.calls.emit(RebalanceCompleted(group.group_id, group.group_epoch, *now))
 
     # -- records ---------------------------------------------------------------------------------------------
 
@@ -786,6 +901,33 @@ class ConsumerGroupManager:
             ),
         )
 
+    def pause_changed(self, group_id: str, why: str) -> None:
+        """The group's pause changed: a new group epoch, so the next heartbeat computes a target without the
+        paused partitions (or with the resumed ones)."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_empty():
+            return
+        state_before = group.state
+        group.group_epoch += 1
+        self.calls.fx.records.append(self._group_metadata_record(group))
+        log.info("group %s: %s; group epoch %d", group_id, why, group.group_epoch)
+        if self.calls.listeners:
+            self._emit_started(group, state_before, RebalanceReason.PAUSE, None, why)
+
+    def withheld_holders(self, group_id: str) -> list[str]:
+        """The members still holding (assigned or revoking) a partition the pause withholds."""
+        group = self.groups.get(group_id)
+        if group is None or self.topics is None:
+            return []
+        holders = []
+        for member in group.members.values():
+            for topic_id, _partition in member.partitions():
+                name = self.topics.topic_name(topic_id)
+                if name is not None and self._withholds(group_id, name):
+                    holders.append(member.member_id)
+                    break
+        return sorted(holders)
+
     def group_tombstones(self, group: ConsumerGroup) -> list[CoordinatorRecord]:
         """The records deleting a group (Kafka's createGroupTombstoneRecords): current assignments, targets,
         the target metadata, members, then the group. Its offsets are not among them."""
@@ -812,6 +954,8 @@ class ConsumerGroupManager:
         if group is None:
             return []
         self._cancel_timers(group)
+        if self.calls.listeners:
+            self.calls.emit(GroupRemoved(group_id, self.clock.wall_ms()))
         return self.group_tombstones(group)
 
     def restore_group(self, group: ConsumerGroup) -> None:
@@ -1033,6 +1177,10 @@ class ConsumerGroupManager:
     def is_subscribed_to_topic(self, group_id: str, topic: str) -> bool:
         group = self.groups.get(group_id)
         return group is not None and topic in group.subscribed_topic_names()
+
+
+def _info(member: ConsumerMember) -> MemberInfo:
+    return MemberInfo(member.member_id, member.instance_id, member.client_id, member.client_host)
 
 
 def _metadata_changed(old: ConsumerMember, new: ConsumerMember) -> bool:

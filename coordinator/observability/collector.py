@@ -36,12 +36,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from coordinator.consumer.group import ConsumerGroupState
 from coordinator.group.state import ClassicGroupState
 
 from .lag import MetricsFilter
 from .view import CoordinatorView
 
 GROUP_STATES = [str(s) for s in ClassicGroupState if s is not ClassicGroupState.DEAD]
+CONSUMER_GROUP_STATES = [str(s) for s in ConsumerGroupState if s is not ConsumerGroupState.DEAD]
 JMX = "kafka_server_group_coordinator_metrics_"
 
 
@@ -169,8 +171,9 @@ class CoordinatorCollector(Collector):
             generation.add_metric([gid], group.generation_id)
             paused.add_metric([gid], view.paused_partitions(group))
             current = str(group.state)
-            for name in GROUP_STATES:
-                state.add_metric([gid, name, "classic"], 1 if name == current else 0)
+            kind = getattr(group, "group_type", "classic")
+            for name in CONSUMER_GROUP_STATES if kind == "consumer" else GROUP_STATES:
+                state.add_metric([gid, name, kind], 1 if name == current else 0)
             for reason, count in sorted(history.rebalances(gid).items()):
                 rebalances.add_metric([gid, reason], count)
             for cause, count in sorted(history.expirations(gid).items()):
@@ -254,11 +257,14 @@ class CoordinatorCollector(Collector):
     def _coordinator(self) -> Iterator[Metric]:
         view = self.view
         history = view.history
-        groups = list(view.groups())
+        everything = list(view.groups())
+        groups = [g for g in everything if getattr(g, "group_type", "classic") == "classic"]
+        consumer_groups = [g for g in everything if getattr(g, "group_type", "classic") == "consumer"]
         group_count = UnknownMetricFamily(
             JMX + "group_count", "Groups of the coordinator, by rebalance protocol.", labels=["protocol"]
         )
         group_count.add_metric(["classic"], len(groups))
+        group_count.add_metric(["consumer"], len(consumer_groups))
         yield group_count
         by_state = UnknownMetricFamily(
             JMX + "classic_group_count", "Classic groups by state.", labels=["state"]
@@ -266,6 +272,12 @@ class CoordinatorCollector(Collector):
         for name in GROUP_STATES + ["Dead"]:
             by_state.add_metric([name], sum(1 for g in groups if str(g.state) == name))
         yield by_state
+        consumer_by_state = UnknownMetricFamily(
+            JMX + "consumer_group_count", "Consumer groups (KIP-848) by state.", labels=["state"]
+        )
+        for name in CONSUMER_GROUP_STATES:
+            consumer_by_state.add_metric([name], sum(1 for g in consumer_groups if str(g.state) == name))
+        yield consumer_by_state
         yield UnknownMetricFamily(
             JMX + "offset_count", "Committed offsets held.", value=view.shards.offsets.store.num_offsets()
         )

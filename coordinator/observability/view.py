@@ -8,14 +8,18 @@ Committed offsets are the durable ones: they change only when their records are 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+from coordinator.consumer.group import ConsumerGroup
+from coordinator.consumer.manager import ConsumerGroupSettings
 from coordinator.group.group import ClassicGroup, ClassicGroupMember
 from coordinator.group.pause import PauseState
 from coordinator.offsets.store import OffsetAndMetadata
 from protocol.consumer import assignment_partitions, decode_assignment, parse_subscription_topics
 
+from .consumer_groups import ConsumerGroupFacade
 from .history import GroupHistory, member_json
 from .lag import GroupLag, LagHistory, OffsetHistory, group_lag
 
@@ -45,6 +49,14 @@ class GroupsSource(Protocol):
     def groups(self) -> Mapping[str, ClassicGroup]: ...
 
     @property
+    def consumer_groups(self) -> Mapping[str, ConsumerGroup]: ...
+
+    def consumer_topic_name(self, topic_id: uuid.UUID) -> str | None: ...
+
+    @property
+    def consumer_settings(self) -> ConsumerGroupSettings: ...
+
+    @property
     def offsets(self) -> _Offsets: ...
 
     def pause_state(self, group_id: str) -> PauseState: ...
@@ -72,11 +84,24 @@ class CoordinatorView:
 
     # -- facts -----------------------------------------------------------------------------------------------
 
-    def groups(self) -> Iterator[ClassicGroup]:
-        return iter(list(self.shards.groups.values()))
+    def groups(self) -> Iterator[Any]:
+        """Every group: the classic ones, and the consumer groups (KIP-848) as ConsumerGroupFacades."""
+        return iter(
+            [*self.shards.groups.values(), *map(self._facade, list(self.shards.consumer_groups.values()))]
+        )
 
-    def group(self, group_id: str) -> ClassicGroup | None:
-        return self.shards.groups.get(group_id)
+    def group(self, group_id: str) -> Any:
+        group = self.shards.groups.get(group_id)
+        if group is not None:
+            return group
+        consumer_group = self.shards.consumer_groups.get(group_id)
+        return None if consumer_group is None else self._facade(consumer_group)
+
+    def _facade(self, group: ConsumerGroup) -> ConsumerGroupFacade:
+        settings = self.shards.consumer_settings
+        return ConsumerGroupFacade(
+            group, self.shards.consumer_topic_name, settings.assignors[0], settings.session_timeout_ms
+        )
 
     def log_end_offset(self, topic: str, partition: int) -> int | None:
         if self.dataplane is None:
@@ -170,6 +195,7 @@ class CoordinatorView:
             out.append(
                 {
                     "group_id": group.group_id,
+                    "type": getattr(group, "group_type", "classic"),
                     "state": str(group.state),
                     "protocol_type": group.protocol_type or "",
                     "protocol": group.protocol_name or "",
@@ -224,6 +250,7 @@ class CoordinatorView:
                     if assignment is not None
                     else None,
                     "assignment_bytes": len(member.assignment),
+                    **(member.extra_json() if hasattr(member, "extra_json") else {}),
                 }
             )
         offsets = []
@@ -248,6 +275,8 @@ class CoordinatorView:
         last = self.history.last(group.group_id)
         return {
             "group_id": group.group_id,
+            "type": getattr(group, "group_type", "classic"),
+            **(group.extra_json() if hasattr(group, "extra_json") else {}),
             "state": str(group.state),
             "state_since_ms": group.current_state_timestamp_ms,
             "protocol_type": group.protocol_type or "",

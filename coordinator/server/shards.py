@@ -31,12 +31,14 @@ import json
 import logging
 import os
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from coordinator.clock import OFFSETS_EXPIRATION_KEY
 from coordinator.config import Config
-from coordinator.consumer.manager import TopicImage
+from coordinator.consumer.group import ConsumerGroup
+from coordinator.consumer.manager import ConsumerGroupSettings, TopicImage
 from coordinator.group.events import GroupEventListener
 from coordinator.group.group import ClassicGroup
 from coordinator.group.pause import NOT_PAUSED, PauseState
@@ -443,8 +445,19 @@ class ShardedView:
     def __init__(self, shards: Shards) -> None:
         self._shards = shards
         self.groups = _MergedGroups(shards)
+        self.consumer_groups = _MergedConsumerGroups(shards)
         self.offsets = self
         self.store = _MergedStore(shards)
+
+    def consumer_topic_name(self, topic_id: uuid.UUID) -> str | None:
+        topics = self._shards.topics
+        return None if topics is None else topics.topic_name(topic_id)
+
+    @property
+    def consumer_settings(self) -> ConsumerGroupSettings:
+        for shard in self._shards.by_index.values():
+            return shard.machine.consumer_settings
+        return ConsumerGroupSettings.from_config(self._shards.config)
 
     def pause_state(self, group_id: str) -> PauseState:
         shard = self._shards.for_group(group_id)
@@ -474,6 +487,24 @@ class _MergedGroups(Mapping[str, ClassicGroup]):
             for shard in list(self._s.by_index.values())
             for group in list(shard.machine.groups.values())
         ]
+
+
+class _MergedConsumerGroups(Mapping[str, ConsumerGroup]):
+    def __init__(self, shards: Shards) -> None:
+        self._s = shards
+
+    def __getitem__(self, group_id: str) -> ConsumerGroup:
+        shard = self._s.for_group(group_id)
+        if shard is None:
+            raise KeyError(group_id)
+        return shard.machine.consumer_groups[group_id]
+
+    def __iter__(self) -> Iterator[str]:
+        for shard in list(self._s.by_index.values()):
+            yield from list(shard.machine.consumer_groups)
+
+    def __len__(self) -> int:
+        return sum(len(s.machine.consumer_groups) for s in self._s.by_index.values())
 
 
 class _MergedStore:

@@ -143,3 +143,58 @@ def test_regex_subscription_picks_up_a_topic_created_later(members, server, tmp_
     wait_for(lambda: len(m.records()) >= 80, 20, "every record of both topics", members.describe)
     assert not commit_errors([m]), members.describe([m])
     assert m.close() == 0, members.describe([m])
+
+
+def test_consumer_groups_in_the_admin_api_cli_and_metrics(members, server, tmp_path):
+    from tests.e2e.observability.obs_support import get_json, metrics, value
+    from tests.support.server import PYTHON, REPO
+
+    group, topic = "kip848-obs", "kip848-obs-topic"
+    create_topic(server, topic, PARTITIONS)
+    placed = produce_batch(server, topic, 60, 855, tmp_path, partitions=PARTITIONS)
+    ms = [members.start("ck", f"o{i}", server, group, topic, settings=CONSUMER) for i in range(2)]
+    split = wait_split(members, ms, PARTITIONS, [3, 3], timeout=30)
+    wait_for(lambda: consumed_all(ms, placed), 30, "everything consumed", members.describe)
+
+    status, listed = get_json(server, "/v1/groups")
+    assert status == 200, listed
+    (entry,) = [g for g in listed["groups"] if g["group_id"] == group]
+    assert (entry["type"], entry["state"], entry["members"], entry["protocol_type"]) == (
+        "consumer",
+        "Stable",
+        2,
+        "consumer",
+    ), entry
+    status, described = get_json(server, f"/v1/groups/{group}")
+    assert status == 200, described
+    assert described["type"] == "consumer" and described["group_epoch"] == described["assignment_epoch"]
+    held = {frozenset(p for a in m["assignment"] for p in a["partitions"]) for m in described["members"]}
+    assert held == set(split.values()), described
+    assert all(m["member_state"] == "STABLE" for m in described["members"]), described
+
+    samples = metrics(server)
+    assert value(samples, "kafka_consumergroup_members", consumergroup=group) == 2
+    assert (
+        value(samples, "kafka_consumergroup_state", consumergroup=group, state="Stable", protocol="consumer")
+        == 1
+    )
+    stable = samples["kafka_server_group_coordinator_metrics_consumer_group_count"]
+    assert sum(v for labels, v in stable if labels["state"] == "Stable") >= 1  # summed over the workers
+    wait_for(
+        lambda: value(metrics(server), "kafka_consumergroup_lag_sum", consumergroup=group, topic=topic) == 0,
+        20,
+        "the group's lag to be 0",
+        members.describe,
+    )
+    import subprocess
+
+    shown = subprocess.run(
+        [PYTHON, "-m", "coordinator", "groups", "--admin", server.admin_url, "describe", group],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert shown.returncode == 0 and group in shown.stdout and "consumer" in shown.stdout, shown
+    for m in ms:
+        assert m.close() == 0, members.describe([m])

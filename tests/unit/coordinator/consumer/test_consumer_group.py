@@ -288,3 +288,43 @@ def test_records_round_trip_and_refuse_malformed_input():
         except RecordDecodeError:
             continue
         raise AssertionError(f"decoded {bad!r}")
+
+
+def test_pause_withholds_partitions_from_the_target_until_resumed():
+    ctx = ConsumerContext()
+    ok(ctx.heartbeat("m1", topics=["foo", "bar"]))
+    assert ctx.shard.pause_progress("grp")["in_effect"] is True
+    result = ctx.apply(ctx.shard.pause_group("p", "grp", ["bar"]))
+    assert ctx.answers.pop("p").error == ErrorCode.none
+    assert [rec.record_type(r.key) for r in result.records][-1] == rec.GROUP_METADATA  # a new group epoch
+    progress = ctx.shard.pause_progress("grp")
+    assert progress["in_effect"] is False and progress["pending_members"] == ["m1"]
+    everything = {**parts(foo=range(6)), **parts(bar=range(3))}
+    answer, _ = ctx.heartbeat("m1", 1, owned=everything)
+    assert answer.member_epoch == 1 and assignment_of(answer) == parts(foo=range(6))  # bar to be revoked
+    answer, _ = ctx.heartbeat("m1", 1, owned=parts(foo=range(6)))
+    assert answer.member_epoch == 2 and ctx.shard.pause_progress("grp")["in_effect"] is True
+    ctx.apply(ctx.shard.resume_group("r", "grp"))
+    ctx.answers.pop("r")
+    answer, _ = ctx.heartbeat("m1", 2, owned=parts(foo=range(6)))
+    assert answer.member_epoch == 3 and assignment_of(answer) == everything
+
+
+def test_epoch_bumps_are_the_rebalances_observers_see():
+    from coordinator.observability.history import GroupHistory
+
+    ctx = ConsumerContext()
+    history = GroupHistory()
+    ctx.shard.add_listener(history)
+    ok(ctx.heartbeat("m1"))
+    ok(ctx.heartbeat("m2"))
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=range(6))))
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=[0, 1, 2])))
+    ok(ctx.heartbeat("m2", 2, owned={}))  # Stable: the rebalance that m2's join started is complete
+    ok(ctx.heartbeat("m2", -1))
+    ctx.advance(45_000)  # m1's session
+    assert history.rebalances("grp") == {"new_member": 2, "leave": 1, "session_expiry": 1}
+    assert history.expirations("grp") == {"session_timeout": 1}
+    assert history.completed_rebalances == 2
+    timeline = history.timeline("grp")
+    assert [r.reason.value for r in timeline] == ["new_member", "new_member", "leave", "session_expiry"]
