@@ -129,7 +129,11 @@ def test_coordinator_and_group_state_metrics():
     ctx, history = setup()
     _, families = scrape(ctx, history)
     jmx = "kafka_server_group_coordinator_metrics_"
-    assert samples(families, jmx + "group_count") == {(("protocol", "classic"),): 3}
+    assert samples(families, jmx + "group_count") == {
+        (("protocol", "classic"),): 3,
+        (("protocol", "consumer"),): 0,
+    }
+    assert samples(families, jmx + "consumer_group_count")[(("state", "Stable"),)] == 0
     by_state = samples(families, jmx + "classic_group_count")
     assert by_state[(("state", "Stable"),)] == 1 and by_state[(("state", "Empty"),)] == 2
     assert samples(families, jmx + "offset_count") == {(): 4}
