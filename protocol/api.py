@@ -30,7 +30,7 @@ from kio.static.primitive import i16
 from .api_keys import ApiKey
 from .build import build, fields_of
 from .errors import ErrorCode, RequestDecodeError, UnknownApiKey
-from .shape import array_check
+from .shape import array_check, strip_header_tags, strip_unknown_tags
 
 _PREFIX = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
@@ -236,15 +236,24 @@ class ApiTable:
         cls = request_class(api_key, version)
         header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
         try:
-            header, offset = _reader(header_cls)(frame, 0)
+            try:
+                header, offset = _reader(header_cls)(frame, 0)
+            except KeyError:  # a tagged field kio does not know: skipped, as Kafka does (protocol.shape)
+                frame = strip_header_tags(frame) or frame
+                header, offset = _reader(header_cls)(frame, 0)
             check = array_check(cls)
             if check is not None:
                 check(
                     frame, offset
                 )  # before kio's reader, which trusts claimed array lengths (protocol.shape)
-            body, _ = _reader(cls)(frame, offset)
+            try:
+                body, _ = _reader(cls)(frame, offset)
+            except KeyError:
+                stripped = strip_unknown_tags(cls, frame, offset)
+                if stripped is None:
+                    raise
+                body, _ = _reader(cls)(stripped, offset)
         except (DecodeError, ValueError, OverflowError, KeyError) as exc:
-            # kio raises KeyError for a tagged field it does not know (Kafka would skip it); we close instead.
             raise RequestDecodeError(f"cannot decode api key {api_key} v{version}: {exc!r}") from exc
         ctx.client_id = header.client_id
         return DecodedRequest(ctx, body, spec)

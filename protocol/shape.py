@@ -1,4 +1,5 @@
-"""Claimed array lengths checked before kio's native reader sees a request.
+"""Request bodies walked along kio's schemas: claimed array lengths checked before kio's native reader sees a
+request, and tagged fields kio does not know taken out (`strip_unknown_tags`, at the end).
 
 kio 0.6.5's native reader reserves room for an array's claimed element count before reading a single element: a
 41-byte JoinGroup whose protocol array claims 2**32 elements makes it ask for 32 GiB and the process aborts
@@ -350,3 +351,135 @@ def array_check(cls: Any) -> Callable[[Buffer, int], None] | None:
             pass  # the frame ends early: kio's reader reports it
 
     return check
+
+
+# -- unknown tagged fields ----------------------------------------------------------------------------------
+#
+# kio 0.6.5's reader raises KeyError on a tagged field its schema does not have, where Kafka skips it: a newer
+# client may send tags this server does not know. `strip_unknown_tags` walks a flexible entity the same way as the
+# checks above and returns the frame without the tagged fields the schema does not know (None when there are none
+# or the frame does not walk), for kio to read again. Only the requests that carry such a tag pay for the walk.
+
+Edit = tuple[int, int, bytes]  # replace frame[start:end] by bytes
+Stripper = Callable[[Buffer, int, int, list[Edit]], int]
+
+
+def _encode_uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _plain(step: Step) -> Stripper:
+    def run(d: Buffer, p: int, e: int, edits: list[Edit]) -> int:
+        return step(d, p, e)
+
+    return run
+
+
+@functools.cache
+def _stripper(cls: Any) -> Stripper:
+    flexible = bool(cls.__flexible__)
+    steps: list[Stripper] = []
+    known: set[int] = set()
+    for field in dataclasses.fields(cls):
+        tag = get_field_tag(field)
+        if tag is not None:
+            known.add(int(tag))  # a known tagged field is kept as sent
+            continue
+        kind = classify_field(field)
+        if isinstance(kind, EntityTupleField):
+            steps.append(_strip_array(_stripper(kind.type_), _length(flexible, wide=True)))
+        elif isinstance(kind, EntityField):
+            inner = _stripper(kind.type_)
+            steps.append(_strip_optional(inner) if is_optional(field) else inner)
+        else:
+            steps.append(_plain(_field_step(field, flexible)[0]))
+
+    def walk(d: Buffer, p: int, e: int, edits: list[Edit]) -> int:
+        for step in steps:
+            p = step(d, p, e, edits)
+        if not flexible:
+            return p
+        start = p
+        count, p = _uvarint(d, p, e)
+        kept: list[bytes] = []
+        for _ in range(count):
+            begin = p
+            tag, p = _uvarint(d, p, e)
+            size, p = _uvarint(d, p, e)
+            p += size
+            if p > e:
+                raise _Short
+            if tag in known:
+                kept.append(bytes(d[begin:p]))
+        if len(kept) != count:
+            edits.append((start, p, _encode_uvarint(len(kept)) + b"".join(kept)))
+        return p
+
+    return walk
+
+
+def _strip_array(element: Stripper, count_of: Callable[[Buffer, int, int], tuple[int, int]]) -> Stripper:
+    def array(d: Buffer, p: int, e: int, edits: list[Edit]) -> int:
+        count, p = count_of(d, p, e)
+        if count > e - p:
+            raise _Short
+        for _ in range(count):
+            p = element(d, p, e, edits)
+        return p
+
+    return array
+
+
+def _strip_optional(inner: Stripper) -> Stripper:
+    def optional(d: Buffer, p: int, e: int, edits: list[Edit]) -> int:
+        present = _fixed(d, p, e, _I8)
+        return p + 1 if present < 0 else inner(d, p + 1, e, edits)
+
+    return optional
+
+
+def strip_unknown_tags(cls: Any, frame: Buffer, offset: int) -> bytes | None:
+    """`frame` without the tagged fields of the `cls` entity at `offset` (and of the entities in it) that `cls`'s
+    schema does not know; None when it has none, or when the frame does not walk (kio then reports the error)."""
+    edits: list[Edit] = []
+    try:
+        _stripper(cls)(frame, offset, len(frame), edits)
+    except (_Short, IndexError, Unwalkable):
+        return None
+    if not edits:
+        return None
+    out = bytearray()
+    last = 0
+    for start, end, replacement in edits:  # in frame order: a nested entity's tags end before its parent's
+        out += frame[last:start]
+        out += replacement
+        last = end
+    out += frame[last:]
+    return bytes(out)
+
+
+def strip_header_tags(frame: Buffer) -> bytes | None:
+    """`frame` without the tagged fields of its request header v2 (Kafka's defines none; its client id is a
+    non-compact string, unlike the rest of a flexible header); None when it has none or is too short."""
+    if len(frame) < 10:
+        return None
+    length = _I16.unpack_from(frame, 8)[0]
+    start = 10 + max(length, 0)
+    try:
+        count, p = _uvarint(frame, start, len(frame))
+        for _ in range(count):
+            _tag, p = _uvarint(frame, p, len(frame))
+            size, p = _uvarint(frame, p, len(frame))
+            p += size
+            if p > len(frame):
+                return None
+    except _Short:
+        return None
+    if count == 0:
+        return None
+    return bytes(frame[:start]) + b"\x00" + bytes(frame[p:])

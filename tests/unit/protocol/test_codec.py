@@ -184,3 +184,62 @@ def test_valid_prefix_with_garbage_body_never_crashes(key_version, correlation, 
     assert decoded.context.correlation_id == correlation
     if decoded.body is not None:
         assert isinstance(decoded.body, request_class(api_key, version))
+
+
+def _frame(body: object, header_tags: bytes = b"\x00") -> bytes:
+    """A request frame without its length prefix, the header's tagged fields as given."""
+    frame = encode_request(body, 7)[4:]
+    # client id "test" ends the header's fixed part at 2 + 2 + 4 + 2 + 4 = 14; its tag count byte follows
+    return frame[:14] + header_tags + frame[15:]
+
+
+def test_unknown_tagged_fields_are_skipped_as_kafka_does():
+    import datetime
+    import uuid
+
+    from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest, TopicPartitions
+    from kio.schema.fetch.v12.request import FetchRequest
+    from kio.static.primitive import i32
+
+    from protocol.shape import strip_unknown_tags
+
+    table = ApiTable()
+    table.register(68, 0, 1, lambda ctx, req: None)
+    table.register(1, 4, 15, lambda ctx, req: None)
+    topic = uuid.uuid4()
+    hb = ConsumerGroupHeartbeatRequest(
+        group_id="g",
+        member_id="m",
+        member_epoch=i32(3),
+        rebalance_timeout=datetime.timedelta(seconds=5),
+        subscribed_topic_names=("t",),
+        topic_partitions=(TopicPartitions(topic_id=topic, partitions=(i32(0), i32(1))),),
+    )
+    plain = _frame(hb)
+    # a tag (9, 2 bytes) in the header, in the nested TopicPartitions entry and at the end of the body
+    nested_end = plain.index(b"\x00\x00\x00\x01", plain.index(topic.bytes)) + 4  # after partition 1
+    tagged = (
+        plain[:14] + b"\x01\x09\x02ab" + plain[15:nested_end] + b"\x01\x05\x01z" + plain[nested_end + 1 : -1]
+    )
+    tagged += b"\x02\x07\x00\x0b\x03xyz"  # two unknown tags at the top level
+    decoded = table.decode(tagged)
+    assert decoded.body == hb and decoded.context.client_id == "test"
+    assert strip_unknown_tags(type(hb), plain, 15) is None  # nothing to strip: the frame is left alone
+    # a known tagged field (Fetch's ClusterId, tag 0) is kept while an unknown one beside it goes
+    fetch = FetchRequest(
+        cluster_id="c1",
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=100),
+        min_bytes=i32(1),
+        max_bytes=i32(1024),
+        isolation_level=0,
+        session_id=i32(0),
+        session_epoch=i32(-1),
+        topics=(),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    frame = _frame(fetch)
+    assert frame.endswith(b"\x01\x00\x03\x03c1")  # one tagged field: tag 0, 3 bytes, compact "c1"
+    with_unknown = frame[:-6] + b"\x02\x00\x03\x03c1\x63\x01\x00"
+    assert table.decode(with_unknown).body == fetch
