@@ -527,13 +527,22 @@ def pump(children: list[Child], holdings: Holdings, until, timeout: float) -> fl
     raise TimeoutError(f"not reached within {timeout:.0f}s")
 
 
+def owners(h: Holdings) -> dict[int, int]:
+    return {p: m for m, parts in h.held.items() for p in parts}
+
+
 def rebalance(target, args, run_dir: Path) -> dict:
     out: dict = {}
+    strategies = []
+    if "classic" in args.rebalance_protocols:
+        strategies += ["range", "cooperative-sticky"]
+    if "consumer" in args.rebalance_protocols and target.name in ("server", "kafka"):
+        strategies += ["consumer/uniform", "consumer/range"]  # KIP-848: neither the mock nor Tansu serves it
     for n in args.members:
-        for strategy in ("range", "cooperative-sticky"):
+        for strategy in strategies:
             key = f"{strategy} N={n}"
             stamp = int(time.time() * 1000)
-            topic, group = f"rb-{n}-{stamp}", f"rb-{strategy}-{n}-{stamp}"
+            topic, group = f"rb-{n}-{stamp}", f"rb-{strategy.replace('/', '-')}-{n}-{stamp}"
             target.create_topic(topic, n)
             victim = n - 1
             rest = list(range(n - 1))
@@ -585,11 +594,18 @@ def rebalance(target, args, run_dir: Path) -> dict:
                 log(f"  {key:<26} join {res['join_s']:.2f}s")
                 # One member leaves (LeaveGroup on close).
                 t0 = time.time()
-                children[0].send(f"close {chunks[0][0]}")
-                alive = everyone - {chunks[0][0]}
+                leaver = chunks[0][0]
+                before = owners(h)
+                children[0].send(f"close {leaver}")
+                alive = everyone - {leaver}
                 t_done = pump(children, h, lambda: h.complete(alive, n), args.phase_timeout)
                 res["leave_s"] = t_done - t0
-                log(f"  {key:<26} leave {res['leave_s']:.2f}s")
+                after = owners(h)
+                # partitions that changed hands beyond the leaver's own (which must move)
+                res["moved_on_leave"] = sum(1 for p, m in before.items() if m != leaver and after.get(p) != m)
+                log(
+                    f"  {key:<26} leave {res['leave_s']:.2f}s, {res['moved_on_leave']} other partitions moved"
+                )
                 # One member is SIGKILLed (its own process): the coordinator notices at session.timeout.ms.
                 time.sleep(1)
                 t0 = time.time()
@@ -1094,6 +1110,7 @@ def render(results: dict) -> str:
                 if "error" in r and "join_s" not in r
                 else f"{fmt(r.get('join_s'), '', 2)} / {fmt(r.get('leave_s'), '', 2)} / "
                 f"{fmt(r.get('kill_s'), '', 2)}"
+                + (f" ({r['moved_on_leave']} moved)" if r.get("moved_on_leave") else "")
             )
         srv = T.get("server", {}).get("rebalance", {}).get(k, {}).get("join_s")
         rat = [ratio(srv, T[n].get("rebalance", {}).get(k, {}).get("join_s")) for n in others]
@@ -1401,6 +1418,13 @@ def main() -> int:
     )
     ap.add_argument("--members", type=lambda s: [int(x) for x in s.split(",")])
     ap.add_argument("--members-per-process", type=int, default=25)
+    ap.add_argument(
+        "--rebalance-protocols",
+        type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
+        default=["classic", "consumer"],
+        help="group protocols of the rebalance workload: classic (range, cooperative-sticky), consumer (KIP-848: "
+        "the uniform and range server-side assignors, this server and Kafka only)",
+    )
     ap.add_argument(
         "--session-ms", type=int, default=6000, help="session.timeout.ms of the rebalance members"
     )

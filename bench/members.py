@@ -1,8 +1,11 @@
 #!/usr/bin/env python
 """confluent-kafka group members for bench/compare.py: one process hosts several consumers, one thread each.
 
-    members.py --bootstrap B --group G --topic T --indices 0,1,2 [--strategy range|cooperative-sticky]
-               [--session-ms 6000] [--static]
+    members.py --bootstrap B --group G --topic T --indices 0,1,2
+               [--strategy range|cooperative-sticky|consumer/uniform|consumer/range] [--session-ms 6000] [--static]
+
+A strategy `consumer/<assignor>` uses the consumer group protocol of KIP-848 (group.protocol=consumer) with that
+server-side assignor; the session timeout and heartbeat interval are then the broker's.
 
 Each consumer has client.id bench-member-<i> (and group.instance.id bench-static-<i> with --static). Commands on
 stdin: `go` (every consumer subscribes), `close I` (consumer I closes: LeaveGroup unless static), `restart I`
@@ -40,13 +43,18 @@ class Member(threading.Thread):
             "bootstrap.servers": args.bootstrap,
             "group.id": args.group,
             "client.id": f"bench-member-{index}",
-            "partition.assignment.strategy": args.strategy,
-            "session.timeout.ms": args.session_ms,
-            "heartbeat.interval.ms": args.heartbeat_ms,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "log_level": 3,
         }
+        if args.strategy.startswith("consumer/"):
+            # KIP-848: the broker assigns with the named assignor; its own session and heartbeat settings apply
+            conf["group.protocol"] = "consumer"
+            conf["group.remote.assignor"] = args.strategy.split("/", 1)[1]
+        else:
+            conf["partition.assignment.strategy"] = args.strategy
+            conf["session.timeout.ms"] = args.session_ms
+            conf["heartbeat.interval.ms"] = args.heartbeat_ms
         if args.static:
             conf["group.instance.id"] = f"bench-static-{index}"
         self.consumer = Consumer(conf)

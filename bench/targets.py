@@ -134,12 +134,27 @@ def snapshot(rev: str, dest: Path) -> Path:
     return dest
 
 
+# The consumer group protocol (KIP-848) with the same settings on this server and Kafka: heartbeats every 500 ms
+# and a 6 s session, as the classic members of the rebalance workload have (Kafka's defaults, 5 s and 45 s, would
+# make every reconciliation step and the kill phase that much slower on both).
+CONSUMER_GROUP_SETTINGS = {
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "500",
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.session.timeout.ms": "6000",
+}
+
+
 class ServerTarget:
     name = "server"
 
     def __init__(self, run_dir: Path, settings: dict[str, str] | None = None, rev: str | None = None) -> None:
         self.run_dir = run_dir
-        self.settings = {"group.initial.rebalance.delay.ms": "0", **(settings or {})}
+        self.settings = {
+            "group.initial.rebalance.delay.ms": "0",
+            **CONSUMER_GROUP_SETTINGS,
+            **(settings or {}),
+        }
         self.data_dir = run_dir / "data"
         self.src: Path | None = None
         if rev:
@@ -218,6 +233,7 @@ class KafkaTarget:
                     f"log.dirs={run_dir / 'data'}",
                     "offsets.topic.replication.factor=1",
                     "group.initial.rebalance.delay.ms=0",
+                    *(f"{k}={v}" for k, v in CONSUMER_GROUP_SETTINGS.items()),
                     "",
                 ]
             )

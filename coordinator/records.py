@@ -46,10 +46,11 @@ path that falls back to the general decoder for anything it does not take (see "
 Names are Kafka's in snake case, with the unit in the name where Kafka leaves it out (`rebalanceTimeout` ->
 `rebalance_timeout_ms`, `commitTimestamp` -> `commit_timestamp_ms`).
 
-Records of these types are applied to memory by the handler that writes them, before they are durable
-(GroupMetadata, GroupPause, GroupSettings, GroupOffline, and the consumer group records of
-coordinator.consumer.records; `applied_in_memory_group`): their replay while serving is
-skipped, and requests of their group wait until the append settles.
+Records of some types are applied to memory by the handler that writes them, before they are durable, and their
+replay while serving is skipped (`applied_in_memory`). GroupMetadata, GroupPause, GroupSettings and GroupOffline
+are barriers (`applied_in_memory_group`): requests of their group wait until the append settles. The consumer
+group records (coordinator.consumer.records) are pipelined instead, as Kafka does: the group's next requests run
+on top of them at once, and their answers wait for them in the log.
 """
 
 from __future__ import annotations
@@ -919,17 +920,26 @@ _APPLIED_IN_MEMORY_PREFIXES = frozenset(
         GROUP_PAUSE_KEY_VERSION.to_bytes(2, "big"),
         GROUP_SETTINGS_KEY_VERSION.to_bytes(2, "big"),
         GROUP_OFFLINE_KEY_VERSION.to_bytes(2, "big"),
-        # Kafka's consumer group records (KIP-848, coordinator.consumer.records): types 3, 5, 6, 7, 8
-        *(kind.to_bytes(2, "big") for kind in (3, 5, 6, 7, 8)),
     }
 )
+# Kafka's consumer group records (KIP-848, coordinator.consumer.records: types 3, 5, 6, 7, 8) are applied in memory
+# too, but pipelined as Kafka does, not barriers: the next heartbeat of the group runs on top of them at once
+# (its answer waits for them in the log), and a failed append is undone by the consumer group manager.
+_PIPELINED_PREFIXES = frozenset(kind.to_bytes(2, "big") for kind in (3, 5, 6, 7, 8))
 _OFFSET_COMMIT_PREFIXES = frozenset(v.to_bytes(2, "big") for v in (0, OFFSET_COMMIT_KEY_VERSION))
 
 
+def applied_in_memory(record: CoordinatorRecord) -> bool:
+    """Whether the state machine applied the record in memory when it wrote it (so its replay is skipped): the
+    barrier records of `applied_in_memory_group` and the pipelined consumer group records."""
+    prefix = record.key[:2]
+    return prefix in _APPLIED_IN_MEMORY_PREFIXES or prefix in _PIPELINED_PREFIXES
+
+
 def applied_in_memory_group(record: CoordinatorRecord) -> str | None:
-    """The group of a record the state machine applies in memory before it is durable (GroupMetadata,
-    GroupPause, GroupSettings, GroupOffline, the consumer group records: each key is a version and the group
-    id, then maybe more), else None."""
+    """The group of a barrier record, one the state machine applies in memory before it is durable and nothing
+    may be computed on top of until it is (GroupMetadata, GroupPause, GroupSettings, GroupOffline: each key is a
+    version and the group id), else None."""
     key = record.key
     if key[:2] not in _APPLIED_IN_MEMORY_PREFIXES:
         return None

@@ -608,9 +608,10 @@ class GroupCoordinatorShard:
             self.classic.replay_group_metadata(key, value)
 
     def _replay_consumer(self, record: CoordinatorRecord) -> None:
-        if self.calls.replayed(record):
-            return  # its heartbeat applied it in memory when it wrote it
         key = consumer_records.decode_key(record.key)
+        if self.calls.replayed(record):
+            self.consumer.settled(key.group)  # its heartbeat applied it in memory when it wrote it
+            return
         value = consumer_records.decode_value(key, record.value)
         if key.group in self.groups and key.type == consumer_records.GROUP_METADATA and value is not None:
             # The classic group of this id was replaced by the consumer group (an empty or "simple" one,

@@ -179,6 +179,11 @@ class ConsumerGroup:
         self.owners: dict[tuple[uuid.UUID, int], str] = {}  # partition -> member holding it
         self.image_version = -1  # the topic image version the subscription metadata was computed at
         self.resolved: dict[str, frozenset[str]] = {}  # regex -> topic names, at image_version
+        self._stable_at: dict[int, int] = {}  # member epoch -> members STABLE at it (state in O(1))
+        # writes in flight (coordinator.consumer.manager): their records not yet durable, and the state before
+        # the oldest of them
+        self.inflight = 0
+        self.base: tuple[object, ...] | None = None
 
     # -- state ----------------------------------------------------------------------------------------------
 
@@ -188,10 +193,17 @@ class ConsumerGroup:
             return ConsumerGroupState.EMPTY
         if self.group_epoch > self.assignment_epoch:
             return ConsumerGroupState.ASSIGNING
-        for m in self.members.values():
-            if m.state != MemberState.STABLE or m.member_epoch != self.assignment_epoch:
-                return ConsumerGroupState.RECONCILING
+        if self._stable_at.get(self.assignment_epoch, 0) != len(self.members):
+            return ConsumerGroupState.RECONCILING
         return ConsumerGroupState.STABLE
+
+    def _count(self, member: ConsumerMember, delta: int) -> None:
+        if member.state == MemberState.STABLE:
+            count = self._stable_at.get(member.member_epoch, 0) + delta
+            if count:
+                self._stable_at[member.member_epoch] = count
+            else:
+                self._stable_at.pop(member.member_epoch, None)
 
     def is_empty(self) -> bool:
         return not self.members
@@ -207,9 +219,11 @@ class ConsumerGroup:
         old = self.members.get(member.member_id)
         if old is not None:
             self._release(old)
+            self._count(old, -1)
             if old.instance_id is not None and self.static_members.get(old.instance_id) == old.member_id:
                 del self.static_members[old.instance_id]
         self.members[member.member_id] = member
+        self._count(member, 1)
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
         for tp in member.partitions():
@@ -219,6 +233,7 @@ class ConsumerGroup:
         old = self.members.pop(member_id, None)
         if old is not None:
             self._release(old)
+            self._count(old, -1)
             if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
                 del self.static_members[old.instance_id]
         self.target.pop(member_id, None)
@@ -234,9 +249,12 @@ class ConsumerGroup:
         return None if member_id is None else self.members.get(member_id)
 
     def rebuild_owners(self) -> None:
+        """Owners, static members and state counts from `members` (after a load or a restore)."""
         self.owners = {}
         self.static_members = {}
+        self._stable_at = {}
         for member in self.members.values():
+            self._count(member, 1)
             if member.instance_id is not None:
                 self.static_members[member.instance_id] = member.member_id
             for tp in member.partitions():

@@ -250,25 +250,60 @@ class ConsumerGroupManager:
                 group.restore(snapshot)
         if self.calls.listeners:
             self._emit_if_stable(self.groups.get(request.group_id), state_before)
-        if fx.records:
-            group_id = request.group_id
-
-            def undo(error: ErrorCode) -> dict[object, Any]:
-                current = self.groups.get(group_id)
-                if created:
-                    if current is not None:
-                        self._cancel_timers(current)
-                        del self.groups[group_id]
-                elif current is not None and snapshot is not None:
-                    current.restore(snapshot)
-                elif snapshot is not None:  # pragma: no cover - the heartbeat never deletes its group
-                    restored = ConsumerGroup(group_id)
-                    restored.restore(snapshot)
-                    self.groups[group_id] = restored
-                return {}
-
-            fx.failure_hooks.append(undo)
+        self._track(request.group_id, snapshot)
         self.calls.respond(token, answer)
+
+    # -- writes in flight ------------------------------------------------------------------------------------
+    #
+    # A group's records are pipelined (coordinator.records): its next heartbeat runs on top of writes not yet
+    # durable, and answers after them. So a failed append is undone to the state before the oldest write of the
+    # group still in flight (`base`), as Kafka reverts to its last committed snapshot: writes made on top of the
+    # failed one are undone with it (their members are fenced at their next heartbeat if their answers went out).
+
+    def _track(self, group_id: str, snapshot: tuple[object, ...] | None) -> None:
+        """The call that is ending wrote the group's records: count them in flight, and undo to the group's base
+        (`snapshot`, the state before the call, when nothing was in flight; None: the group did not exist) if
+        the append fails."""
+        fx = self.calls.fx
+        written = sum(1 for r in fx.records if rec.is_consumer_record(r.key))
+        group = self.groups.get(group_id)
+        if not written or group is None:
+            return
+        if group.inflight == 0:
+            group.base = snapshot
+        group.inflight += written
+
+        def undo(error: ErrorCode) -> dict[object, Any]:
+            current = self.groups.get(group_id)
+            if current is None or current is not group:
+                return {}
+            base = current.base
+            current.inflight, current.base = 0, None
+            if base is None:  # the group came to exist in a write that failed
+                self._cancel_timers(current)
+                del self.groups[group_id]
+                return {}
+            current.restore(base)
+            for member_id in current.members:  # members removed by the failed write are back, with sessions
+                if not self.timer.is_scheduled(session_key(group_id, member_id)):
+                    self._schedule_session_timeout(group_id, member_id)
+            log.warning(
+                "group %s: a write failed (%s): back to group epoch %d",
+                group_id,
+                error.name,
+                current.group_epoch,
+            )
+            return {}
+
+        fx.failure_hooks.append(undo)
+
+    def settled(self, group_id: str) -> None:
+        """One of the group's records is durable (replayed by the runtime)."""
+        group = self.groups.get(group_id)
+        if group is not None and group.inflight > 0:
+            group.inflight -= 1
+            if group.inflight == 0:
+                group.base = None
 
     def _error(self, code: ErrorCode, message: str | None = None) -> Any:
         from kio.schema.consumer_group_heartbeat.v1.response import ConsumerGroupHeartbeatResponse
@@ -433,7 +468,15 @@ class ConsumerGroupManager:
             and (request.subscribed_topic_names is not None or regex is not None)
             and owned is not None
         )
-        send_assignment = epoch == 0 or full or next_member.assigned != member.assigned
+        # Kafka sends the assignment on a join, a full request, or a change. Ours: also whenever the member's
+        # heartbeat shows it has not taken the assignment in (it lists other partitions, or it still owes
+        # revocations). A client times a heartbeat out after one heartbeat interval (librdkafka) and retries
+        # without a full request, so an answer lost that way would otherwise leave it waiting for its rebalance
+        # timeout; clients ignore an assignment equal to the one they hold.
+        stale = next_member.state == MemberState.UNREVOKED_PARTITIONS or (
+            owned is not None and not _same(owned, next_member.assigned)
+        )
+        send_assignment = epoch == 0 or full or stale or next_member.assigned != member.assigned
         return self._answer(next_member, next_member.assigned if send_assignment else None)
 
     def _answer(self, member: ConsumerMember, assignment: Assignment | None) -> Any:
@@ -645,6 +688,7 @@ class ConsumerGroupManager:
         if group is None or member_id not in group.members:
             return
         self.timer.cancel(rebalance_key(group_id, member_id))
+        snapshot = group.snapshot()
         self._remove_member(
             group,
             member_id,
@@ -652,6 +696,7 @@ class ConsumerGroupManager:
             RemovalCause.SESSION_TIMEOUT,
             RebalanceReason.SESSION_EXPIRY,
         )
+        self._track(group_id, snapshot)
 
     def _schedule_rebalance_timeout(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         timeout_ms = member.rebalance_timeout_ms if member.rebalance_timeout_ms >= 0 else 300_000
@@ -668,6 +713,7 @@ class ConsumerGroupManager:
             return
         if member.state == MemberState.UNREVOKED_PARTITIONS and member.member_epoch == epoch:
             self.timer.cancel(session_key(group_id, member_id))
+            snapshot = group.snapshot()
             self._remove_member(
                 group,
                 member_id,
@@ -675,6 +721,7 @@ class ConsumerGroupManager:
                 RemovalCause.REBALANCE_TIMEOUT,
                 RebalanceReason.REBALANCE_TIMEOUT,
             )
+            self._track(group_id, snapshot)
 
     def _cancel_member_timers(self, group_id: str, member_id: str) -> None:
         self.timer.cancel(session_key(group_id, member_id))
@@ -908,11 +955,13 @@ class ConsumerGroupManager:
         if group is None or group.is_empty():
             return
         state_before = group.state
+        snapshot = group.snapshot()
         group.group_epoch += 1
         self.calls.fx.records.append(self._group_metadata_record(group))
         log.info("group %s: %s; group epoch %d", group_id, why, group.group_epoch)
         if self.calls.listeners:
             self._emit_started(group, state_before, RebalanceReason.PAUSE, None, why)
+        self._track(group_id, snapshot)
 
     def withheld_holders(self, group_id: str) -> list[str]:
         """The members still holding (assigned or revoking) a partition the pause withholds."""
@@ -1177,6 +1226,11 @@ class ConsumerGroupManager:
     def is_subscribed_to_topic(self, group_id: str, topic: str) -> bool:
         group = self.groups.get(group_id)
         return group is not None and topic in group.subscribed_topic_names()
+
+
+def _same(owned: Mapping[uuid.UUID, frozenset[int]], assigned: Assignment) -> bool:
+    """Whether a heartbeat's owned partitions are exactly the assignment (empty topics aside)."""
+    return {t: ps for t, ps in owned.items() if ps} == {t: ps for t, ps in assigned.items() if ps}
 
 
 def _info(member: ConsumerMember) -> MemberInfo:

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from coordinator.records import CoordinatorRecord, applied_in_memory_group
+from coordinator.records import CoordinatorRecord, applied_in_memory
 from coordinator.result import CoordinatorResult
 from protocol.errors import ErrorCode
 
@@ -100,7 +100,7 @@ class Calls:
         if effects.records:
             # Records that describe what memory already holds: their replay is skipped. Counted until
             # replayed, or forgotten if the append fails.
-            written = [r for r in effects.records if applied_in_memory_group(r) is not None]
+            written = [r for r in effects.records if applied_in_memory(r)]
             self.unreplayed.update(written)
             result.on_append_failure = functools.partial(
                 self.run,
