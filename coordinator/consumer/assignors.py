@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 Assignment = dict[uuid.UUID, frozenset[int]]
 
@@ -38,18 +39,49 @@ class PartitionAssignorError(Exception):
     """An assignor that cannot assign (Kafka's PartitionAssignorException)."""
 
 
-def _as_assignment(owned: Mapping[str, set[tuple[uuid.UUID, int]]]) -> dict[str, Assignment]:
-    result: dict[str, Assignment] = {}
+def _as_assignment(owned: Mapping[str, set[tuple[Any, int]]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
     for member_id, partitions in owned.items():
-        by_topic: dict[uuid.UUID, set[int]] = {}
+        by_topic: dict[Any, set[int]] = {}
         for topic_id, p in partitions:
             by_topic.setdefault(topic_id, set()).add(p)
         result[member_id] = {t: frozenset(ps) for t, ps in by_topic.items()}
     return result
 
 
-def uniform(members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int]) -> dict[str, Assignment]:
-    """The `uniform` assignor (see the module doc). `topics`: partition count by topic id."""
+def _indexed(
+    assign: Callable[[Mapping[str, MemberSpec], Mapping[Any, int]], dict[str, Any]],
+) -> Callable[[Mapping[str, MemberSpec], Mapping[uuid.UUID, int]], dict[str, Assignment]]:
+    """Run an assignor on topic indexes (ints, in topic id order) instead of UUIDs, whose hash is a Python-level
+    call: a group of 500 members hashes topic ids millions of times per assignment otherwise."""
+
+    def run(members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int]) -> dict[str, Assignment]:
+        ids = sorted(topics)
+        index = {t: i for i, t in enumerate(ids)}
+        cache: dict[frozenset[uuid.UUID], frozenset[int]] = {}
+
+        def subscribed(spec: MemberSpec) -> frozenset[int]:
+            found = cache.get(spec.subscribed)
+            if found is None:
+                found = cache[spec.subscribed] = frozenset(index[t] for t in spec.subscribed if t in index)
+            return found
+
+        specs = {
+            member_id: MemberSpec(
+                spec.member_id,
+                spec.instance_id,
+                subscribed(spec),  # type: ignore[arg-type]
+                {index[t]: ps for t, ps in spec.current.items() if t in index},  # type: ignore[misc]
+            )
+            for member_id, spec in members.items()
+        }
+        out = assign(specs, {i: topics[t] for i, t in enumerate(ids)})
+        return {m: {ids[i]: ps for i, ps in a.items()} for m, a in out.items()}
+
+    return run
+
+
+def _uniform(members: Mapping[str, MemberSpec], topics: Mapping[Any, int]) -> dict[str, Any]:
     if not members:
         return {}
     subscriptions = {m.subscribed for m in members.values()}
@@ -58,15 +90,19 @@ def uniform(members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int]) 
     return _uniform_heterogeneous(members, topics)
 
 
+uniform = _indexed(_uniform)
+"""The `uniform` assignor (see the module doc). `topics`: partition count by topic id."""
+
+
 def _uniform_homogeneous(
-    members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int], subscribed: frozenset[uuid.UUID]
-) -> dict[str, Assignment]:
+    members: Mapping[str, MemberSpec], topics: Mapping[Any, int], subscribed: frozenset[Any]
+) -> dict[str, Any]:
     partitions = [(t, p) for t in sorted(subscribed) if t in topics for p in range(topics[t])]
     order = sorted(members)
     quota, extra = divmod(len(partitions), len(order))
     valid = set(partitions)
-    owned: dict[str, set[tuple[uuid.UUID, int]]] = {m: set() for m in order}
-    taken: set[tuple[uuid.UUID, int]] = set()
+    owned: dict[str, set[tuple[Any, int]]] = {m: set() for m in order}
+    taken: set[tuple[Any, int]] = set()
     for member_id in order:  # keep what is held, up to the quota (+1 while extras last)
         held = sorted(
             (t, p)
@@ -100,13 +136,11 @@ def _uniform_homogeneous(
     return _as_assignment(owned)
 
 
-def _uniform_heterogeneous(
-    members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int]
-) -> dict[str, Assignment]:
+def _uniform_heterogeneous(members: Mapping[str, MemberSpec], topics: Mapping[Any, int]) -> dict[str, Any]:
     order = sorted(members)
-    owned: dict[str, set[tuple[uuid.UUID, int]]] = {m: set() for m in order}
-    owner: dict[tuple[uuid.UUID, int], str] = {}
-    subscribers: dict[uuid.UUID, list[str]] = {}
+    owned: dict[str, set[tuple[Any, int]]] = {m: set() for m in order}
+    owner: dict[tuple[Any, int], str] = {}
+    subscribers: dict[Any, list[str]] = {}
     for member_id in order:
         for t in sorted(members[member_id].subscribed):
             if t in topics:
@@ -145,8 +179,7 @@ def _uniform_heterogeneous(
     return _as_assignment(owned)
 
 
-def range_(members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int]) -> dict[str, Assignment]:
-    """The `range` assignor (see the module doc)."""
+def _range(members: Mapping[str, MemberSpec], topics: Mapping[Any, int]) -> dict[str, Any]:
     order = sorted(
         members.values(),
         key=lambda m: (m.instance_id is None, m.instance_id or "", m.member_id),
@@ -165,5 +198,8 @@ def range_(members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int]) -
             start += count
     return result
 
+
+range_ = _indexed(_range)
+"""The `range` assignor (see the module doc)."""
 
 ASSIGNORS = {"uniform": uniform, "range": range_}

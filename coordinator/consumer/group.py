@@ -184,6 +184,7 @@ class ConsumerGroup:
         # the oldest of them
         self.inflight = 0
         self.base: tuple[object, ...] | None = None
+        self.base_absent = False  # the oldest write in flight created the group
 
     # -- state ----------------------------------------------------------------------------------------------
 

@@ -328,3 +328,57 @@ def test_epoch_bumps_are_the_rebalances_observers_see():
     assert history.completed_rebalances == 2
     timeline = history.timeline("grp")
     assert [r.reason.value for r in timeline] == ["new_member", "new_member", "leave", "session_expiry"]
+
+
+def hb_request(member_id: str, epoch: int, owned, topics=None) -> ConsumerGroupHeartbeatRequest:
+    from kio.schema.consumer_group_heartbeat.v1.request import TopicPartitions
+
+    return ConsumerGroupHeartbeatRequest(
+        group_id="grp",
+        member_id=member_id,
+        member_epoch=epoch,
+        rebalance_timeout=datetime.timedelta(seconds=5 if epoch == 0 else -0.001),
+        subscribed_topic_names=topics,
+        topic_partitions=None
+        if owned is None
+        else tuple(TopicPartitions(topic_id=t, partitions=tuple(sorted(ps))) for t, ps in owned.items()),
+    )
+
+
+def test_writes_in_flight_are_undone_together_to_the_oldest_base():
+    ctx = ConsumerContext()
+    ok(ctx.heartbeat("m1"))
+    stable = dataclasses.replace(ctx.group().members["m1"])
+    # m2 joins and m1 heartbeats on top of it, both writes still in flight (not yet durable)
+    first = ctx.shard.consumer_group_heartbeat("a", 1, hb_request("m2", 0, {}, ("foo",)))
+    second = ctx.shard.consumer_group_heartbeat("b", 1, hb_request("m1", 1, parts(foo=range(6))))
+    assert (
+        first.records and second.records and ctx.group().inflight == len(first.records) + len(second.records)
+    )
+    assert ctx.group().members["m1"].state == MemberState.UNREVOKED_PARTITIONS
+    # the first append fails: both are undone, back to before m2's join
+    failed = first.on_append_failure(ErrorCode.coordinator_not_available)
+    assert [a.error_code for _, a in failed.responses] == [ErrorCode.coordinator_not_available]
+    assert set(ctx.group().members) == {"m1"} and ctx.group().members["m1"] == stable
+    assert ctx.group().group_epoch == 1 and ctx.group().inflight == 0
+    second.on_append_failure(ErrorCode.coordinator_not_available)
+    assert set(ctx.group().members) == {"m1"}
+    # a write that succeeds settles: nothing left in flight
+    ok(ctx.heartbeat("m2"))
+    assert ctx.group().inflight == 0 and ctx.group().base is None
+
+
+def test_a_lost_answer_is_made_good_by_the_next_heartbeat():
+    # librdkafka times a heartbeat out after one interval and retries it, not as a full request: the assignment
+    # of the lost answer comes again while the member's heartbeat shows it has not taken it in.
+    ctx = ConsumerContext()
+    ok(ctx.heartbeat("m1"))
+    ok(ctx.heartbeat("m2"))
+    answer, _ = ctx.heartbeat("m1", 1, owned=parts(foo=range(6)))  # this answer is "lost"
+    assert assignment_of(answer) == parts(foo=[0, 1, 2])
+    answer, result = ctx.heartbeat("m1", 1, owned=parts(foo=range(6)))  # the retry
+    assert assignment_of(answer) == parts(foo=[0, 1, 2]) and not result.records
+    answer, _ = ctx.heartbeat(
+        "m1", 1, owned=None
+    )  # nothing sent about what it owns: still owes the revocation
+    assert assignment_of(answer) == parts(foo=[0, 1, 2])
