@@ -21,9 +21,10 @@ Produce (v10+) and Fetch (v16+) answers can name a moved leader's address (KIP-9
 rewritten too (coordinator.front.endpoints), so Produce and Fetch are served up to the versions whose layout that
 knows (13 and 18).
 
-ApiVersions says what the path serves: the group APIs at this server's versions; every forwarded API at the
-cluster's versions (Produce and Fetch capped as above); none of the consumer (KIP-848), share or streams group
-APIs, which this server does not coordinate yet and the cluster must not coordinate behind it.
+ApiVersions says what the path serves: the group APIs at this server's versions (the classic ones and KIP-848's,
+coordinated here); every forwarded API at the cluster's versions (Produce and Fetch capped as above); none of the
+share or streams group APIs, which this server does not coordinate yet and the cluster must not coordinate behind
+it.
 
 Faults. A forwarded request unanswered within `upstream.request.timeout.ms`, or an upstream connection that breaks
 with requests in flight, closes the client's connection, as a broker that goes away would; clients reconnect and
@@ -90,8 +91,8 @@ LOCAL = frozenset(
         ApiKey.TXN_OFFSET_COMMIT,
     }
 )
-# Never forwarded: group types this server does not coordinate (yet) and must not leave to the cluster, and the
-# inter-broker Envelope.
+# Never forwarded: the group APIs coordinated here (KIP-848's, served by the group service) or by nobody (share
+# and streams groups, which must not be left to the cluster), and the inter-broker Envelope.
 WITHHELD = frozenset(
     {ApiKey.ENVELOPE, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE}
     | set(range(ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.DELETE_SHARE_GROUP_OFFSETS + 1))
