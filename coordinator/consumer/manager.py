@@ -7,14 +7,15 @@ replaced by a consumer group on a member's first heartbeat, and an empty consume
 JoinGroup (Kafka's offline migration); a group with members of the other protocol answers GROUP_ID_NOT_FOUND
 to a heartbeat (online migration is not built yet).
 
-A heartbeat (`heartbeat`) runs Kafka's steps (see ../shared/reference/kip848.md §2.2): validate the request; get
+A heartbeat (`heartbeat`) runs Kafka's steps (Kafka 4.1's GroupMetadataManager.consumerGroupHeartbeat): validate the request; get
 or create the group and the member (static members by instance id); apply what the request changed; bump the
 group epoch when the members' subscriptions, or the metadata of the topics they subscribe to, changed; compute a
 new target assignment when the group epoch is ahead of the assignment epoch; move the member one step towards
 its target (coordinator.consumer.group.reconcile); re-arm its session timer, and its rebalance timer while it
 owes revocations. Its records (types 3, 5, 6, 7, 8 of `__consumer_offsets`, coordinator.consumer.records) are
-applied in memory at once and the answer is released only once they are durable; if the append fails, the
-group goes back to what it was before the heartbeat.
+applied in memory at once and the answer is released only once they are durable. They are pipelined as Kafka's
+are: the group's next heartbeat runs on top of them without waiting; if an append fails, the group goes back to
+what it was before the oldest of its writes still in flight (`_track`).
 
 Topics come from a `TopicImage` (the data plane's topics: ids, partition counts, names); the target carries
 topic ids, as the clients expect. Regular expressions (ConsumerGroupHeartbeat v1) are RE2 expressions matched
@@ -216,10 +217,10 @@ class ConsumerGroupManager:
                 token,
                 self._error(
                     ErrorCode.unsupported_version,
-                    "the consumer group protocol is not enabled on this coordinator"
+                    "the consumer group protocol is not enabled on this coordinator "
+                    "(group.coordinator.rebalance.protocols); use group.protocol=classic"
                     if not self.settings.enabled
-                    else "the consumer group protocol is not served in this mode (workers or in front of a "
-                    "cluster); use group.protocol=classic",
+                    else "this shard has no topics to assign from; use group.protocol=classic",
                 ),
             )
             return

@@ -203,3 +203,42 @@ def test_kafka_consumer_groups_list_describe_reset_delete(members, server, tmp_p
     assert "GroupIdNotFoundException" in said or "does not exist" in said, gone
     # The group's committed offsets went with it (librdkafka reports "none" as OFFSET_INVALID, -1001).
     assert committed_offsets(server, group, topic, PARTITIONS) == dict.fromkeys(range(PARTITIONS), -1001)
+
+
+def test_kafka_consumer_groups_describes_a_consumer_protocol_group(members, server, tmp_path, kafka_tools):
+    """A KIP-848 group (librdkafka with group.protocol=consumer): the tool lists it with its type and state, and
+    --describe --members --verbose shows each member's epoch, assignment and target assignment, which the 4.x
+    tool reads with ConsumerGroupDescribe."""
+    group, topic = "cgc-848", "cgc-848-topic"
+    create_topic(server, topic, PARTITIONS + 1)
+    ms = [
+        members.start("ck", f"k{i}", server, group, topic, settings={"group.protocol": "consumer"})
+        for i in range(2)
+    ]
+    split = wait_split(members, ms, PARTITIONS + 1, [2, 2], timeout=40)
+
+    out = cgc(kafka_tools, server, "--list", "--type").stdout
+    rows = {r["GROUP"]: r for r in table(out)}
+    assert rows[group]["TYPE"] == "Consumer", out
+
+    out = cgc(kafka_tools, server, "--describe", "--group", group, "--state").stdout
+    (state,) = [r for r in table(out) if r["GROUP"] == group]
+    assert (state["STATE"], state["#MEMBERS"], state["ASSIGNMENT-STRATEGY"]) == ("Stable", "2", "uniform"), (
+        out
+    )
+
+    out = cgc(kafka_tools, server, "--describe", "--group", group, "--members", "--verbose").stdout
+    described = [r for r in table(out) if r["GROUP"] == group]
+    assert len(described) == 2, out
+    assert {r["CLIENT-ID"] for r in described} == {f"ck-k{i}" for i in range(2)}, out
+    assert all(r["CURRENT-EPOCH"] == r["TARGET-EPOCH"] for r in described), out
+    for m in ms:
+        (row,) = [r for r in described if r["CLIENT-ID"] == f"ck-{m.name}"]
+        held = f"{topic}:{','.join(map(str, sorted(split[m.name])))}"
+        assert (row["CURRENT-ASSIGNMENT"], row["TARGET-ASSIGNMENT"], row["#PARTITIONS"]) == (
+            held,
+            held,
+            "2",
+        ), out
+    for m in ms:
+        assert m.close() == 0, members.describe([m])
