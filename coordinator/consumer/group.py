@@ -101,18 +101,18 @@ def reconcile(
     """The member's next state towards `target` (see the module doc). `owned`: the partitions its heartbeat
     lists (None: not sent). Returns `member` itself when nothing changes."""
     state = member.state
-    if state == MemberState.STABLE:
-        if member.member_epoch == target_epoch:
-            return member
-        return _next(member, target_epoch, target, owned, owner)
-    if state == MemberState.UNREVOKED_PARTITIONS:
-        if owns_any(owned, member.pending_revocation):
-            return member
-        return _next(member, target_epoch, target, owned, owner)
-    if state == MemberState.UNRELEASED_PARTITIONS:
-        return _next(member, target_epoch, target, owned, owner)
-    # UNKNOWN: only a member that owns nothing may go on.
+    if state == MemberState.STABLE and member.member_epoch == target_epoch:
+        return member
+    if state == MemberState.UNREVOKED_PARTITIONS and owns_any(owned, member.pending_revocation):
+        return member  # still revoking: nothing moves until it lets go
+    if state == MemberState.UNKNOWN and (owned is None or any(owned.values())):
+        raise MemberFenced(f"member {member.member_id} is in an unknown state and owns partitions")
+    # UNRELEASED_PARTITIONS: picks up what was freed since; UNKNOWN owning nothing: starts again from its target
     return _next(member, target_epoch, target, owned, owner)
+
+
+class MemberFenced(Exception):
+    """The member must give up everything and rejoin (FENCED_MEMBER_EPOCH)."""
 
 
 def _next(

@@ -58,6 +58,7 @@ from .group import (
     ConsumerGroup,
     ConsumerGroupState,
     ConsumerMember,
+    MemberFenced,
     MemberState,
     is_subset,
     reconcile,
@@ -457,7 +458,10 @@ class ConsumerGroupManager:
 
         member = group.members[member_id]
         target = group.target.get(member_id, {})
-        next_member = reconcile(member, group.assignment_epoch, target, owned, group.owner)
+        try:
+            next_member = reconcile(member, group.assignment_epoch, target, owned, group.owner)
+        except MemberFenced as exc:
+            raise HeartbeatError(ErrorCode.fenced_member_epoch, str(exc)) from None
         if next_member != member:
             group.update_member(next_member)
             fx.records.append(self._current_assignment_record(group_id, next_member))
@@ -692,16 +696,21 @@ class ConsumerGroupManager:
         group = self.groups.get(group_id)
         if group is None or member_id not in group.members:
             return
-        self.timer.cancel(rebalance_key(group_id, member_id))
-        snapshot = group.snapshot()
-        self._remove_member(
+        self._expire(
             group,
             member_id,
             "was removed: its session timed out",
             RemovalCause.SESSION_TIMEOUT,
             RebalanceReason.SESSION_EXPIRY,
         )
-        self._track(group_id, snapshot)
+
+    def _expire(
+        self, group: ConsumerGroup, member_id: str, why: str, cause: RemovalCause, reason: RebalanceReason
+    ) -> None:
+        """A timer removed the member (a timer operation is a call of its own)."""
+        snapshot = None if group.inflight else group.snapshot()
+        self._remove_member(group, member_id, why, cause, reason)
+        self._track(group.group_id, snapshot)
 
     def _schedule_rebalance_timeout(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         timeout_ms = member.rebalance_timeout_ms if member.rebalance_timeout_ms >= 0 else 300_000
@@ -717,16 +726,13 @@ class ConsumerGroupManager:
         if group is None or member is None:
             return
         if member.state == MemberState.UNREVOKED_PARTITIONS and member.member_epoch == epoch:
-            self.timer.cancel(session_key(group_id, member_id))
-            snapshot = group.snapshot()
-            self._remove_member(
+            self._expire(
                 group,
                 member_id,
                 "was removed: it did not revoke its partitions in time",
                 RemovalCause.REBALANCE_TIMEOUT,
                 RebalanceReason.REBALANCE_TIMEOUT,
             )
-            self._track(group_id, snapshot)
 
     def _cancel_member_timers(self, group_id: str, member_id: str) -> None:
         self.timer.cancel(session_key(group_id, member_id))
@@ -965,7 +971,7 @@ class ConsumerGroupManager:
         if group is None or group.is_empty():
             return
         state_before = group.state
-        snapshot = group.snapshot()
+        snapshot = None if group.inflight else group.snapshot()
         group.group_epoch += 1
         self.calls.fx.records.append(self._group_metadata_record(group))
         log.info("group %s: %s; group epoch %d", group_id, why, group.group_epoch)

@@ -114,3 +114,14 @@ def test_unknown_state_member_owning_nothing_goes_on():
     m = member(10, MemberState.UNKNOWN, assigned=parts(foo=[0]))
     moved = reconcile(m, 11, parts(foo=[0]), {}, nobody)
     assert moved.state == MemberState.STABLE and moved.member_epoch == 11
+
+
+def test_unknown_state_member_owning_partitions_is_fenced():
+    import pytest
+
+    from coordinator.consumer.group import MemberFenced
+
+    m = member(10, MemberState.UNKNOWN, assigned=parts(foo=[0]))
+    for owned in (parts(foo=[0]), None):
+        with pytest.raises(MemberFenced):
+            reconcile(m, 11, parts(foo=[0]), owned, nobody)
