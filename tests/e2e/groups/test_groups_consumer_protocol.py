@@ -198,3 +198,28 @@ def test_consumer_groups_in_the_admin_api_cli_and_metrics(members, server, tmp_p
     assert shown.returncode == 0 and group in shown.stdout and "consumer" in shown.stdout, shown
     for m in ms:
         assert m.close() == 0, members.describe([m])
+
+
+def test_the_group_survives_a_coordinator_restart_without_a_rebalance(members, server_factory, tmp_path):
+    """The group's records are replayed at start: after a restart the members go on with their epochs and
+    partitions (no revocation, no new assignment), and every record is consumed exactly once."""
+    server = server_factory(SERVER)
+    group, topic = "kip848-restart", "kip848-restart-topic"
+    create_topic(server, topic, PARTITIONS)
+    placed = produce_batch(server, topic, 120, 856, tmp_path, partitions=PARTITIONS)
+    ms = [members.start("ck", f"r{i}", server, group, topic, settings=CONSUMER) for i in range(2)]
+    split = wait_split(members, ms, PARTITIONS, [3, 3], timeout=30)
+    wait_for(lambda: consumed_all(ms, placed), 30, "batch 1 consumed", members.describe)
+    seen = {m.name: len(m.rebalance_events()) for m in ms}
+
+    server = server_factory.restart_on_same_port(server)
+    placed |= produce_batch(server, topic, 120, 857, tmp_path, partitions=PARTITIONS)
+    wait_for(lambda: consumed_all(ms, placed), 60, "batch 2 consumed after the restart", members.describe)
+    time.sleep(2.0)  # several heartbeats on the restarted server
+    for m in ms:
+        assert m.rebalance_events()[seen[m.name] :] == [], members.describe([m])
+        assert m.held() == split[m.name]
+    assert not commit_errors(ms), members.describe()
+    for m in ms:
+        assert m.close() == 0, members.describe([m])
+    check_exactly_once(ms, placed)
