@@ -1053,7 +1053,7 @@ class ConsumerGroupManager:
             "error_code": code,
             "error_message": message,
             "group_id": group_id,
-            "group_state": "Dead" if code == ErrorCode.group_id_not_found else "",
+            "group_state": "",
             "group_epoch": -1,
             "assignment_epoch": -1,
             "assignor_name": "",
