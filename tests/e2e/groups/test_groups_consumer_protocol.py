@@ -14,6 +14,7 @@ from tests.support.members import (
     RD_FATAL,
     check_exactly_once,
     commit_errors,
+    committed_offsets,
     consumed_all,
     create_topic,
     produce_batch,
@@ -196,8 +197,14 @@ def test_consumer_groups_in_the_admin_api_cli_and_metrics(members, server, tmp_p
         cwd=REPO,
     )
     assert shown.returncode == 0 and group in shown.stdout and "consumer" in shown.stdout, shown
+    status, refused = get_json(server, f"/v1/groups/{group}/reset-offsets", "POST", {"to": "earliest"})
+    assert status == 409 and refused["error"] == "NON_EMPTY_GROUP", refused
     for m in ms:
         assert m.close() == 0, members.describe([m])
+    # Empty now: an administrator's reset is an epoch -1 commit, which a consumer group without members takes
+    status, done = get_json(server, f"/v1/groups/{group}/reset-offsets", "POST", {"to": "earliest"})
+    assert status == 200, done
+    assert committed_offsets(server, group, topic, PARTITIONS) == dict.fromkeys(range(PARTITIONS), 0)
 
 
 def test_the_group_survives_a_coordinator_restart_without_a_rebalance(members, server_factory, tmp_path):
