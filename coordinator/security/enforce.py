@@ -12,6 +12,10 @@ rest, as Kafka's KafkaApis does. The group state machine and the data plane neve
                        the top, v8+ on the group), then TOPIC DESCRIBE per topic; fetching all offsets drops the
                        topics the caller may not describe
     DescribeGroups     GROUP DESCRIBE per group; authorized_operations from the ACLs when asked for
+    ConsumerGroupHeartbeat  GROUP READ (else GROUP_AUTHORIZATION_FAILED), then TOPIC DESCRIBE per subscribed
+                       topic name (else TOPIC_AUTHORIZATION_FAILED)
+    ConsumerGroupDescribe   GROUP DESCRIBE per group (else GROUP_AUTHORIZATION_FAILED), and a group holding a
+                       topic the caller may not describe is answered TOPIC_AUTHORIZATION_FAILED as a whole
     ListGroups         every group with CLUSTER DESCRIBE, else only the groups the caller may DESCRIBE (KIP-231)
     DeleteGroups       GROUP DELETE per group
     OffsetDelete       GROUP DELETE (top-level error), then TOPIC READ per topic
@@ -124,6 +128,8 @@ class Enforcer:
             ApiKey.OFFSET_COMMIT: self.offset_commit,
             ApiKey.OFFSET_FETCH: self.offset_fetch,
             ApiKey.DESCRIBE_GROUPS: self.describe_groups,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: self.consumer_group_describe,
             ApiKey.LIST_GROUPS: self.list_groups,
             ApiKey.DELETE_GROUPS: self.delete_groups,
             ApiKey.OFFSET_DELETE: self.offset_delete,
@@ -351,6 +357,57 @@ class Enforcer:
                     }
                 )
         return {"throttle_time": 0, "groups": groups}
+
+    async def consumer_group_heartbeat(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
+        code = None
+        if not self.ok(ctx, Operation.READ, ResourceType.GROUP, req.group_id):
+            code = GAF
+        elif any(
+            not self.ok(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t)
+            for t in req.subscribed_topic_names or ()
+        ):
+            code = TAF
+        if code is None:
+            return await inner(ctx, req)
+        return {
+            "throttle_time": 0,
+            "error_code": code,
+            "error_message": None,
+            "member_id": None,
+            "member_epoch": 0,
+            "heartbeat_interval": 0,
+            "assignment": None,
+        }
+
+    async def consumer_group_describe(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
+        with_ops = bool(getattr(req, "include_authorized_operations", False))
+        allowed = [g for g in req.group_ids if self.ok(ctx, Operation.DESCRIBE, ResourceType.GROUP, g)]
+        answered: dict[str, Any] = {}
+        if allowed:
+            answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, group_ids=tuple(allowed))))
+            for g in answer.groups:
+                topics = {
+                    tp.topic_name
+                    for m in g.members
+                    for a in (m.assignment, m.target_assignment)
+                    for tp in a.topic_partitions
+                    if tp.topic_name
+                }
+                if any(not self.ok(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t) for t in sorted(topics)):
+                    answered[g.group_id] = _consumer_group_error(g.group_id, TAF)
+                    continue
+                if with_ops:
+                    g = dataclasses.replace(
+                        g,
+                        authorized_operations=self.authorizer.authorized_operations(
+                            ctx.principal, ctx.client_host, ResourceType.GROUP, g.group_id
+                        ),
+                    )
+                answered[g.group_id] = g
+        return {
+            "throttle_time": 0,
+            "groups": [answered.get(gid) or _consumer_group_error(gid, GAF) for gid in req.group_ids],
+        }
 
     async def list_groups(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         answer = await inner(ctx, req)
@@ -707,6 +764,20 @@ class Enforcer:
         if self.cluster(ctx, Operation.ALTER):
             return await inner(ctx, req)
         return {"throttle_time": 0, "error_code": CAF, "error_message": "Cluster authorization failed."}
+
+
+def _consumer_group_error(group_id: str, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "error_message": None,
+        "group_id": group_id,
+        "group_state": "",
+        "group_epoch": -1,
+        "assignment_epoch": -1,
+        "assignor_name": "",
+        "members": (),
+        "authorized_operations": INT32_MIN,
+    }
 
 
 def _bind(wrapper: Wrapped) -> Callable[[Handler], Handler]:
