@@ -178,16 +178,7 @@ class GroupCoordinatorShard:
         (or the group has no members). Otherwise the group's state and the members still to sync it."""
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
-            # in effect once no member holds a withheld partition (or, resumed, every one is handed out again)
-            pending = self.consumer.withheld_holders(group_id)
-            if not pending and consumer_group.state.value not in ("Stable", "Empty"):
-                pending = sorted(
-                    m.member_id
-                    for m in consumer_group.members.values()
-                    if m.member_epoch != consumer_group.assignment_epoch
-                    or m.state.name != "STABLE"
-                    or consumer_group.group_epoch != consumer_group.assignment_epoch
-                )
+            pending = self.consumer.pause_pending(consumer_group)
             return {
                 "in_effect": not pending,
                 "state": str(consumer_group.state),

@@ -46,7 +46,7 @@ from coordinator.group.events import (
     StaticMemberReplaced,
 )
 from coordinator.records import CoordinatorRecord
-from protocol.build import build, ms
+from protocol.build import ms
 from protocol.errors import ErrorCode
 
 from . import records as rec
@@ -63,6 +63,7 @@ from .group import (
     is_subset,
     reconcile,
 )
+from .responses import NO_AUTHORIZED_OPERATIONS, described_group_error, heartbeat_response
 
 log = logging.getLogger(__name__)
 
@@ -212,11 +213,11 @@ class ConsumerGroupManager:
         """ConsumerGroupHeartbeat v0-v1."""
         fx = self.calls.fx
         fx.own_token = token
-        fx.own_error = lambda error: self._error(error)
+        fx.own_error = heartbeat_response
         if not self.serving:
             self.calls.respond(
                 token,
-                self._error(
+                heartbeat_response(
                     ErrorCode.unsupported_version,
                     "the consumer group protocol is not enabled on this coordinator "
                     "(group.coordinator.rebalance.protocols); use group.protocol=classic"
@@ -239,10 +240,10 @@ class ConsumerGroupManager:
                 answer = self._heartbeat(api_version, request, client_id, client_host)
         except (HeartbeatError, PartitionAssignorError) as exc:
             if isinstance(exc, HeartbeatError):
-                answer = self._error(exc.code, exc.message)
+                answer = heartbeat_response(exc.code, exc.message)
             else:
                 log.warning("group %s: the assignor failed: %s", request.group_id, exc)
-                answer = self._error(ErrorCode.unknown_server_error, f"the assignor failed: {exc}")
+                answer = heartbeat_response(ErrorCode.unknown_server_error, f"the assignor failed: {exc}")
             # A refused heartbeat changes nothing: what it did before the refusal is undone, unwritten.
             for hook in fx.failure_hooks:
                 hook(answer.error_code)
@@ -310,22 +311,6 @@ class ConsumerGroupManager:
             group.inflight -= 1
             if group.inflight == 0:
                 group.base, group.base_absent = None, False
-
-    def _error(self, code: ErrorCode, message: str | None = None) -> Any:
-        from kio.schema.consumer_group_heartbeat.v1.response import ConsumerGroupHeartbeatResponse
-
-        return build(
-            ConsumerGroupHeartbeatResponse,
-            {
-                "throttle_time": 0,
-                "error_code": code,
-                "error_message": message,
-                "member_id": None,
-                "member_epoch": 0,
-                "heartbeat_interval": 0,
-                "assignment": None,
-            },
-        )
 
     def _validate(self, api_version: int, request: Any) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
@@ -489,19 +474,11 @@ class ConsumerGroupManager:
         return self._answer(next_member, next_member.assigned if send_assignment else None)
 
     def _answer(self, member: ConsumerMember, assignment: Assignment | None) -> Any:
-        from kio.schema.consumer_group_heartbeat.v1.response import ConsumerGroupHeartbeatResponse
-
-        return build(
-            ConsumerGroupHeartbeatResponse,
-            {
-                "throttle_time": 0,
-                "error_code": ErrorCode.none,
-                "error_message": None,
-                "member_id": member.member_id,
-                "member_epoch": member.member_epoch,
-                "heartbeat_interval": self.settings.heartbeat_interval_ms,
-                "assignment": None if assignment is None else _wire_assignment(assignment),
-            },
+        return heartbeat_response(
+            member_id=member.member_id,
+            member_epoch=member.member_epoch,
+            heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
+            assignment=None if assignment is None else _wire_assignment(assignment),
         )
 
     def _member_for(
@@ -635,26 +612,11 @@ class ConsumerGroupManager:
             self.calls.fx.records.append(self._current_assignment_record(group_id, left))
             self.timer.cancel(rebalance_key(group_id, member.member_id))
             log.info("group %s: static member %s left temporarily", group_id, member.member_id)
-            return self._left(member.member_id, LEAVE_GROUP_STATIC_EPOCH)
+            return heartbeat_response(member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_EPOCH)
         self._remove_member(
             group, member.member_id, "left the group", RemovalCause.LEFT, RebalanceReason.LEAVE
         )
-        return self._left(member.member_id, LEAVE_GROUP_EPOCH)
-
-    def _left(self, member_id: str, epoch: int) -> Any:
-        from kio.schema.consumer_group_heartbeat.v1.response import ConsumerGroupHeartbeatResponse
-
-        return build(
-            ConsumerGroupHeartbeatResponse,
-            {
-                "throttle_time": 0,
-                "error_code": ErrorCode.none,
-                "member_id": member_id,
-                "member_epoch": epoch,
-                "heartbeat_interval": 0,
-                "assignment": None,
-            },
-        )
+        return heartbeat_response(member_id=member.member_id, member_epoch=LEAVE_GROUP_EPOCH)
 
     def _remove_member(
         self, group: ConsumerGroup, member_id: str, why: str, cause: RemovalCause, reason: RebalanceReason
@@ -979,19 +941,28 @@ class ConsumerGroupManager:
             self._emit_started(group, state_before, RebalanceReason.PAUSE, None, why)
         self._track(group_id, snapshot)
 
-    def withheld_holders(self, group_id: str) -> list[str]:
-        """The members still holding (assigned or revoking) a partition the pause withholds."""
-        group = self.groups.get(group_id)
-        if group is None or self.topics is None:
-            return []
+    def pause_pending(self, group: ConsumerGroup) -> list[str]:
+        """The members the group's pause state is not yet in effect for: those still holding (assigned or
+        revoking) a partition the pause withholds; when none does but the group has not settled on its target
+        (a resume hands partitions out again), the members not yet reconciled to it, or all while the target
+        is still to be computed."""
         holders = []
-        for member in group.members.values():
-            for topic_id, _partition in member.partitions():
-                name = self.topics.topic_name(topic_id)
-                if name is not None and self._withholds(group_id, name):
-                    holders.append(member.member_id)
-                    break
-        return sorted(holders)
+        if self.topics is not None:
+            for member in group.members.values():
+                for topic_id, _partition in member.partitions():
+                    name = self.topics.topic_name(topic_id)
+                    if name is not None and self._withholds(group.group_id, name):
+                        holders.append(member.member_id)
+                        break
+        if holders or group.state in (ConsumerGroupState.STABLE, ConsumerGroupState.EMPTY):
+            return sorted(holders)
+        if group.group_epoch != group.assignment_epoch:
+            return sorted(group.members)
+        return sorted(
+            m.member_id
+            for m in group.members.values()
+            if m.member_epoch != group.assignment_epoch or m.state != MemberState.STABLE
+        )
 
     def group_tombstones(self, group: ConsumerGroup) -> list[CoordinatorRecord]:
         """The records deleting a group (Kafka's createGroupTombstoneRecords): current assignments, targets,
@@ -1036,30 +1007,16 @@ class ConsumerGroupManager:
         for group_id in group_ids:
             group = self.groups.get(group_id)
             if not group_id:
-                described.append(self._describe_error(group_id, ErrorCode.invalid_group_id))
+                described.append(described_group_error(group_id, ErrorCode.invalid_group_id))
             elif group is None:
                 described.append(
-                    self._describe_error(
+                    described_group_error(
                         group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found."
                     )
                 )
             else:
                 described.append(self._describe(group))
         return described
-
-    @staticmethod
-    def _describe_error(group_id: str, code: ErrorCode, message: str | None = None) -> dict[str, Any]:
-        return {
-            "error_code": code,
-            "error_message": message,
-            "group_id": group_id,
-            "group_state": "",
-            "group_epoch": -1,
-            "assignment_epoch": -1,
-            "assignor_name": "",
-            "members": [],
-            "authorized_operations": -2147483648,
-        }
 
     def _describe(self, group: ConsumerGroup) -> dict[str, Any]:
         members = []
@@ -1092,7 +1049,7 @@ class ConsumerGroupManager:
             "assignment_epoch": group.assignment_epoch,
             "assignor_name": group.preferred_assignor() or self.settings.assignors[0],
             "members": members,
-            "authorized_operations": -2147483648,
+            "authorized_operations": NO_AUTHORIZED_OPERATIONS,
         }
 
     def _named(self, assignment: Assignment) -> dict[str, Any]:

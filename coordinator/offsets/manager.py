@@ -57,12 +57,11 @@ class OffsetMetadataManager:
         groups: GroupMetadataManager,
         clock: Clock,
         *,
-        consumer: ConsumerGroupManager | None = None,
+        consumer: ConsumerGroupManager,
         offset_metadata_max_bytes: int = 4096,
         offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
     ) -> None:
         self._groups = groups
-        self._consumer_groups = {} if consumer is None else consumer.groups
         self._consumer = consumer
         self._clock = clock
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
@@ -171,8 +170,8 @@ class OffsetMetadataManager:
         member_id: str | None = None,
         member_epoch: int = -1,
     ) -> dict[str, Any]:
-        consumer_group = self._consumer_groups.get(group_id)
-        if consumer_group is not None and self._consumer is not None:
+        consumer_group = self._consumer.groups.get(group_id)
+        if consumer_group is not None:
             error = self._consumer.validate_offset_fetch(consumer_group, member_id, member_epoch)
             if error != ErrorCode.none:
                 return {"group_id": group_id, "topics": [], "error_code": error}
@@ -299,7 +298,7 @@ class OffsetMetadataManager:
         if value is None:
             self.store.replay(key, None)
         else:
-            if key.group not in self._groups.groups and key.group not in self._consumer_groups:
+            if key.group not in self._groups.groups and key.group not in self._consumer.groups:
                 self._groups.create_group(key.group)  # offsets of a group the log holds no record of: simple
             self.store.replay_commit(key, value)  # = remove_pending, then replay
 
@@ -315,8 +314,8 @@ class OffsetMetadataManager:
     ) -> ErrorCode:
         """Validate a commit (creating a simple group for a generation -1 commit to an unknown group) and
         refresh the committing member's session."""
-        consumer_group = self._consumer_groups.get(group_id)
-        if consumer_group is not None and self._consumer is not None:
+        consumer_group = self._consumer.groups.get(group_id)
+        if consumer_group is not None:
             return self._consumer.validate_offset_commit(
                 consumer_group, member_id, generation_id, api_version
             )
@@ -340,13 +339,13 @@ class OffsetMetadataManager:
 
     def is_offset_fetch_allowed(self, group_id: str) -> bool:
         """False if the group does not exist (or is Dead): its offsets read as not committed."""
-        if group_id in self._consumer_groups:
+        if group_id in self._consumer.groups:
             return True
         group = self._groups.groups.get(group_id)
         return group is not None and not group.is_in_state(ClassicGroupState.DEAD)
 
     def validate_offset_delete(self, group_id: str) -> ErrorCode:
-        if group_id in self._consumer_groups:
+        if group_id in self._consumer.groups:
             return ErrorCode.none
         group = self._groups.groups.get(group_id)
         if group is None:
@@ -354,14 +353,14 @@ class OffsetMetadataManager:
         return group.validate_offset_delete()
 
     def _is_subscribed_to_topic(self, group_id: str, topic: str) -> bool:
-        if group_id in self._consumer_groups and self._consumer is not None:
+        if group_id in self._consumer.groups:
             return self._consumer.is_subscribed_to_topic(group_id, topic)
         group = self._groups.groups.get(group_id)
         return group is not None and group.is_subscribed_to_topic(topic)
 
     def _offset_expiration_base(self, group_id: str) -> Callable[[int], int] | None:
         """KIP-211: commit timestamp -> the timestamp retention counts from; None: nothing expires now."""
-        if group_id in self._consumer_groups:
+        if group_id in self._consumer.groups:
             return lambda commit_timestamp_ms: commit_timestamp_ms
         group = self._groups.groups.get(group_id)
         if group is None:

@@ -43,6 +43,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from coordinator.consumer.responses import described_group_error, heartbeat_response
 from protocol.api import ApiTable, Encoded, Handler, RequestContext, response_class
 from protocol.api_keys import ApiKey
 from protocol.build import build
@@ -369,15 +370,7 @@ class Enforcer:
             code = TAF
         if code is None:
             return await inner(ctx, req)
-        return {
-            "throttle_time": 0,
-            "error_code": code,
-            "error_message": None,
-            "member_id": None,
-            "member_epoch": 0,
-            "heartbeat_interval": 0,
-            "assignment": None,
-        }
+        return heartbeat_response(code)
 
     async def consumer_group_describe(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         with_ops = bool(getattr(req, "include_authorized_operations", False))
@@ -394,7 +387,7 @@ class Enforcer:
                     if tp.topic_name
                 }
                 if any(not self.ok(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t) for t in sorted(topics)):
-                    answered[g.group_id] = _consumer_group_error(g.group_id, TAF)
+                    answered[g.group_id] = described_group_error(g.group_id, TAF)
                     continue
                 if with_ops:
                     g = dataclasses.replace(
@@ -406,7 +399,7 @@ class Enforcer:
                 answered[g.group_id] = g
         return {
             "throttle_time": 0,
-            "groups": [answered.get(gid) or _consumer_group_error(gid, GAF) for gid in req.group_ids],
+            "groups": [answered.get(gid) or described_group_error(gid, GAF) for gid in req.group_ids],
         }
 
     async def list_groups(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
@@ -764,20 +757,6 @@ class Enforcer:
         if self.cluster(ctx, Operation.ALTER):
             return await inner(ctx, req)
         return {"throttle_time": 0, "error_code": CAF, "error_message": "Cluster authorization failed."}
-
-
-def _consumer_group_error(group_id: str, code: ErrorCode) -> dict[str, Any]:
-    return {
-        "error_code": code,
-        "error_message": None,
-        "group_id": group_id,
-        "group_state": "",
-        "group_epoch": -1,
-        "assignment_epoch": -1,
-        "assignor_name": "",
-        "members": (),
-        "authorized_operations": INT32_MIN,
-    }
 
 
 def _bind(wrapper: Wrapped) -> Callable[[Handler], Handler]:

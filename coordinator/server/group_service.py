@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from coordinator.consumer.responses import described_group_error, heartbeat_response
 from protocol.api import ApiTable, RequestContext
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -131,7 +132,7 @@ class GroupCoordinatorService:
 
     def register(self, table: ApiTable) -> None:
         handlers: dict[int, Callable[[RequestContext, Any], Awaitable[Any]]] = {
-            ApiKey.JOIN_GROUP: self._join_group,
+            ApiKey.JOIN_GROUP: self._one_group(lambda s: s.machine.join_group, with_client=True),
             ApiKey.SYNC_GROUP: self._one_group(lambda s: s.machine.sync_group),
             ApiKey.HEARTBEAT: self._one_group(lambda s: s.machine.heartbeat),
             ApiKey.LEAVE_GROUP: self._one_group(lambda s: s.machine.leave_group),
@@ -155,12 +156,14 @@ class GroupCoordinatorService:
                 gated=True,
             ),
             ApiKey.LIST_GROUPS: self._list_groups,
-            ApiKey.CONSUMER_GROUP_HEARTBEAT: self._consumer_group_heartbeat,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self._one_group(
+                lambda s: s.machine.consumer_group_heartbeat, with_client=True
+            ),
             ApiKey.CONSUMER_GROUP_DESCRIBE: self._split(
                 "group_ids",
                 "groups",
                 lambda g: g,
-                _consumer_describe_error,
+                lambda g, code, version: described_group_error(g, code),
                 lambda s: s.machine.consumer_group_describe,
                 gated=False,
             ),
@@ -189,30 +192,16 @@ class GroupCoordinatorService:
 
     # -- handlers --------------------------------------------------------------------------------------------
 
-    async def _join_group(self, ctx: RequestContext, request: Any) -> Any:
-        return await self._serve(
-            ctx,
-            request,
-            lambda s: s.machine.join_group,
-            gated=True,
-            client_id=ctx.client_id or "",
-            client_host="/" + ctx.client_host,
-        )
-
-    async def _consumer_group_heartbeat(self, ctx: RequestContext, request: Any) -> Any:
-        return await self._serve(
-            ctx,
-            request,
-            lambda s: s.machine.consumer_group_heartbeat,
-            gated=True,
-            client_id=ctx.client_id or "",
-            client_host="/" + ctx.client_host,
-        )
-
     def _one_group(
-        self, operation: Callable[[Shard], Callable[..., Any]]
+        self, operation: Callable[[Shard], Callable[..., Any]], *, with_client: bool = False
     ) -> Callable[[RequestContext, Any], Awaitable[Any]]:
+        """A handler for a request about one group. `with_client`: the operation takes the member's client id
+        and host (JoinGroup, ConsumerGroupHeartbeat), from the request header and the connection."""
+
         async def handle(ctx: RequestContext, request: Any) -> Any:
+            if with_client:
+                client = {"client_id": ctx.client_id or "", "client_host": "/" + ctx.client_host}
+                return await self._serve(ctx, request, operation, gated=True, **client)
             return await self._serve(ctx, request, operation, gated=True)
 
         return handle
@@ -325,9 +314,9 @@ class GroupCoordinatorService:
         return {"throttle_time": 0, "error_code": error, "groups": groups}
 
 
-def error_response(api_key: int, version: int, request: Any, code: ErrorCode) -> dict[str, Any]:
-    """The answer of a group API when the group's shard cannot take it: `code` wherever the response carries
-    errors. While a shard loads (COORDINATOR_LOAD_IN_PROGRESS) Heartbeat answers NONE, as Kafka does, so members
+def error_response(api_key: int, version: int, request: Any, code: ErrorCode) -> Any:
+    """The answer (a mapping or an entity) of a group API when the group's shard cannot take it: `code` wherever
+    the response carries errors. While a shard loads (COORDINATOR_LOAD_IN_PROGRESS) Heartbeat answers NONE, as Kafka does, so members
     are not kicked out by a restart."""
     base: dict[str, Any] = {"throttle_time": 0}
     if api_key == ApiKey.HEARTBEAT:
@@ -393,16 +382,9 @@ def error_response(api_key: int, version: int, request: Any, code: ErrorCode) ->
     if api_key == ApiKey.OFFSET_DELETE:
         return base | {"error_code": code, "topics": ()}
     if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
-        return base | {
-            "error_code": code,
-            "error_message": None,
-            "member_id": None,
-            "member_epoch": 0,
-            "heartbeat_interval": 0,
-            "assignment": None,
-        }
+        return heartbeat_response(code)
     if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:
-        return base | {"groups": [_consumer_describe_error(g, code, version) for g in request.group_ids]}
+        return base | {"groups": [described_group_error(g, code) for g in request.group_ids]}
     raise ValueError(f"no error answer for api {api_key}")
 
 
@@ -414,20 +396,6 @@ def _describe_error(group_id: str, code: ErrorCode, version: int) -> dict[str, A
         "group_state": "",
         "protocol_type": "",
         "protocol_data": "",
-        "members": (),
-        "authorized_operations": -2147483648,
-    }
-
-
-def _consumer_describe_error(group_id: str, code: ErrorCode, version: int) -> dict[str, Any]:
-    return {
-        "error_code": code,
-        "error_message": None,
-        "group_id": group_id,
-        "group_state": "",
-        "group_epoch": -1,
-        "assignment_epoch": -1,
-        "assignor_name": "",
         "members": (),
         "authorized_operations": -2147483648,
     }

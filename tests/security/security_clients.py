@@ -88,16 +88,25 @@ def produce(conf: dict[str, Any], topic: str, count: int = 3) -> list[KafkaError
 
 
 def consume(
-    conf: dict[str, Any], group: str, topic: str, want: int, timeout_s: float = WAIT_S
+    conf: dict[str, Any],
+    group: str,
+    topic: str,
+    want: int,
+    timeout_s: float = WAIT_S,
+    group_protocol: str = "classic",
 ) -> tuple[list[bytes], list[KafkaError]]:
-    """Join `group`, subscribe to `topic` and read until `want` records or an error; commit what was read."""
+    """Join `group`, subscribe to `topic` and read until `want` records or an error; commit what was read.
+    `group_protocol` "consumer": KIP-848's protocol, whose timeouts are the server's."""
+    protocol = (
+        {"group.protocol": "consumer"} if group_protocol == "consumer" else {"session.timeout.ms": 10000}
+    )
     consumer = Consumer(
         {
             **conf,
             "group.id": group,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
-            "session.timeout.ms": 10000,
+            **protocol,
         }
     )
     values: list[bytes] = []

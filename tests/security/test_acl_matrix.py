@@ -152,39 +152,6 @@ def test_acl_admin_needs_cluster_alter_and_acls_survive_restart(secure_servers: 
     assert codes(produce(sasl(again, "alice"), "orders", 1)) == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
 
 
-def consume_848(conf: dict, group: str, topic: str, want: int, timeout_s: float = 20.0) -> tuple[list, list]:
-    """As security_clients.consume, with the consumer group protocol of KIP-848 (group.protocol=consumer)."""
-    import time
-
-    from confluent_kafka import Consumer
-
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": group,
-            "group.protocol": "consumer",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    values, errors = [], []
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and len(values) < want and not errors:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                if msg.error().code() != KafkaError._PARTITION_EOF:
-                    errors.append(msg.error())
-                continue
-            values.append(msg.value())
-    finally:
-        consumer.close()
-    return values, errors
-
-
 def test_consumer_group_protocol_is_authorized_as_kafka_does(secure_servers: SecureServers) -> None:
     """ConsumerGroupHeartbeat needs GROUP READ (else a fatal GROUP_AUTHORIZATION_FAILED for the client);
     ConsumerGroupDescribe needs GROUP DESCRIBE per group, answered per group (librdkafka aborts the process on an
@@ -194,10 +161,10 @@ def test_consumer_group_protocol_is_authorized_as_kafka_does(secure_servers: Sec
     create_topic(root, "kip848")
     assert codes(produce(sasl(server, "admin"), "kip848", 2)) == {None}
     create_acls(root, binding(TOPIC, "kip848", "User:alice", READ))
-    values, errors = consume_848(sasl(server, "alice"), "kip848-group", "kip848", 2)
+    values, errors = consume(sasl(server, "alice"), "kip848-group", "kip848", 2, group_protocol="consumer")
     assert values == [] and errors, errors
     assert any("authoriz" in e.str().lower() for e in errors), [e.str() for e in errors]
-    values, errors = consume_848(sasl(server, "admin"), "kip848-group", "kip848", 2)
+    values, errors = consume(sasl(server, "admin"), "kip848-group", "kip848", 2, group_protocol="consumer")
     assert errors == [] and len(values) == 2, errors
     alice = admin_for(server, "alice")
     futures = alice.describe_consumer_groups(["kip848-group"], request_timeout=30)
