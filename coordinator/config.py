@@ -425,6 +425,16 @@ SETTINGS: tuple[Setting, ...] = (
         "used when none asks. Known: uniform, range.",
     ),
     Setting(
+        "group.consumer.migration.policy",
+        "bidirectional",
+        str,
+        "Online migration between the classic and the consumer protocol (Kafka's setting): `upgrade` lets a "
+        "consumer-protocol member join a classic group that has members (it becomes a consumer group, its "
+        "classic members stay and keep their partitions), `downgrade` turns a consumer group whose last "
+        "consumer-protocol member left into a classic group, `bidirectional` both, `disabled` neither. Empty "
+        "groups change type under every policy.",
+    ),
+    Setting(
         "group.static.registration.timeout.ms",
         0,
         int,
@@ -741,6 +751,16 @@ class Config:
                 f"group.consumer.assignors: unknown assignors {sorted(unknown)} (known: uniform, range)"
                 if unknown
                 else "group.consumer.assignors must name at least one assignor"
+            )
+        if self["group.consumer.migration.policy"].strip().lower() not in (
+            "bidirectional",
+            "upgrade",
+            "downgrade",
+            "disabled",
+        ):
+            raise ConfigError(
+                f"group.consumer.migration.policy: {self['group.consumer.migration.policy']!r} is not one of "
+                "bidirectional, upgrade, downgrade, disabled"
             )
         unknown = set(self["group.coordinator.rebalance.protocols"]) - {"classic", "consumer"}
         if unknown:

@@ -77,10 +77,57 @@ from coordinator.records import (
     simple_offset_commit,
 )
 from coordinator.result import CoordinatorResult
-from protocol.build import build
+from protocol.build import build, ms
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
+
+
+class _ClassicGroupsOfShard:
+    """The shard's classic groups as its consumer groups see them (coordinator.consumer.manager.ClassicGroups):
+    for the migrations between the two types."""
+
+    def __init__(self, shard: GroupCoordinatorShard) -> None:
+        self._shard = shard
+
+    @property
+    def max_size(self) -> int:
+        return self._shard.settings.group_max_size
+
+    def get(self, group_id: str) -> ClassicGroup | None:
+        return self._shard.groups.get(group_id)
+
+    def remove_empty(self, group_id: str) -> list[CoordinatorRecord]:
+        group = self._shard.groups[group_id]
+        self._shard.classic.remove_group(group)
+        self._shard.calls.fx.failure_hooks.append(lambda error: self._shard._restore_groups([group]))
+        return [new_group_metadata_tombstone(group_id)]
+
+    def take(self, group_id: str) -> list[CoordinatorRecord]:
+        shard = self._shard
+        group = shard.groups[group_id]
+        shard.classic.detach_for_upgrade(group)
+
+        def restore(error: ErrorCode) -> dict[object, Any]:
+            if group_id not in shard.groups:
+                shard.consumer.drop_group(group_id)  # (the consumer group this write made)
+                shard.groups[group_id] = group
+                shard.classic.restart_sessions(group)
+            return {}
+
+        shard.calls.fx.failure_hooks.append(restore)
+        return [new_group_metadata_tombstone(group_id)]
+
+    def install(self, group: ClassicGroup, reason: str) -> None:
+        shard = self._shard
+        shard.classic.adopt_downgraded(group, reason)
+
+        def remove(error: ErrorCode) -> dict[object, Any]:
+            if shard.groups.get(group.group_id) is group:
+                shard.classic.remove_group(group)
+            return {}
+
+        shard.calls.fx.failure_hooks.append(remove)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -134,8 +181,7 @@ class GroupCoordinatorShard:
             timer,
             consumer_settings,
             topics,
-            classic_group_exists=self.classic.groups.__contains__,
-            remove_empty_classic_group=self._remove_empty_classic_group,
+            classic=_ClassicGroupsOfShard(self),
             withholds=lambda group_id, topic: self.pauses.state(group_id).withholds(topic),
             new_uuid=new_uuid,
         )
@@ -223,25 +269,49 @@ class GroupCoordinatorShard:
             token, api_version, request, client_id=client_id, client_host=client_host
         )
 
-    @state_machine_call
     def _join_consumer_group(
         self, token: object, api_version: int, request: Any, *, client_id: str, client_host: str
-    ) -> None:
+    ) -> CoordinatorResult:
         """A JoinGroup to the id of a consumer group: an empty one is replaced by a classic group (Kafka's
-        offline downgrade); one with members refuses classic members (INCONSISTENT_GROUP_PROTOCOL: online
-        migration is not built)."""
+        offline downgrade); one with members takes the joiner as a member of the classic protocol
+        (coordinator.consumer.migration)."""
+        group = self.consumer.groups[request.group_id]
+        if group.is_empty():
+            return self._replace_empty_consumer_group(
+                token, api_version, request, client_id=client_id, client_host=client_host
+            )
+        session_timeout_ms = ms(request.session_timeout)
+        rebalance_timeout = getattr(request, "rebalance_timeout", None)  # v1+
+        rebalance_timeout_ms = -1 if rebalance_timeout is None else ms(rebalance_timeout)
+        if api_version == 0 or rebalance_timeout_ms == -1:
+            rebalance_timeout_ms = session_timeout_ms
+        if not self.classic.session_timeout_allowed(session_timeout_ms):
+            return CoordinatorResult(
+                responses=[
+                    (
+                        token,
+                        join_response(
+                            api_version, error=ErrorCode.invalid_session_timeout, member_id=request.member_id
+                        ),
+                    )
+                ]
+            )
+        return self.consumer.classic_join(
+            token,
+            api_version,
+            request,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            client_id=client_id,
+            client_host=client_host,
+        )
+
+    @state_machine_call
+    def _replace_empty_consumer_group(
+        self, token: object, api_version: int, request: Any, *, client_id: str, client_host: str
+    ) -> None:
         group_id = request.group_id
         group = self.consumer.groups[group_id]
-        if not group.is_empty():
-            self.calls.respond(
-                token,
-                join_response(
-                    api_version,
-                    error=ErrorCode.inconsistent_group_protocol,
-                    member_id=request.member_id,
-                ),
-            )
-            return
         self.calls.fx.records.extend(self.consumer.remove_group(group_id))
         self.calls.fx.failure_hooks.append(lambda error: self._restore_consumer_groups([group]))
         log.info("group %s: the empty consumer group is replaced by a classic group", group_id)
@@ -249,12 +319,18 @@ class GroupCoordinatorShard:
         classic_join(self.classic, token, api_version, request, client_id=client_id, client_host=client_host)
 
     def sync_group(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        if request.group_id in self.consumer.groups:
+            return self.consumer.classic_sync(token, api_version, request)
         return self.classic.sync_group(token, api_version, request)
 
     def heartbeat(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        if request.group_id in self.consumer.groups:
+            return self.consumer.classic_heartbeat(token, api_version, request)
         return self.classic.heartbeat(token, api_version, request)
 
     def leave_group(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        if request.group_id in self.consumer.groups:
+            return self.consumer.classic_leave(token, api_version, request)
         return self.classic.leave_group(token, api_version, request)
 
     def consumer_group_heartbeat(
@@ -275,18 +351,6 @@ class GroupCoordinatorShard:
                 (token, build(ConsumerGroupDescribeResponse, {"throttle_time": 0, "groups": described}))
             ]
         )
-
-    def _remove_empty_classic_group(self, group_id: str) -> list[CoordinatorRecord] | None:
-        """For a consumer group taking the id: the tombstone of the empty classic group of that id (removed
-        now, back if the append fails), None if that classic group has members."""
-        group = self.groups.get(group_id)
-        if group is None:
-            return []
-        if not group.is_empty():
-            return None
-        self.classic.remove_group(group)
-        self.calls.fx.failure_hooks.append(lambda error: self._restore_groups([group]))
-        return [new_group_metadata_tombstone(group_id)]
 
     def describe_groups(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
         """DescribeGroups v0-v6. A consumer group is not described here (Kafka: GROUP_ID_NOT_FOUND from v6,

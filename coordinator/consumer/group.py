@@ -21,6 +21,8 @@ import enum
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 
+from .records import ClassicMemberMetadata
+
 Assignment = Mapping[uuid.UUID, frozenset[int]]
 EMPTY_ASSIGNMENT: Assignment = {}
 
@@ -62,6 +64,12 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = dataclasses.field(default_factory=dict)
     pending_revocation: Assignment = dataclasses.field(default_factory=dict)
+    # set while the member uses the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside the consumer group
+    classic: ClassicMemberMetadata | None = None
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
     def partitions(self) -> Iterable[tuple[uuid.UUID, int]]:
         """Every partition the member holds: assigned and pending revocation."""

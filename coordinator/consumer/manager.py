@@ -45,8 +45,13 @@ from coordinator.group.events import (
     RemovalCause,
     StaticMemberReplaced,
 )
+from coordinator.group.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, ClassicGroupMember
+from coordinator.group.responses import heartbeat_response as classic_heartbeat_response
+from coordinator.group.responses import join_response, leave_response, sync_response
+from coordinator.group.state import ClassicGroupState
 from coordinator.records import CoordinatorRecord
 from protocol.build import ms
+from protocol.consumer import assignment_partitions
 from protocol.errors import ErrorCode
 
 from . import records as rec
@@ -63,10 +68,20 @@ from .group import (
     is_subset,
     reconcile,
 )
+from .migration import (
+    assignment_bytes,
+    downgrade_allowed,
+    parse_subscription,
+    protocol_metadata,
+    upgrade_allowed,
+    upgrade_refusal,
+)
+from .records import ClassicMemberMetadata
 from .responses import NO_AUTHORIZED_OPERATIONS, described_group_error, heartbeat_response
 
 log = logging.getLogger(__name__)
 
+MEMBER_TYPE_CLASSIC = 0
 MEMBER_TYPE_CONSUMER = 1
 
 
@@ -89,6 +104,32 @@ class TopicImage(Protocol):
         ...
 
 
+class ClassicGroups(Protocol):
+    """The classic groups of the shard, as the consumer groups see them (implemented by the shard)."""
+
+    @property
+    def max_size(self) -> int:
+        """group.max.size: a consumer group larger than this does not become a classic group."""
+        ...
+
+    def get(self, group_id: str) -> ClassicGroup | None: ...
+
+    def remove_empty(self, group_id: str) -> list[CoordinatorRecord]:
+        """Remove the empty classic group of that id now (back if the append fails); its tombstone."""
+        ...
+
+    def take(self, group_id: str) -> list[CoordinatorRecord]:
+        """Remove the classic group (with members) of that id, which becomes a consumer group: its parked
+        JoinGroup and SyncGroup requests are answered REBALANCE_IN_PROGRESS, its timers cancelled; back if the
+        append fails. Its tombstone."""
+        ...
+
+    def install(self, group: ClassicGroup, reason: str) -> None:
+        """A consumer group became this classic group: keep it (gone again if the append fails), write its
+        record, start its members' sessions and a rebalance."""
+        ...
+
+
 @dataclasses.dataclass(frozen=True)
 class ConsumerGroupSettings:
     """Kafka's group.consumer.* broker settings, with Kafka's defaults."""
@@ -102,6 +143,9 @@ class ConsumerGroupSettings:
     max_heartbeat_interval_ms: int = 15000
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")
+    migration_policy: str = (
+        "bidirectional"  # group.consumer.migration.policy (coordinator.consumer.migration)
+    )
 
     @classmethod
     def from_config(cls, config: Any) -> ConsumerGroupSettings:
@@ -123,6 +167,7 @@ class ConsumerGroupSettings:
             max_heartbeat_interval_ms=int(get("group.consumer.max.heartbeat.interval.ms", 15000)),
             max_size=int(get("group.consumer.max.size", 2**31 - 1)),
             assignors=tuple(_names(assignors)) or ("uniform",),
+            migration_policy=str(get("group.consumer.migration.policy", "bidirectional")).strip().lower(),
         )
 
 
@@ -138,6 +183,16 @@ def session_key(group_id: str, member_id: str) -> str:
 
 def rebalance_key(group_id: str, member_id: str) -> str:
     return f"consumer-rebalance-{group_id}-{member_id}"
+
+
+def join_key(group_id: str, member_id: str) -> str:
+    """A classic member told to rejoin must send its JoinGroup within its rebalance timeout."""
+    return f"consumer-join-{group_id}-{member_id}"
+
+
+def sync_key(group_id: str, member_id: str) -> str:
+    """A classic member that joined must send its SyncGroup within its rebalance timeout."""
+    return f"consumer-sync-{group_id}-{member_id}"
 
 
 class HeartbeatError(Exception):
@@ -178,22 +233,22 @@ class ConsumerGroupManager:
         settings: ConsumerGroupSettings,
         topics: TopicImage | None,
         *,
-        classic_group_exists: Callable[[str], bool],
-        remove_empty_classic_group: Callable[[str], list[CoordinatorRecord] | None],
+        classic: ClassicGroups | None = None,
         withholds: Callable[[str, str], bool] = lambda group_id, topic: False,
         new_uuid: Callable[[], str] | None = None,
     ) -> None:
-        """`remove_empty_classic_group(group_id)`: the records removing an empty classic group of that id, or
-        None if the classic group has members (then the id is taken). `withholds(group_id, topic)`: whether the
-        coordinator-side pause (coordinator.group.pause) keeps the topic's partitions from the group."""
+        """`classic`: the classic groups of the shard (their ids are the same namespace), for the migrations.
+        `withholds(group_id, topic)`: whether the coordinator-side pause (coordinator.group.pause) keeps the
+        topic's partitions from the group."""
         self.calls = calls
         self.clock = clock
         self.timer = timer
         self.settings = settings
         self.topics = topics
         self.groups: dict[str, ConsumerGroup] = {}
-        self._classic_group_exists = classic_group_exists
-        self._remove_empty_classic_group = remove_empty_classic_group
+        self._classic = classic
+        # consumer groups turned into classic groups by the call under way (their undo puts them back: _track)
+        self._downgraded: dict[str, ConsumerGroup] = {}
         self._withholds = withholds
         self._new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
 
@@ -271,7 +326,8 @@ class ConsumerGroupManager:
         the append fails."""
         fx = self.calls.fx
         written = sum(1 for r in fx.records if rec.is_consumer_record(r.key))
-        group = self.groups.get(group_id)
+        downgraded = self._downgraded.pop(group_id, None)
+        group = self.groups.get(group_id) or downgraded
         if not written or group is None:
             return
         if group.inflight == 0:
@@ -279,6 +335,10 @@ class ConsumerGroupManager:
         group.inflight += written
 
         def undo(error: ErrorCode) -> dict[object, Any]:
+            if downgraded is not None and group_id not in self.groups:
+                self.groups[group_id] = (
+                    downgraded  # (the classic group it became is gone: ClassicGroups.install)
+                )
             current = self.groups.get(group_id)
             if current is None or current is not group or current.inflight == 0:
                 return {}  # undone already, with an earlier write of the group that failed
@@ -292,7 +352,7 @@ class ConsumerGroupManager:
                 return {}
             current.restore(base)
             for member_id in current.members:  # members removed by the failed write are back, with sessions
-                if not self.timer.is_scheduled(session_key(group_id, member_id)):
+                if not self.timer.is_scheduled(session_key(group_id, member_id)) or downgraded is not None:
                     self._schedule_session_timeout(group_id, member_id)
             log.warning(
                 "group %s: a write failed (%s): back to group epoch %d",
@@ -359,20 +419,169 @@ class ConsumerGroupManager:
         group = self.groups.get(group_id)
         if group is not None:
             return group
-        if self._classic_group_exists(group_id):
-            removal = self._remove_empty_classic_group(group_id) if create else None
-            if removal is None:
-                raise HeartbeatError(
-                    ErrorCode.group_id_not_found,
-                    f"Group {group_id} is a classic group with members: it cannot become a consumer group while "
-                    "they are in it (online migration is not supported by this coordinator).",
-                )
-            self.calls.fx.records.extend(removal)
-            log.info("group %s: the empty classic group is replaced by a consumer group", group_id)
+        classic = None if self._classic is None else self._classic.get(group_id)
+        if classic is not None and create:
+            if classic.is_empty():
+                self.calls.fx.records.extend(self._classic_side.remove_empty(group_id))
+                log.info("group %s: the empty classic group is replaced by a consumer group", group_id)
+            else:
+                return self._upgrade(classic)
+        elif classic is not None:
+            raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
         elif not create:
             raise HeartbeatError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
         group = self.groups[group_id] = ConsumerGroup(group_id)
         return group
+
+    @property
+    def _classic_side(self) -> ClassicGroups:
+        assert self._classic is not None
+        return self._classic
+
+    # -- online migration (coordinator.consumer.migration) ---------------------------------------------------
+
+    def _upgrade(self, classic: ClassicGroup) -> ConsumerGroup:
+        """A consumer-protocol member joins a classic group with members: the group becomes a consumer group
+        (Kafka's convertToConsumerGroup). Every classic member stays, STABLE at the classic generation with
+        the partitions the classic assignment gave it, and goes on through JoinGroup/SyncGroup/Heartbeat; the
+        heartbeat that asked goes on as a join of the consumer group."""
+        group_id = classic.group_id
+        refusal = (
+            "group.consumer.migration.policy does not allow upgrades"
+            if not upgrade_allowed(self.settings.migration_policy)
+            else upgrade_refusal(classic, self.settings.max_size)
+        )
+        if refusal is not None:
+            raise HeartbeatError(
+                ErrorCode.group_id_not_found,
+                f"Group {group_id} is a classic group with members that cannot become a consumer group: "
+                f"{refusal}.",
+            )
+        fx = self.calls.fx
+        fx.records.extend(self._classic_side.take(group_id))
+        group = self.groups[group_id] = ConsumerGroup(group_id)
+        epoch = classic.generation_id
+        group.group_epoch = group.assignment_epoch = epoch
+        for old in classic.all_members():
+            metadata = protocol_metadata(old.protocols, classic.protocol_name) or b""
+            subscription = parse_subscription(metadata)  # (upgrade_refusal parsed every one)
+            assigned = self._ids(assignment_partitions(old.assignment) or {})
+            member = ConsumerMember(
+                old.member_id,
+                instance_id=old.group_instance_id,
+                rack_id=subscription.rack_id,
+                client_id=old.client_id,
+                client_host=old.client_host,
+                subscribed_topic_names=tuple(sorted(set(subscription.topics))),
+                rebalance_timeout_ms=old.rebalance_timeout_ms,
+                member_epoch=epoch,
+                previous_member_epoch=epoch,
+                assigned=assigned,
+                classic=ClassicMemberMetadata(old.session_timeout_ms, old.protocols),
+            )
+            group.update_member(member)
+            group.target[member.member_id] = assigned
+        self._refresh_subscription(group, bump=False, count_bumped=True)
+        members = sorted(group.members.values(), key=lambda m: m.member_id)
+        fx.records.extend(self._member_metadata_record(group_id, m) for m in members)
+        fx.records.append(self._group_metadata_record(group))
+        fx.records.extend(self._target_member_record(group_id, m.member_id) for m in members)
+        fx.records.append(self._target_metadata_record(group))
+        fx.records.extend(self._current_assignment_record(group_id, m) for m in members)
+        for member in members:
+            self._schedule_session_timeout(group_id, member.member_id)
+        log.info(
+            "group %s: the classic group of generation %d with %d members became a consumer group",
+            group_id,
+            epoch,
+            len(members),
+        )
+        return group
+
+    def _ids(self, partitions: Mapping[str, Iterable[int]]) -> dict[uuid.UUID, frozenset[int]]:
+        """Partitions by topic name -> by topic id (topics unknown here left out)."""
+        assert self.topics is not None
+        result: dict[uuid.UUID, frozenset[int]] = {}
+        for name, ps in partitions.items():
+            topic_id = self.topics.topic_id(name)
+            if topic_id is not None and ps:
+                result[topic_id] = result.get(topic_id, frozenset()) | frozenset(ps)
+        return result
+
+    def _names(self, assignment: Assignment) -> dict[str, list[int]]:
+        assert self.topics is not None
+        result: dict[str, list[int]] = {}
+        for topic_id, ps in assignment.items():
+            name = self.topics.topic_name(topic_id)
+            if name is not None and ps:
+                result[name] = sorted(ps)
+        return result
+
+    def _maybe_downgrade(self, group: ConsumerGroup, leaving: Iterable[ConsumerMember]) -> bool:
+        """Members are about to leave or be fenced: when a consumer-protocol member is among them and every
+        member staying uses the classic protocol, the group becomes a classic group instead (Kafka's online
+        downgrade), at its group epoch as the generation, if the policy allows it and the group fits
+        group.max.size. Whether it did (then the leaving members are gone with the consumer group)."""
+        leaving = list(leaving)
+        gone = {m.member_id for m in leaving}
+        staying = [m for m in group.members.values() if m.member_id not in gone]
+        if (
+            self._classic is None
+            or not downgrade_allowed(self.settings.migration_policy)
+            or not staying
+            or all(m.uses_classic_protocol for m in leaving)
+            or not all(m.uses_classic_protocol for m in staying)
+            or len(staying) > self._classic.max_size
+        ):
+            return False
+        group_id = group.group_id
+        classic = ClassicGroup(
+            group_id,
+            ClassicGroupState.STABLE,
+            current_state_timestamp_ms=self.clock.wall_ms(),
+            generation_id=group.group_epoch,
+            protocol_type=CONSUMER_PROTOCOL_TYPE,
+        )
+        for member in sorted(staying, key=lambda m: m.member_id):
+            assert member.classic is not None
+            classic.add(
+                ClassicGroupMember(
+                    member.member_id,
+                    member.instance_id,
+                    member.client_id,
+                    member.client_host,
+                    member.rebalance_timeout_ms,
+                    member.classic.session_timeout_ms,
+                    CONSUMER_PROTOCOL_TYPE,
+                    member.classic.protocols,
+                )
+            )
+        if not classic.candidate_protocols():
+            return False  # (the classic members share no protocol: they joined with different ones)
+        classic.protocol_name = classic.select_protocol()
+        classic.subscribed_topics = classic.compute_subscribed_topics()
+        for classic_member in classic.all_members():
+            metadata = classic_member.metadata(classic.protocol_name)
+            version = int.from_bytes(metadata[:2], "big", signed=True) if len(metadata) >= 2 else 0
+            classic_member.assignment = assignment_bytes(
+                version, self._names(group.target.get(classic_member.member_id, {}))
+            )
+        self.calls.fx.records.extend(self.group_tombstones(group))
+        self._cancel_timers(group)
+        if self.calls.listeners:
+            now = (self.clock.wall_ms(), self.clock.monotonic_ms())
+            for member in leaving:
+                self.calls.emit(
+                    MemberRemoved(group_id, _info(member), RemovalCause.LEFT, group.group_epoch, *now)
+                )
+        del self.groups[group_id]
+        self._downgraded[group_id] = group
+        reason = (
+            f"the last consumer-protocol member left consumer group {group_id}: it became a classic group"
+        )
+        log.info("group %s: %s", group_id, reason)
+        self._classic_side.install(classic, reason)
+        return True
 
     def _heartbeat(self, api_version: int, request: Any, client_id: str, client_host: str) -> Any:
         group_id = request.group_id
@@ -407,6 +616,7 @@ class ConsumerGroupManager:
             if request.subscribed_topic_names is not None
             else member.subscribed_topic_names,
             subscribed_topic_regex=regex if regex is not None else member.subscribed_topic_regex,
+            classic=None,
         )
         if updated.subscribed_topic_regex == "":
             updated = dataclasses.replace(updated, subscribed_topic_regex=None)
@@ -613,14 +823,15 @@ class ConsumerGroupManager:
             self.timer.cancel(rebalance_key(group_id, member.member_id))
             log.info("group %s: static member %s left temporarily", group_id, member.member_id)
             return heartbeat_response(member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_EPOCH)
-        self._remove_member(
-            group, member.member_id, "left the group", RemovalCause.LEFT, RebalanceReason.LEAVE
-        )
+        if not self._maybe_downgrade(group, (member,)):
+            self._remove_member(
+                group, member.member_id, "left the group", RemovalCause.LEFT, RebalanceReason.LEAVE
+            )
         return heartbeat_response(member_id=member.member_id, member_epoch=LEAVE_GROUP_EPOCH)
 
     def _remove_member(
         self, group: ConsumerGroup, member_id: str, why: str, cause: RemovalCause, reason: RebalanceReason
-    ) -> None:
+    ) -> ConsumerMember | None:
         """Fence a member: its three tombstones, and a group epoch bump (Kafka's removeMember)."""
         fx = self.calls.fx
         group_id = group.group_id
@@ -637,6 +848,7 @@ class ConsumerGroupManager:
             info = _info(removed)
             self.calls.emit(MemberRemoved(group_id, info, cause, group.group_epoch - 1, *now))
             self._emit_started(group, state_before, reason, info, f"member {member_id} {why}")
+        return removed
 
     def _member_tombstones(self, group_id: str, member_id: str) -> list[CoordinatorRecord]:
         return [
@@ -648,9 +860,12 @@ class ConsumerGroupManager:
     # -- timers ----------------------------------------------------------------------------------------------
 
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+        """group.consumer.session.timeout.ms; a classic member's own session timeout (from its JoinGroup)."""
+        member = self.groups[group_id].members.get(member_id) if group_id in self.groups else None
+        classic = None if member is None else member.classic
         self.timer.schedule(
             session_key(group_id, member_id),
-            self.settings.session_timeout_ms,
+            self.settings.session_timeout_ms if classic is None else classic.session_timeout_ms,
             self.calls.op(self._session_expired, group_id, member_id),
         )
 
@@ -671,7 +886,8 @@ class ConsumerGroupManager:
     ) -> None:
         """A timer removed the member (a timer operation is a call of its own)."""
         snapshot = None if group.inflight else group.snapshot()
-        self._remove_member(group, member_id, why, cause, reason)
+        if not self._maybe_downgrade(group, (group.members[member_id],)):
+            self._remove_member(group, member_id, why, cause, reason)
         self._track(group.group_id, snapshot)
 
     def _schedule_rebalance_timeout(self, group: ConsumerGroup, member: ConsumerMember) -> None:
@@ -699,6 +915,8 @@ class ConsumerGroupManager:
     def _cancel_member_timers(self, group_id: str, member_id: str) -> None:
         self.timer.cancel(session_key(group_id, member_id))
         self.timer.cancel(rebalance_key(group_id, member_id))
+        self.timer.cancel(join_key(group_id, member_id))
+        self.timer.cancel(sync_key(group_id, member_id))
 
     def _cancel_timers(self, group: ConsumerGroup) -> None:
         for member_id in group.members:
@@ -822,12 +1040,7 @@ class ConsumerGroupManager:
                 group.target[member_id] = assignment
                 fx.records.append(self._target_member_record(group.group_id, member_id))
         group.assignment_epoch = group.group_epoch
-        fx.records.append(
-            rec.record(
-                rec.ConsumerRecordKey(rec.TARGET_ASSIGNMENT_METADATA, group.group_id),
-                rec.TargetAssignmentMetadataValue(group.assignment_epoch),
-            )
-        )
+        fx.records.append(self._target_metadata_record(group))
         log.debug(
             "group %s: target assignment at epoch %d by %s for %d members",
             group.group_id,
@@ -891,6 +1104,13 @@ class ConsumerGroupManager:
         )
 
     @staticmethod
+    def _target_metadata_record(group: ConsumerGroup) -> CoordinatorRecord:
+        return rec.record(
+            rec.ConsumerRecordKey(rec.TARGET_ASSIGNMENT_METADATA, group.group_id),
+            rec.TargetAssignmentMetadataValue(group.assignment_epoch),
+        )
+
+    @staticmethod
     def _member_metadata_record(group_id: str, member: ConsumerMember) -> CoordinatorRecord:
         return rec.record(
             rec.ConsumerRecordKey(rec.MEMBER_METADATA, group_id, member.member_id),
@@ -903,6 +1123,7 @@ class ConsumerGroupManager:
                 member.subscribed_topic_regex,
                 member.rebalance_timeout_ms,
                 member.server_assignor,
+                member.classic,
             ),
         )
 
@@ -994,8 +1215,351 @@ class ConsumerGroupManager:
             self.calls.emit(GroupRemoved(group_id, self.clock.wall_ms()))
         return self.group_tombstones(group)
 
+    def drop_group(self, group_id: str) -> None:
+        """Forget a group whose making could not be written (an upgrade): no tombstones, no event."""
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            self._cancel_timers(group)
+
     def restore_group(self, group: ConsumerGroup) -> None:
         self.groups.setdefault(group.group_id, group)
+
+    # ========================================================================================================
+    # Members of the classic protocol inside a consumer group: JoinGroup, SyncGroup, Heartbeat, LeaveGroup
+    # ========================================================================================================
+    #
+    # Kafka's classicGroup{Join,Sync,Heartbeat,Leave}ToConsumerGroup. A classic member goes through the same
+    # epochs, target and reconciliation as the others: its JoinGroup is its heartbeat with a subscription (and
+    # the partitions it owns, from the subscription); every classic member is a follower (no leader: the
+    # coordinator assigns), its generation is its member epoch, and its SyncGroup answer is its assigned
+    # partitions. Its Heartbeat answers REBALANCE_IN_PROGRESS while it must rejoin to move on (the group epoch
+    # moved past its epoch, it owes revocations, or partitions it waits for were released), and then it must
+    # rejoin within its rebalance timeout (join timer); after a JoinGroup it must sync within it (sync timer).
+
+    @state_machine_call
+    def classic_join(
+        self,
+        token: object,
+        api_version: int,
+        request: Any,
+        *,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str = "",
+        client_host: str = "",
+    ) -> None:
+        """JoinGroup v0-v9 to a consumer group with members (the shard validated group id and timeouts)."""
+        fx = self.calls.fx
+        fx.own_token = token
+        fx.own_error = lambda error: join_response(api_version, error=error, member_id=request.member_id)
+        group = self.groups[request.group_id]
+        snapshot = None if group.inflight else group.snapshot()
+        state_before = group.state
+        try:
+            answer = self._classic_join(
+                group, api_version, request, session_timeout_ms, rebalance_timeout_ms, client_id, client_host
+            )
+        except (HeartbeatError, PartitionAssignorError) as exc:
+            code = exc.code if isinstance(exc, HeartbeatError) else ErrorCode.unknown_server_error
+            for hook in fx.failure_hooks:
+                hook(code)
+            fx.failure_hooks.clear()
+            fx.records.clear()
+            if snapshot is not None and isinstance(exc, PartitionAssignorError):
+                group.restore(snapshot)
+            answer = join_response(api_version, error=code, member_id=request.member_id)
+        if self.calls.listeners:
+            self._emit_if_stable(group, state_before)
+        self._track(group.group_id, snapshot)
+        self.calls.respond(token, answer)
+
+    def _classic_join(
+        self,
+        group: ConsumerGroup,
+        api_version: int,
+        request: Any,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str,
+        client_host: str,
+    ) -> Any:
+        group_id = group.group_id
+        instance_id = getattr(request, "group_instance_id", None)
+        protocols = tuple((p.name, bytes(p.metadata)) for p in request.protocols)
+        unknown = not request.member_id
+        member_id = request.member_id or self._new_uuid()
+        fx = self.calls.fx
+        if member_id not in group.members and len(group.members) >= self.settings.max_size:
+            raise HeartbeatError(ErrorCode.group_max_size_reached)
+        if (
+            request.protocol_type != CONSUMER_PROTOCOL_TYPE
+            or not protocols
+            or not self._supported_by_all(group, member_id, [name for name, _ in protocols])
+        ):
+            raise HeartbeatError(ErrorCode.inconsistent_group_protocol)
+        if unknown and instance_id is None and api_version >= 4:
+            # KIP-394: a dynamic member gets its id first and joins again with it.
+            return join_response(api_version, error=ErrorCode.member_id_required, member_id=member_id)
+        try:
+            subscription = parse_subscription(protocols[0][1])
+        except ValueError:
+            raise HeartbeatError(ErrorCode.inconsistent_group_protocol) from None
+
+        replaced: ConsumerMember | None = None
+        if instance_id is None:
+            member = group.members.get(member_id) or ConsumerMember(member_id)
+        else:
+            old = group.static_member(instance_id)
+            if unknown:
+                if old is None:
+                    member = ConsumerMember(member_id, instance_id=instance_id)
+                elif old.uses_classic_protocol or old.member_epoch == LEAVE_GROUP_STATIC_EPOCH:
+                    # the static member restarted: the new instance takes its place and its partitions
+                    replaced = old
+                    member = dataclasses.replace(
+                        old, member_id=member_id, state=MemberState.STABLE, pending_revocation={}
+                    )
+                else:
+                    raise HeartbeatError(ErrorCode.unreleased_instance_id)
+            elif old is None:
+                raise HeartbeatError(ErrorCode.unknown_member_id)
+            elif old.member_id != member_id:
+                raise HeartbeatError(ErrorCode.fenced_instance_id)
+            else:
+                member = old
+        if member_id in group.members and not member.uses_classic_protocol:
+            raise HeartbeatError(ErrorCode.unknown_member_id)  # a consumer-protocol member's id
+        new_member = member_id not in group.members and replaced is None
+
+        updated = dataclasses.replace(
+            member,
+            instance_id=instance_id if instance_id is not None else member.instance_id,
+            rack_id=subscription.rack_id if subscription.rack_id is not None else member.rack_id,
+            client_id=client_id,
+            client_host=client_host,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            subscribed_topic_names=tuple(sorted(set(subscription.topics))),
+            subscribed_topic_regex=None,  # (KAFKA-19720: a classic member replacing a consumer one)
+            classic=ClassicMemberMetadata(session_timeout_ms, protocols),
+        )
+        bump = (
+            group.group_epoch == 0
+            or new_member
+            or updated.subscribed_topic_names != member.subscribed_topic_names
+            or updated.subscribed_topic_regex != member.subscribed_topic_regex
+        )
+        if replaced is not None:
+            self._replace_static(group, replaced, updated)
+        if _metadata_changed(member, updated) or member_id not in group.members:
+            fx.records.append(self._member_metadata_record(group_id, updated))
+        group.update_member(updated)
+        if replaced is not None:
+            group.target[member_id] = group.target.pop(replaced.member_id, {})
+            fx.records.append(self._target_member_record(group_id, member_id))
+            fx.records.append(self._current_assignment_record(group_id, updated))
+        self._refresh_subscription(
+            group,
+            bump,
+            reason=RebalanceReason.NEW_MEMBER if new_member else RebalanceReason.METADATA_CHANGE,
+            member=updated,
+        )
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group)
+
+        member = group.members[member_id]
+        owned = self._ids(subscription.owned)
+        try:
+            next_member = reconcile(
+                member, group.assignment_epoch, group.target.get(member_id, {}), owned, group.owner
+            )
+        except MemberFenced:
+            # (a classic member has no epoch to be fenced by: it starts again from its target)
+            next_member = reconcile(
+                dataclasses.replace(member, state=MemberState.STABLE, member_epoch=0),
+                group.assignment_epoch,
+                group.target.get(member_id, {}),
+                owned,
+                group.owner,
+            )
+        if next_member != member:
+            group.update_member(next_member)
+            fx.records.append(self._current_assignment_record(group_id, next_member))
+            if next_member.state == MemberState.UNREVOKED_PARTITIONS:
+                self._schedule_rebalance_timeout(group, next_member)
+            else:
+                self.timer.cancel(rebalance_key(group_id, member_id))
+        self._schedule_session_timeout(group_id, member_id)
+        self.timer.cancel(join_key(group_id, member_id))
+        self.timer.schedule(
+            sync_key(group_id, member_id),
+            rebalance_timeout_ms,
+            self.calls.op(
+                self._classic_timer_expired, group_id, member_id, "did not send its SyncGroup in time"
+            ),
+        )
+        return join_response(
+            api_version,
+            member_id=member_id,
+            generation_id=next_member.member_epoch,
+            protocol_type=CONSUMER_PROTOCOL_TYPE,
+            protocol_name=protocols[0][0],
+            leader="",
+        )
+
+    def _supported_by_all(self, group: ConsumerGroup, member_id: str, names: list[str]) -> bool:
+        """Whether one of `names` is a protocol every other classic member supports."""
+        wanted = set(names)
+        for other in group.members.values():
+            if other.classic is not None and other.member_id != member_id:
+                wanted &= {name for name, _ in other.classic.protocols}
+                if not wanted:
+                    return False
+        return True
+
+    def _classic_timer_expired(self, group_id: str, member_id: str, why: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and member_id in group.members:
+            self._expire(
+                group, member_id, why, RemovalCause.REBALANCE_TIMEOUT, RebalanceReason.REBALANCE_TIMEOUT
+            )
+
+    def _classic_member(
+        self, group: ConsumerGroup, member_id: str, instance_id: str | None
+    ) -> ConsumerMember:
+        """Kafka's validateConsumerGroupMember and throwIfMemberDoesNotUseClassicProtocol."""
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                raise HeartbeatError(ErrorCode.unknown_member_id)
+        else:
+            member = group.static_member(instance_id)
+            if member is None:
+                raise HeartbeatError(ErrorCode.unknown_member_id)
+            if member.member_id != member_id:
+                raise HeartbeatError(ErrorCode.fenced_instance_id)
+        if not member.uses_classic_protocol:
+            raise HeartbeatError(ErrorCode.unknown_member_id)
+        return member
+
+    @state_machine_call
+    def classic_sync(self, token: object, api_version: int, request: Any) -> None:
+        """SyncGroup v0-v5 to a consumer group: the member's assigned partitions."""
+        group = self.groups[request.group_id]
+        try:
+            member = self._classic_member(
+                group, request.member_id, getattr(request, "group_instance_id", None)
+            )
+            if int(request.generation_id) != member.member_epoch:
+                raise HeartbeatError(ErrorCode.illegal_generation)
+            assert member.classic is not None
+            protocol_type = getattr(request, "protocol_type", None)
+            protocol_name = getattr(request, "protocol_name", None)
+            names = [name for name, _ in member.classic.protocols]
+            if (protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE) or (
+                protocol_name is not None and protocol_name not in names
+            ):
+                raise HeartbeatError(ErrorCode.inconsistent_group_protocol)
+            if group.group_epoch > member.member_epoch and member.state != MemberState.UNREVOKED_PARTITIONS:
+                raise HeartbeatError(ErrorCode.rebalance_in_progress)
+        except HeartbeatError as exc:
+            self.calls.respond(token, sync_response(error=exc.code))
+            return
+        group_id = group.group_id
+        self.timer.cancel(sync_key(group_id, member.member_id))
+        self._schedule_session_timeout(group_id, member.member_id)
+        metadata = protocol_metadata(member.classic.protocols, protocol_name) or b""
+        version = int.from_bytes(metadata[:2], "big", signed=True) if len(metadata) >= 2 else 0
+        self.calls.respond(
+            token,
+            sync_response(
+                protocol_type=CONSUMER_PROTOCOL_TYPE,
+                protocol_name=protocol_name if protocol_name is not None else names[0],
+                assignment=assignment_bytes(version, self._names(member.assigned)),
+            ),
+        )
+
+    @state_machine_call
+    def classic_heartbeat(self, token: object, api_version: int, request: Any) -> None:
+        """Heartbeat v0-v4 to a consumer group."""
+        group = self.groups[request.group_id]
+        try:
+            member = self._classic_member(
+                group, request.member_id, getattr(request, "group_instance_id", None)
+            )
+            if int(request.generation_id) != member.member_epoch:
+                raise HeartbeatError(ErrorCode.illegal_generation)
+        except HeartbeatError as exc:
+            self.calls.respond(token, classic_heartbeat_response(exc.code))
+            return
+        group_id = group.group_id
+        self._schedule_session_timeout(group_id, member.member_id)
+        error = ErrorCode.none
+        if (
+            member.member_epoch < group.group_epoch
+            or member.state == MemberState.UNREVOKED_PARTITIONS
+            or (
+                member.state == MemberState.UNRELEASED_PARTITIONS
+                and not self._waits_on_unreleased(group, member)
+            )
+        ):
+            error = ErrorCode.rebalance_in_progress
+            key = join_key(group_id, member.member_id)
+            if not self.timer.is_scheduled(key):
+                self.timer.schedule(
+                    key,
+                    member.rebalance_timeout_ms if member.rebalance_timeout_ms >= 0 else 300_000,
+                    self.calls.op(
+                        self._classic_timer_expired, group_id, member.member_id, "did not rejoin in time"
+                    ),
+                )
+        self.calls.respond(token, classic_heartbeat_response(error))
+
+    @staticmethod
+    def _waits_on_unreleased(group: ConsumerGroup, member: ConsumerMember) -> bool:
+        """Whether a partition of the member's target it does not have yet is still held by another member."""
+        for topic_id, partitions in group.target.get(member.member_id, {}).items():
+            for p in partitions - member.assigned.get(topic_id, frozenset()):
+                holder = group.owner(topic_id, p)
+                if holder is not None and holder != member.member_id:
+                    return True
+        return False
+
+    @state_machine_call
+    def classic_leave(self, token: object, api_version: int, request: Any) -> None:
+        """LeaveGroup v0-v5 to a consumer group: every member named (of either protocol) is removed."""
+        fx = self.calls.fx
+        fx.own_token = token
+        fx.own_error = lambda error: leave_response(api_version, error=error)
+        group = self.groups[request.group_id]
+        snapshot = None if group.inflight else group.snapshot()
+        if hasattr(request, "members") and (api_version >= 3 or not hasattr(request, "member_id")):
+            identities = [(m.member_id, getattr(m, "group_instance_id", None)) for m in request.members]
+        else:
+            identities = [(request.member_id, None)]
+        answers = []
+        leaving: dict[str, ConsumerMember] = {}
+        for member_id, instance_id in identities:
+            error = ErrorCode.none
+            if instance_id is None:
+                member = group.members.get(member_id)
+                if member is None:
+                    error = ErrorCode.unknown_member_id
+            else:
+                member = group.static_member(instance_id)
+                if member is None:
+                    error = ErrorCode.unknown_member_id
+                elif member_id and member.member_id != member_id:
+                    error = ErrorCode.fenced_instance_id
+            if error == ErrorCode.none and member is not None:
+                leaving[member.member_id] = member
+            answers.append({"member_id": member_id, "group_instance_id": instance_id, "error_code": error})
+        if leaving and not self._maybe_downgrade(group, leaving.values()):
+            for member_id in leaving:
+                self._remove_member(
+                    group, member_id, "left the group", RemovalCause.LEFT, RebalanceReason.LEAVE
+                )
+        self._track(group.group_id, snapshot)
+        self.calls.respond(token, leave_response(api_version, members=answers))
 
     # ========================================================================================================
     # ConsumerGroupDescribe
@@ -1037,7 +1601,9 @@ class ConsumerGroupManager:
                     "subscribed_topic_regex": member.subscribed_topic_regex,
                     "assignment": self._named(current),
                     "target_assignment": self._named(group.target.get(member.member_id, {})),
-                    "member_type": MEMBER_TYPE_CONSUMER,
+                    "member_type": MEMBER_TYPE_CLASSIC
+                    if member.uses_classic_protocol
+                    else MEMBER_TYPE_CONSUMER,
                 }
             )
         return {
@@ -1074,6 +1640,8 @@ class ConsumerGroupManager:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
+        if member.uses_classic_protocol:  # a member of the classic protocol commits with its generation
+            return ErrorCode.illegal_generation if epoch != member.member_epoch else ErrorCode.none
         if not transactional and api_version < 9:
             return ErrorCode.unsupported_version
         if epoch != member.member_epoch:
@@ -1088,7 +1656,9 @@ class ConsumerGroupManager:
         if member is None:
             return ErrorCode.unknown_member_id
         if epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
+            return (
+                ErrorCode.illegal_generation if member.uses_classic_protocol else ErrorCode.stale_member_epoch
+            )
         return ErrorCode.none
 
     # ========================================================================================================
@@ -1133,6 +1703,7 @@ class ConsumerGroupManager:
                     subscribed_topic_regex=value.subscribed_topic_regex,
                     rebalance_timeout_ms=value.rebalance_timeout_ms,
                     server_assignor=value.server_assignor,
+                    classic=value.classic,
                 )
         elif key.type == rec.CURRENT_MEMBER_ASSIGNMENT:
             holder = group.members.get(key.member_id)
@@ -1220,6 +1791,7 @@ def _metadata_changed(old: ConsumerMember, new: ConsumerMember) -> bool:
         or old.subscribed_topic_regex != new.subscribed_topic_regex
         or old.rebalance_timeout_ms != new.rebalance_timeout_ms
         or old.server_assignor != new.server_assignor
+        or old.classic != new.classic
     )
 
 

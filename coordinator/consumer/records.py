@@ -9,7 +9,9 @@ group-coordinator/src/main/resources/common/message/ConsumerGroup*{Key,Value}.js
     type 5  ConsumerGroupMemberMetadataKey {group, member_id}
             value {instance_id: string?, rack_id: string?, client_id, client_host, subscribed_topic_names:
                    [string], subscribed_topic_regex: string?, rebalance_timeout_ms: int32, server_assignor:
-                   string?; tag 0: classic member metadata (kept as bytes, not written by us)}
+                   string?; tag 0: classic_member_metadata {session_timeout_ms: int32,
+                   supported_protocols: [{name: string, metadata: bytes}]}? (set for a member using the
+                   classic protocol inside a consumer group)}
     type 6  ConsumerGroupTargetAssignmentMetadataKey {group}
             value {assignment_epoch: int32}
     type 7  ConsumerGroupTargetAssignmentMemberKey {group, member_id}
@@ -72,6 +74,14 @@ class GroupMetadataValue:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member using the classic protocol (JoinGroup/SyncGroup) inside a consumer group joined with."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), in the member's order of preference
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class MemberMetadataValue:
     instance_id: str | None
     rack_id: str | None
@@ -81,6 +91,7 @@ class MemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -162,6 +173,20 @@ def encode_value(value: ConsumerRecordValue) -> bytes:
         w.string(value.subscribed_topic_regex, nullable=True)
         w.i32(value.rebalance_timeout_ms)
         w.string(value.server_assignor, nullable=True)
+        if value.classic is not None:
+            inner = _Writer(flexible=True)
+            inner.i32(value.classic.session_timeout_ms)
+            inner.array_length(len(value.classic.protocols))
+            for name, metadata in value.classic.protocols:
+                inner.string(name)
+                inner.bytes_(metadata)
+                inner.tagged_fields()
+            inner.tagged_fields()
+            w.uvarint(1)  # one tagged field: tag 0
+            w.uvarint(0)
+            w.uvarint(len(inner.buf))
+            w.buf += inner.buf
+            return bytes(w.buf)
     elif isinstance(value, TargetAssignmentMetadataValue):
         w.i32(value.assignment_epoch)
     elif isinstance(value, TargetAssignmentMemberValue):
@@ -214,6 +239,20 @@ def _tagged_fields(r: _Reader) -> dict[int, bytes]:
     return tags
 
 
+def _classic_member_metadata(data: bytes) -> ClassicMemberMetadata:
+    r = _Reader(data, flexible=True)
+    session_timeout_ms = r.i32()
+    protocols = []
+    for _ in range(r.array_length()):
+        name = r.str_()
+        metadata = r.bytes_()
+        r.skip_tagged_fields()
+        protocols.append((name, metadata))
+    r.skip_tagged_fields()
+    r.end()
+    return ClassicMemberMetadata(session_timeout_ms, tuple(protocols))
+
+
 def decode_value(key: ConsumerRecordKey, data: bytes | None) -> Any:
     """The value of a record with this key: one of the value classes, None for a tombstone, and None for the
     types that are read and ignored (4, 16)."""
@@ -243,6 +282,11 @@ def decode_value(key: ConsumerRecordKey, data: bytes | None) -> Any:
             rebalance_timeout_ms=r.i32(),
             server_assignor=r.string(nullable=True),
         )
+        classic = _tagged_fields(r).get(0)
+        r.end()
+        if classic is not None:
+            value = dataclasses.replace(value, classic=_classic_member_metadata(classic))
+        return value
     elif key.type == TARGET_ASSIGNMENT_METADATA:
         value = TargetAssignmentMetadataValue(r.i32())
     elif key.type == TARGET_ASSIGNMENT_MEMBER:

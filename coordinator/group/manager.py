@@ -132,12 +132,12 @@ class GroupMetadataManager(ClassicRebalancing):
         parked = Parked(token, api_version)
         if not join.group_id:
             self._join_error(parked, ErrorCode.invalid_group_id, join.member_id)
-        elif not self._session_timeout_allowed(session_timeout_ms):
+        elif not self.session_timeout_allowed(session_timeout_ms):
             self._join_error(parked, ErrorCode.invalid_session_timeout, join.member_id)
         else:
             self._classic_group_join(parked, join)
 
-    def _session_timeout_allowed(self, session_timeout_ms: int) -> bool:
+    def session_timeout_allowed(self, session_timeout_ms: int) -> bool:
         s = self.settings
         return s.group_min_session_timeout_ms <= session_timeout_ms <= s.group_max_session_timeout_ms
 
@@ -799,6 +799,39 @@ class GroupMetadataManager(ClassicRebalancing):
         group = self.groups.get(group_id)
         if group is not None and group.state in (STABLE, COMPLETING_REBALANCE):
             self._prepare_rebalance(group, reason, RebalanceTrigger(RebalanceReason.PAUSE))
+
+    def detach_for_upgrade(self, group: ClassicGroup) -> None:
+        """The group becomes a consumer group (coordinator.consumer.migration): its parked JoinGroup and SyncGroup
+        requests are answered REBALANCE_IN_PROGRESS (their members join the consumer group again), joiners held
+        back by a window are refused the same way, and the group is forgotten with its timers."""
+        for member in group.all_members():
+            self._answer_join(
+                group,
+                member,
+                error=ErrorCode.rebalance_in_progress,
+                member_id=member.member_id,
+                generation_id=group.generation_id,
+            )
+            self._answer_sync(group, member, error=ErrorCode.rebalance_in_progress)
+        for joiner in list(group.expansion_joiners.values()):
+            self._answer_parked_joiner(joiner, ErrorCode.rebalance_in_progress)
+        group.expansion_joiners.clear()
+        self.remove_group(group)
+
+    def restart_sessions(self, group: ClassicGroup) -> None:
+        """A group detached for an upgrade is back (the upgrade could not be written): its sessions run again."""
+        for member in group.all_members():
+            self._reschedule_heartbeat(group, member)
+
+    def adopt_downgraded(self, group: ClassicGroup, reason: str) -> None:
+        """A consumer group became this classic group (Stable, its members' assignments from the consumer
+        group's target): kept and written, its members' sessions started, and a rebalance begun, which its
+        members see at their next heartbeat."""
+        self.groups[group.group_id] = group
+        self._fx.records.append(new_group_metadata_record(group, group.group_assignment()))
+        for member in group.all_members():
+            self._reschedule_heartbeat(group, member)
+        self._prepare_rebalance(group, reason)
 
     def settings_changed(self, group_id: str) -> None:
         """Windows that run move to the group's new values (a window set to 0 ends now)."""

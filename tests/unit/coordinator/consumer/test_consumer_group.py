@@ -190,7 +190,10 @@ def test_classic_groups_of_the_same_id():
     ctx = ConsumerContext()
     ctx.shard = shard
     ctx.clock, ctx.timer = classic.clock, classic.timer
-    answer, _ = ctx.heartbeat("m1", group_id="busy")
+    # a heartbeat past the join to a classic group (joining one with members upgrades it: test_migration)
+    answer, _ = ctx.heartbeat("m1", 3, group_id="busy")
+    assert answer.error_code == ErrorCode.group_id_not_found
+    answer, _ = ctx.heartbeat("m1", -1, group_id="busy")
     assert answer.error_code == ErrorCode.group_id_not_found
     assert "busy" in shard.groups and "busy" not in shard.consumer.groups
 
@@ -214,7 +217,7 @@ def test_empty_classic_group_replaced_and_empty_consumer_group_downgraded():
         protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
         reason=None,
     )
-    ctx.apply(ctx.shard.join_group("j", 9, join))
+    ctx.apply(ctx.shard.join_group("j", 9, dataclasses.replace(join, protocol_type="connect")))
     assert ctx.answers.pop("j").error_code == ErrorCode.inconsistent_group_protocol
     ok(ctx.heartbeat("m1", -1))
     result = ctx.apply(ctx.shard.join_group("j", 9, join))

@@ -1,0 +1,431 @@
+"""Online migration between classic and consumer groups (KIP-848), on the manual clock: a classic group with
+members upgraded by a consumer-protocol member's first heartbeat, classic members inside a consumer group
+(JoinGroup, SyncGroup, Heartbeat, LeaveGroup, offset commits), and the downgrade when the last
+consumer-protocol member leaves. Named after Kafka's GroupMetadataManagerTest cases where one matches."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest, TopicPartitions
+from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription as SubscriptionV1
+from kio.schema.consumer_protocol_subscription.v1.data import TopicPartition
+from kio.serial import entity_writer
+from kio.static.primitive import i32, i32Timedelta
+
+from coordinator.consumer import records as rec
+from coordinator.consumer.group import MemberState
+from coordinator.consumer.manager import ConsumerGroupSettings, join_key, session_key, sync_key
+from coordinator.consumer.migration import parse_subscription
+from coordinator.group.state import ClassicGroupState
+from coordinator.records import GroupMetadataKey, decode_record
+from protocol.consumer import ConsumerAssignment, assignment_partitions, decode_assignment, encode_assignment
+from protocol.errors import ErrorCode
+from tests.unit.coordinator.group.context import GroupTestContext
+
+from .context import FakeTopics, parts, tid
+
+FOO = tid("foo")
+
+
+def subscription(topics: Iterable[str] = ("foo",), owned: Mapping[str, Iterable[int]] | None = None) -> bytes:
+    """A consumer-protocol Subscription v1: topics and owned partitions."""
+    buf = io.BytesIO()
+    buf.write((1).to_bytes(2, "big"))
+    entity_writer(SubscriptionV1)(
+        buf,
+        SubscriptionV1(
+            topics=tuple(topics),
+            user_data=None,
+            owned_partitions=tuple(
+                TopicPartition(topic=t, partitions=tuple(i32(p) for p in sorted(ps)))
+                for t, ps in (owned or {}).items()
+            ),
+        ),
+    )
+    return buf.getvalue()
+
+
+def assignment(**topics: Iterable[int]) -> bytes:
+    return encode_assignment(
+        ConsumerAssignment(1, tuple((t, tuple(sorted(ps))) for t, ps in topics.items()), None)
+    )
+
+
+def context(**consumer: Any) -> GroupTestContext:
+    ctx = GroupTestContext(group_initial_rebalance_delay_ms=0)
+    ctx.shard.consumer.topics = FakeTopics(foo=6)
+    if consumer:
+        ctx.shard.consumer.settings = ConsumerGroupSettings(**consumer)
+    return ctx
+
+
+def cghb(
+    ctx: GroupTestContext,
+    member_id: str,
+    epoch: int = 0,
+    *,
+    owned: Mapping[uuid.UUID, Iterable[int]] | None = None,
+    group_id: str = "grp",
+    instance_id: str | None = None,
+) -> Any:
+    joining = epoch == 0
+    request = ConsumerGroupHeartbeatRequest(
+        group_id=group_id,
+        member_id=member_id,
+        member_epoch=i32(epoch),
+        instance_id=instance_id,
+        rack_id=None,
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=5000 if joining else -1)),
+        subscribed_topic_names=("foo",) if joining else None,
+        subscribed_topic_regex=None,
+        server_assignor=None,
+        topic_partitions=tuple(
+            TopicPartitions(topic_id=t, partitions=tuple(i32(p) for p in sorted(ps)))
+            for t, ps in (owned if owned is not None else {}).items()
+        )
+        if joining or owned is not None
+        else None,
+    )
+    token = ctx.token(f"cghb-{member_id}")
+    ctx.apply(ctx.shard.consumer_group_heartbeat(token, 1, request, client_id="c", client_host="/h"))
+    return ctx.answers[token]
+
+
+def classic_group(ctx: GroupTestContext, group_id: str = "grp") -> tuple[str, str]:
+    """A classic group of two consumer-protocol members at generation 1: foo 0-2 and 3-5."""
+    a = ctx.join_group(group_id, protocols=[("range", subscription())], rebalance_timeout_ms=10000)
+    b = ctx.join_group(group_id, protocols=[("range", subscription())], rebalance_timeout_ms=10000)
+    ctx.advance(0)
+    leader, follower = a.response.member_id, b.response.member_id
+    assert a.response.generation_id == 1
+    ctx.sync_group(
+        group_id,
+        leader,
+        1,
+        assignments={leader: assignment(foo=[0, 1, 2]), follower: assignment(foo=[3, 4, 5])},
+    )
+    ctx.sync_group(group_id, follower, 1)
+    assert ctx.shard.groups[group_id].state == ClassicGroupState.STABLE
+    return leader, follower
+
+
+def rejoin(
+    ctx: GroupTestContext, member_id: str, owned: Mapping[str, Iterable[int]], group_id: str = "grp"
+) -> Any:
+    join = ctx.join_group(
+        group_id, member_id, protocols=[("range", subscription(owned=owned))], rebalance_timeout_ms=10000
+    )
+    return join.response
+
+
+def synced(
+    ctx: GroupTestContext, member_id: str, generation: int, group_id: str = "grp"
+) -> dict[str, list[int]]:
+    sync = ctx.sync_group(group_id, member_id, generation)
+    assert sync.error == ErrorCode.none, sync.error
+    found = assignment_partitions(sync.response.assignment)
+    assert found is not None
+    return found
+
+
+def test_subscription_versions_parse():
+    parsed = parse_subscription(subscription(["foo", "bar"], {"foo": [2, 1]}))
+    assert (parsed.version, parsed.topics, parsed.owned) == (1, ("foo", "bar"), {"foo": frozenset({1, 2})})
+
+
+def test_consumer_group_heartbeat_with_stable_classic_group():
+    ctx = context()
+    leader, follower = classic_group(ctx)
+    written = len(ctx.log)
+    answer = cghb(ctx, "new")
+    assert answer.error_code == ErrorCode.none
+    assert "grp" not in ctx.shard.groups
+    group = ctx.shard.consumer.groups["grp"]
+    # the classic members are members at their generation, with their partitions; the joiner bumped the epoch
+    assert group.members[leader].assigned == parts(foo=[0, 1, 2])
+    assert group.members[follower].assigned == parts(foo=[3, 4, 5])
+    assert group.members[leader].member_epoch == 1 and group.members[leader].uses_classic_protocol
+    assert (group.group_epoch, answer.member_epoch, group.target["new"]) == (2, 2, parts(foo=[2, 5]))
+    assert answer.assignment.topic_partitions == ()  # 2 and 5 are still held
+    # the classic group's tombstone, then the consumer group's records (Kafka's order), then the joiner's
+    records = ctx.log[written:]
+    assert isinstance(decode_record(records[0])[0], GroupMetadataKey) and records[0].value is None
+    assert [rec.record_type(r.key) for r in records[1:9]] == [5, 5, 3, 7, 7, 6, 8, 8]
+
+    # the leader is told to rejoin; its JoinGroup (owning 0-2) leaves it 0-1, revoking 2
+    assert ctx.heartbeat("grp", leader, 1).error == ErrorCode.rebalance_in_progress
+    assert ctx.timer.is_scheduled(join_key("grp", leader))
+    join = rejoin(ctx, leader, {"foo": [0, 1, 2]})
+    assert (join.error_code, join.generation_id, join.leader, join.members) == (ErrorCode.none, 1, "", ())
+    assert not ctx.timer.is_scheduled(join_key("grp", leader))
+    assert synced(ctx, leader, 1) == {"foo": [0, 1]}
+    assert ctx.heartbeat("grp", leader, 1).error == ErrorCode.rebalance_in_progress  # it owes the revocation
+    join = rejoin(ctx, leader, {"foo": [0, 1]})
+    assert join.generation_id == 2 and group.members[leader].state == MemberState.STABLE
+    assert synced(ctx, leader, 2) == {"foo": [0, 1]}
+    assert ctx.heartbeat("grp", leader, 2).error == ErrorCode.none
+    # the follower the same way, giving up 5
+    join = rejoin(ctx, follower, {"foo": [3, 4, 5]})
+    assert synced(ctx, follower, join.generation_id) == {"foo": [3, 4]}
+    join = rejoin(ctx, follower, {"foo": [3, 4]})
+    assert synced(ctx, follower, join.generation_id) == {"foo": [3, 4]} and join.generation_id == 2
+    # the new member picks up what was released
+    answer = cghb(ctx, "new", 2, owned={})
+    assert answer.assignment.topic_partitions[0].partitions == (2, 5)
+    assert str(group.state) == "Stable"
+
+
+def test_consumer_group_heartbeat_with_non_consumer_classic_group_is_refused():
+    ctx = context()
+    ctx.join_group("grp", protocol_type="connect", protocols=[("range", b"x")])
+    ctx.advance(0)
+    answer = cghb(ctx, "m1")
+    assert answer.error_code == ErrorCode.group_id_not_found
+    assert "grp" in ctx.shard.groups and "grp" not in ctx.shard.consumer.groups
+
+
+def test_upgrade_disabled_by_policy():
+    ctx = context(migration_policy="downgrade")
+    classic_group(ctx)
+    assert cghb(ctx, "m1").error_code == ErrorCode.group_id_not_found
+    assert ctx.shard.groups["grp"].state == ClassicGroupState.STABLE
+
+
+def test_consumer_group_heartbeat_with_preparing_rebalance_classic_group():
+    ctx = context()
+    leader, follower = classic_group(ctx)
+    ctx.heartbeat("grp", leader, 1)
+    join = ctx.join_group("grp", leader, protocols=[("range", subscription())], rebalance_timeout_ms=10000)
+    assert not join.done  # parked: the group waits for the follower
+    assert cghb(ctx, "new").error_code == ErrorCode.none
+    assert join.error == ErrorCode.rebalance_in_progress  # answered by the upgrade
+    assert ctx.heartbeat("grp", follower, 1).error == ErrorCode.rebalance_in_progress
+
+
+def test_classic_member_joins_consumer_group():
+    # testJoiningConsumerGroupWithNewDynamicMember
+    ctx = context()
+    assert cghb(ctx, "m1").error_code == ErrorCode.none
+    group = ctx.shard.consumer.groups["grp"]
+    first = ctx.join_group("grp", protocols=[("range", subscription())], version=9)
+    assert first.error == ErrorCode.member_id_required
+    member_id = first.response.member_id
+    join = ctx.join_group("grp", member_id, protocols=[("range", subscription())], version=9)
+    assert join.error == ErrorCode.none
+    assert (join.response.generation_id, join.response.protocol_name, join.response.leader) == (
+        2,
+        "range",
+        "",
+    )
+    assert ctx.timer.is_scheduled(sync_key("grp", member_id))
+    assert group.members[member_id].classic is not None
+    assert group.group_epoch == 2
+    # m1 still holds everything: nothing for the classic member yet
+    assert synced(ctx, member_id, 2) == {}
+    assert not ctx.timer.is_scheduled(sync_key("grp", member_id))
+    # m1 revokes half; the classic member is told to rejoin and gets them
+    answer = cghb(ctx, "m1", 1, owned=parts(foo=range(6)))
+    answer = cghb(ctx, "m1", 1, owned={FOO: answer.assignment.topic_partitions[0].partitions})
+    assert answer.member_epoch == 2
+    assert ctx.heartbeat("grp", member_id, 2).error == ErrorCode.rebalance_in_progress
+    join = ctx.join_group("grp", member_id, protocols=[("range", subscription())], version=9)
+    assert (
+        synced(ctx, member_id, join.response.generation_id) == {"foo": [3, 4, 5]}
+        or len(synced(ctx, member_id, join.response.generation_id)["foo"]) == 3
+    )
+    assert ctx.heartbeat("grp", member_id, 2).error == ErrorCode.none
+    # describe says which protocol each member uses
+    described = ctx.shard.consumer.describe(["grp"])[0]
+    assert sorted(m["member_type"] for m in described["members"]) == [0, 1]
+
+
+def test_classic_member_errors_in_consumer_group():
+    ctx = context()
+    cghb(ctx, "m1")
+    join = ctx.join_group("grp", "c1", protocols=[("range", subscription())])
+    assert join.error == ErrorCode.none
+    generation = join.response.generation_id
+    assert ctx.heartbeat("grp", "c1", generation + 5).error == ErrorCode.illegal_generation
+    assert ctx.heartbeat("grp", "nobody", generation).error == ErrorCode.unknown_member_id
+    assert ctx.heartbeat("grp", "m1", 1).error == ErrorCode.unknown_member_id  # a consumer-protocol member
+    assert ctx.sync_group("grp", "c1", generation, protocol_name="other").error == (
+        ErrorCode.inconsistent_group_protocol
+    )
+    bad = ctx.join_group("grp", "c2", protocols=[("roundrobin", subscription())])
+    assert bad.error == ErrorCode.inconsistent_group_protocol
+
+    # offsets: the classic member commits with its generation
+    def commit(generation_id: int, version: int) -> ErrorCode:
+        call = ctx.commit("grp", member_id="c1", generation_id=generation_id, version=version)
+        return ErrorCode(call.response.topics[0].partitions[0].error_code)
+
+    assert commit(generation, 7) == ErrorCode.none  # (a classic member needs no v9)
+    assert commit(generation, 9) == ErrorCode.none
+    assert commit(generation + 1, 7) == ErrorCode.illegal_generation
+
+
+def test_classic_member_sync_timeout_and_session_timeout():
+    ctx = context()
+    cghb(ctx, "m1")
+    join = ctx.join_group("grp", "c1", protocols=[("range", subscription())], rebalance_timeout_ms=1000)
+    assert join.error == ErrorCode.none
+    group = ctx.shard.consumer.groups["grp"]
+    epoch = group.group_epoch
+    ctx.advance(1000)
+    assert "c1" not in group.members and group.group_epoch == epoch + 1
+    join = ctx.join_group(
+        "grp", "c2", protocols=[("range", subscription())], session_timeout_ms=700, rebalance_timeout_ms=5000
+    )
+    synced(ctx, "c2", join.response.generation_id)
+    assert ctx.deadline(session_key("grp", "c2")) == 700
+    ctx.advance(700)
+    assert "c2" not in group.members
+
+
+def test_last_consumer_protocol_member_leaving_in_consumer_group():
+    # testLastConsumerProtocolMemberLeavingConsumerGroup
+    ctx = context()
+    leader, follower = classic_group(ctx)
+    cghb(ctx, "new")
+    group = ctx.shard.consumer.groups["grp"]
+    epoch = group.group_epoch
+    answer = cghb(ctx, "new", -1)
+    assert answer.error_code == ErrorCode.none and answer.member_epoch == -1
+    assert "grp" not in ctx.shard.consumer.groups
+    classic = ctx.shard.groups["grp"]
+    assert classic.state == ClassicGroupState.PREPARING_REBALANCE
+    assert classic.generation_id == epoch and sorted(classic.all_member_ids()) == sorted([leader, follower])
+    assert classic.protocol_name == "range"
+    # each classic member's assignment is its target in the consumer group (the leaver's partitions: nobody's)
+    assert {m.member_id: decode_assignment(m.assignment).partitions for m in classic.all_members()} == {
+        leader: (("foo", (0, 1)),),
+        follower: (("foo", (3, 4)),),
+    }
+    # the log holds the consumer group's tombstones, then the classic group's record
+    key, value = decode_record(ctx.log[-1])
+    assert isinstance(key, GroupMetadataKey) and value is not None and value.generation == epoch
+    # the classic members rebalance as a classic group
+    assert ctx.heartbeat("grp", leader, epoch).error == ErrorCode.rebalance_in_progress
+    a = ctx.join_group("grp", leader, protocols=[("range", subscription())], rebalance_timeout_ms=10000)
+    b = ctx.join_group("grp", follower, protocols=[("range", subscription())], rebalance_timeout_ms=10000)
+    assert a.done and b.done and a.response.generation_id == epoch + 1
+    # a restart reads the same
+    again = ctx.restart()
+    assert "grp" in again.shard.groups and "grp" not in again.shard.consumer.groups
+
+
+def test_last_consumer_protocol_member_session_timeout_downgrades():
+    # testLastConsumerProtocolMemberSessionTimeoutInConsumerGroup
+    ctx = context(session_timeout_ms=45000)
+    leader, follower = classic_group(ctx)  # session timeouts of 500 ms
+    cghb(ctx, "new")
+    group = ctx.shard.consumer.groups["grp"]
+    for member_id, owned in (
+        (leader, [0, 1, 2]),
+        (follower, [3, 4, 5]),
+    ):  # they catch up, as in the test above
+        rejoin(ctx, member_id, {"foo": owned})
+        join = rejoin(ctx, member_id, {"foo": [p for p in owned if p not in (2, 5)]})
+        synced(ctx, member_id, join.generation_id)
+    assert {group.members[m].member_epoch for m in (leader, follower)} == {2}
+    for _ in range(150):  # the classic members heartbeat; the consumer-protocol member is silent
+        ctx.advance(400)
+        assert ctx.heartbeat("grp", leader, 2).error in (ErrorCode.none, ErrorCode.rebalance_in_progress)
+        ctx.heartbeat("grp", follower, 2)
+        if "grp" not in ctx.shard.consumer.groups:
+            break
+    else:
+        raise AssertionError("the consumer-protocol member was never fenced")
+    assert ctx.clock.monotonic_ms() >= 45000
+    classic = ctx.shard.groups["grp"]
+    assert classic.state == ClassicGroupState.PREPARING_REBALANCE and classic.num_members() == 2
+
+
+def test_downgrade_disabled_by_policy():
+    ctx = context(migration_policy="upgrade")
+    classic_group(ctx)
+    cghb(ctx, "new")
+    cghb(ctx, "new", -1)
+    group = ctx.shard.consumer.groups["grp"]
+    assert "new" not in group.members and len(group.members) == 2
+
+
+def test_classic_leave_group_in_consumer_group():
+    ctx = context()
+    cghb(ctx, "m1")
+    join = ctx.join_group("grp", "c1", protocols=[("range", subscription())])
+    assert join.error == ErrorCode.none
+    leave = ctx.leave_group("grp", [("c1", None), ("ghost", None)])
+    assert [m.error_code for m in leave.response.members] == [ErrorCode.none, ErrorCode.unknown_member_id]
+    assert "c1" not in ctx.shard.consumer.groups["grp"].members
+
+
+def test_classic_member_metadata_record_round_trip_and_reload():
+    ctx = context()
+    cghb(ctx, "m1")
+    join = ctx.join_group("grp", "c1", protocols=[("range", subscription()), ("roundrobin", subscription())])
+    assert join.error == ErrorCode.none
+    member_records = [
+        r for r in ctx.log if rec.record_type(r.key) == rec.MEMBER_METADATA and r.value is not None
+    ]
+    value = rec.decode_value(rec.decode_key(member_records[-1].key), member_records[-1].value)
+    assert value.classic is not None and [n for n, _ in value.classic.protocols] == ["range", "roundrobin"]
+    assert value.classic.session_timeout_ms == 500
+    again = ctx.restart()
+    again.shard.consumer.topics = ctx.shard.consumer.topics
+    member = again.shard.consumer.groups["grp"].members["c1"]
+    assert member.classic == value.classic
+    assert again.deadline(session_key("grp", "c1")) == 500
+
+
+def _cghb_result(ctx: GroupTestContext, member_id: str, epoch: int) -> Any:
+    request = ConsumerGroupHeartbeatRequest(
+        group_id="grp",
+        member_id=member_id,
+        member_epoch=i32(epoch),
+        instance_id=None,
+        rack_id=None,
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=5000 if epoch == 0 else -1)),
+        subscribed_topic_names=("foo",) if epoch == 0 else None,
+        subscribed_topic_regex=None,
+        server_assignor=None,
+        topic_partitions=() if epoch == 0 else None,
+    )
+    token = ctx.token(f"cghb-{member_id}")
+    return token, ctx.shard.consumer_group_heartbeat(token, 1, request, client_id="c", client_host="/h")
+
+
+def test_failed_upgrade_write_brings_the_classic_group_back():
+    ctx = context()
+    leader, follower = classic_group(ctx)
+    token, result = _cghb_result(ctx, "new", 0)
+    assert "grp" in ctx.shard.consumer.groups and "grp" not in ctx.shard.groups
+    ctx.fail(result)
+    assert ctx.answers[token].error_code == ErrorCode.coordinator_not_available
+    assert "grp" not in ctx.shard.consumer.groups
+    classic = ctx.shard.groups["grp"]
+    assert classic.state == ClassicGroupState.STABLE and sorted(classic.all_member_ids()) == sorted(
+        [leader, follower]
+    )
+    assert ctx.heartbeat("grp", leader, 1).error == ErrorCode.none
+    assert (
+        ctx.session_deadline(leader, "grp") is not None and ctx.session_deadline(follower, "grp") is not None
+    )
+
+
+def test_failed_downgrade_write_brings_the_consumer_group_back():
+    ctx = context()
+    leader, follower = classic_group(ctx)
+    cghb(ctx, "new")
+    token, result = _cghb_result(ctx, "new", -1)
+    assert "grp" in ctx.shard.groups
+    ctx.fail(result)
+    assert "grp" not in ctx.shard.groups
+    group = ctx.shard.consumer.groups["grp"]
+    assert sorted(group.members) == sorted([leader, follower, "new"])
+    assert all(ctx.timer.is_scheduled(session_key("grp", m)) for m in group.members)
