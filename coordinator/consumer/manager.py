@@ -452,6 +452,9 @@ class ConsumerGroupManager:
             else upgrade_refusal(classic, self.settings.max_size)
         )
         if refusal is not None:
+            log.warning(
+                "group %s: a consumer-protocol member cannot join the classic group: %s", group_id, refusal
+            )
             raise HeartbeatError(
                 ErrorCode.group_id_not_found,
                 f"Group {group_id} is a classic group with members that cannot become a consumer group: "

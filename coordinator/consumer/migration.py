@@ -7,6 +7,9 @@ subscription says (topics, owned partitions, rack), the SyncGroup assignment it 
 Assignment, at the version of the member's own subscription), and whether a classic group may become a consumer
 group.
 
+One deliberate difference from Kafka: user data in the classic assignments stops an upgrade only when the
+group's assignor is a custom one (BUILTIN_ASSIGNORS).
+
 Policy (`group.consumer.migration.policy`): `upgrade` lets a consumer-protocol member join a classic group with
 members (the group becomes a consumer group), `downgrade` turns a consumer group whose last consumer-protocol
 member left into a classic group, `bidirectional` (the default) both, `disabled` neither. Empty groups change
@@ -30,6 +33,12 @@ from coordinator.group.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup
 from protocol.consumer import AssignmentDecodeError, ConsumerAssignment, decode_assignment, encode_assignment
 
 MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
+
+BUILTIN_ASSIGNORS = frozenset({"range", "roundrobin", "sticky", "cooperative-sticky"})
+"""The client-side assignors of the Kafka clients. Kafka refuses to upgrade a group whose assignments carry user
+data; librdkafka echoes every member's subscription user data (the sticky assignors' bookkeeping) into its
+assignment, so a librdkafka group of `cooperative-sticky` members could never be upgraded online. Their user
+data means nothing once the server assigns, so only a custom assignor's stops an upgrade here."""
 
 _SUBSCRIPTION_READERS = {
     0: entity_reader(SubscriptionV0),
@@ -121,6 +130,9 @@ def upgrade_refusal(group: ClassicGroup, max_size: int) -> str | None:
                 assignment = decode_assignment(member.assignment)
             except AssignmentDecodeError as exc:
                 return f"the assignment of member {member.member_id} does not parse ({exc})"
-            if assignment.user_data:
-                return f"the assignment of member {member.member_id} carries user data of a custom assignor"
+            if assignment.user_data and group.protocol_name not in BUILTIN_ASSIGNORS:
+                return (
+                    f"the assignment of member {member.member_id} carries user data of the custom assignor "
+                    f"{group.protocol_name!r}, which the server-side assignors would lose"
+                )
     return None

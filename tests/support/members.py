@@ -382,3 +382,67 @@ def wait_ready(server: Any) -> None:
     """The admin API answers 503 while the group log loads."""
 
     wait_for(lambda: readyz(server.admin_url, timeout=10), 60, "the server to be ready", server.output)
+
+
+# -- migration between the group protocols (KIP-848) ---------------------------------------------------------
+
+
+def group_type(server: ServerProcess, group: str) -> str:
+    """ "classic" or "consumer": the group's type, as the server's admin API describes it."""
+    status, described = admin_http(server, "GET", f"/v1/groups/{group}")
+    assert status == 200, described
+    return described["type"]
+
+
+def rolling_migration(
+    pool: Members,
+    server: ServerProcess,
+    tmp_path: Path,
+    group: str,
+    topic: str,
+    partitions: int,
+    seed: int,
+    start_classic: Callable[[str], Member],
+    start_consumer: Callable[[str], Member],
+    *,
+    downgrade: bool = True,
+    timeout: float = 60,
+) -> list[Member]:
+    """Kafka's consumer_protocol_migration_test: a live classic group of two members is upgraded by replacing
+    them one at a time with consumer-protocol members (`start_consumer(name)`), then (with `downgrade`)
+    downgraded the same way with classic members (`start_classic(name)`). The group changes type under them
+    (the first consumer-protocol member upgrades it; the last one leaving downgrades it), the partitions stay
+    split, a batch is produced at every step, and every record is consumed exactly once with no commit error.
+    The members still running at the end are closed. Returns every member started."""
+    placed = produce_batch(server, topic, 120, seed, tmp_path, partitions=partitions)
+    live = [start_classic("old0"), start_classic("old1")]
+    everyone = list(live)
+    half = even_sizes(partitions, 2)
+    wait_split(pool, live, partitions, half, timeout=timeout)
+    wait_for(lambda: consumed_all(everyone, placed), 40, "batch 1 consumed", pool.describe)
+    assert group_type(server, group) == "classic"
+
+    steps = [(start_consumer, "new0", "consumer"), (start_consumer, "new1", "consumer")]
+    if downgrade:
+        steps += [(start_classic, "back0", "consumer"), (start_classic, "back1", "classic")]
+    for i, (start, name, expected) in enumerate(steps):
+        new = start(name)
+        live.append(new)
+        everyone.append(new)
+        wait_split(pool, live, partitions, even_sizes(partitions, 3), timeout=timeout)
+        placed |= produce_batch(server, topic, 60, seed + 1 + i, tmp_path, partitions=partitions)
+        old = live.pop(0)
+        assert old.close() == 0, pool.describe([old])
+        wait_split(pool, live, partitions, half, timeout=timeout)
+        wait_for(
+            lambda placed=placed: consumed_all(everyone, placed), 40, f"batch {i + 2} consumed", pool.describe
+        )
+        # upgraded when the first consumer-protocol member joined (a classic member still in it), classic again
+        # once the last consumer-protocol member left
+        assert group_type(server, group) == expected, (name, pool.describe())
+    for m in live:
+        assert m.close() == 0, pool.describe([m])
+    assert not commit_errors(everyone), pool.describe()
+    assert not [e for m in everyone for e in m.errors()], pool.describe()
+    check_exactly_once(everyone, placed)
+    return everyone

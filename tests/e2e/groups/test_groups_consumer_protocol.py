@@ -18,6 +18,7 @@ from tests.support.members import (
     consumed_all,
     create_topic,
     produce_batch,
+    rolling_migration,
     wait_for,
     wait_split,
 )
@@ -237,53 +238,20 @@ CLASSIC = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 300}
 
 @pytest.mark.parametrize("strategy", ["cooperative-sticky", "range"])
 def test_rolling_upgrade_from_classic_to_consumer_and_back(members, server, tmp_path, strategy):
-    """Kafka's consumer_protocol_migration_test (rolling upgrade, then rolling downgrade): the members of a
-    live classic group are replaced one at a time by consumer-protocol members, then back; the group changes
-    type under them (classic members inside a consumer group are served through JoinGroup/SyncGroup), the
-    partitions stay split, and every record is consumed exactly once."""
-    from tests.e2e.observability.obs_support import get_json
-
+    """Kafka's consumer_protocol_migration_test (rolling upgrade, then rolling downgrade) with eager (range) and
+    cooperative classic members: classic members inside a consumer group are served through JoinGroup/SyncGroup,
+    the group changes type under them, and every record is consumed exactly once."""
     group, topic = f"kip848-roll-{strategy}", f"kip848-roll-{strategy}-topic"
     create_topic(server, topic, PARTITIONS)
-    seed = 860 if strategy == "range" else 870
-    placed = produce_batch(server, topic, 120, seed, tmp_path, partitions=PARTITIONS)
     classic = {**CLASSIC, "partition.assignment.strategy": strategy}
-
-    def group_type() -> str:
-        status, described = get_json(server, f"/v1/groups/{group}")
-        assert status == 200, described
-        return described["type"]
-
-    live = [members.start("ck", f"old{i}", server, group, topic, settings=classic) for i in range(2)]
-    everyone = list(live)
-    wait_split(members, live, PARTITIONS, [3, 3], timeout=40)
-    wait_for(lambda: consumed_all(everyone, placed), 30, "batch 1 consumed", members.describe)
-    assert group_type() == "classic"
-
-    def replace(old, new_name: str, settings: dict, batch: int) -> None:
-        nonlocal placed
-        new = members.start("ck", new_name, server, group, topic, settings=settings)
-        live.append(new)
-        everyone.append(new)
-        wait_split(members, live, PARTITIONS, [2, 2, 2], timeout=60)
-        placed |= produce_batch(server, topic, 60, batch, tmp_path, partitions=PARTITIONS)
-        assert old.close() == 0, members.describe([old])
-        live.remove(old)
-        wait_split(members, live, PARTITIONS, [3, 3], timeout=60)
-        wait_for(lambda: consumed_all(everyone, placed), 40, f"batch {batch} consumed", members.describe)
-
-    replace(live[0], "new0", CONSUMER, seed + 1)
-    assert group_type() == "consumer"  # upgraded when new0 joined; old1 is a classic member inside it
-    replace(live[0], "new1", CONSUMER, seed + 2)
-    assert group_type() == "consumer"
-    # and back: classic members join the consumer group; when the last consumer-protocol member leaves, the
-    # group is classic again
-    replace(live[0], "back0", classic, seed + 3)
-    assert group_type() == "consumer"
-    replace(live[0], "back1", classic, seed + 4)
-    assert group_type() == "classic"
-    for m in live:
-        assert m.close() == 0, members.describe([m])
-    assert not commit_errors(everyone), members.describe()
-    assert not [e for m in everyone for e in m.errors()], members.describe()
-    check_exactly_once(everyone, placed)
+    rolling_migration(
+        members,
+        server,
+        tmp_path,
+        group,
+        topic,
+        PARTITIONS,
+        860 if strategy == "range" else 870,
+        lambda name: members.start("ck", name, server, group, topic, settings=classic),
+        lambda name: members.start("ck", name, server, group, topic, settings=CONSUMER),
+    )

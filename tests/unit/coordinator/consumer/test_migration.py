@@ -429,3 +429,19 @@ def test_failed_downgrade_write_brings_the_consumer_group_back():
     group = ctx.shard.consumer.groups["grp"]
     assert sorted(group.members) == sorted([leader, follower, "new"])
     assert all(ctx.timer.is_scheduled(session_key("grp", m)) for m in group.members)
+
+
+def test_upgrade_with_assignment_user_data():
+    # librdkafka echoes subscription user data into assignments: accepted for the Kafka clients' own assignors,
+    # refused for a custom one (Kafka refuses both: "userData from a custom assignor would be lost")
+    for protocol, accepted in (("cooperative-sticky", True), ("my-assignor", False)):
+        ctx = context()
+        a = ctx.join_group("grp", protocols=[(protocol, subscription())], rebalance_timeout_ms=10000)
+        ctx.advance(0)
+        data = encode_assignment(ConsumerAssignment(1, (("foo", (0, 1, 2, 3, 4, 5)),), b"\x00\x01sticky"))
+        ctx.sync_group(
+            "grp", a.response.member_id, 1, protocol_name=protocol, assignments={a.response.member_id: data}
+        )
+        answer = cghb(ctx, "new")
+        assert (answer.error_code == ErrorCode.none) is accepted, (protocol, answer)
+        assert ("grp" in ctx.shard.consumer.groups) is accepted
