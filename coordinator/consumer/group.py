@@ -66,6 +66,9 @@ class ConsumerMember:
     pending_revocation: Assignment = dataclasses.field(default_factory=dict)
     # set while the member uses the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside the consumer group
     classic: ClassicMemberMetadata | None = None
+    # the member epoch at which it was given each assigned partition, where older than its epoch (KIP-1251);
+    # not durable: a partition missing here counts as given at the member's epoch
+    assigned_since: Mapping[tuple[uuid.UUID, int], int] = dataclasses.field(default_factory=dict)
 
     @property
     def uses_classic_protocol(self) -> bool:
@@ -160,6 +163,10 @@ def _next(
     assigned = {t: set(ps) for t, ps in keep.items()}
     for t, ps in added.items():
         assigned.setdefault(t, set()).update(ps)
+    since = member.assigned_since
+    if member.member_epoch != target_epoch:
+        # partitions kept are held since the epoch they were held at; those added, since the target epoch
+        since = {(t, p): since.get((t, p), member.member_epoch) for t, ps in keep.items() for p in ps}
     return dataclasses.replace(
         member,
         state=MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE,
@@ -170,7 +177,15 @@ def _next(
         else member.previous_member_epoch,
         assigned=_clean(assigned),
         pending_revocation={},
+        assigned_since=since,
     )
+
+
+def held_since(member: ConsumerMember, topic_id: uuid.UUID, partition: int) -> int | None:
+    """The member epoch from which the member holds an assigned partition; None if it is not assigned."""
+    if partition not in member.assigned.get(topic_id, ()):
+        return None
+    return member.assigned_since.get((topic_id, partition), member.member_epoch)
 
 
 class ConsumerGroup:

@@ -65,6 +65,7 @@ from .group import (
     ConsumerMember,
     MemberFenced,
     MemberState,
+    held_since,
     is_subset,
     reconcile,
 )
@@ -1635,9 +1636,18 @@ class ConsumerGroupManager:
     # ========================================================================================================
 
     def validate_offset_commit(
-        self, group: ConsumerGroup, member_id: str, epoch: int, api_version: int, transactional: bool = False
+        self,
+        group: ConsumerGroup,
+        member_id: str,
+        epoch: int,
+        api_version: int,
+        transactional: bool = False,
+        partitions: Iterable[tuple[str, int]] = (),
     ) -> ErrorCode:
-        """Kafka's ConsumerGroup.validateOffsetCommit."""
+        """Kafka's ConsumerGroup.validateOffsetCommit, with 4.3's rule for an epoch behind the member's
+        (KIP-1251): a commit of `partitions` (topic name, partition) at an older epoch is accepted when the
+        member was given every one of them at that epoch or before (a commit sent before the client took in
+        a heartbeat answer that moved its epoch; Kafka 4.1 answers it STALE_MEMBER_EPOCH)."""
         if epoch < 0 and group.is_empty():
             return ErrorCode.none
         member = group.members.get(member_id)
@@ -1647,9 +1657,23 @@ class ConsumerGroupManager:
             return ErrorCode.illegal_generation if epoch != member.member_epoch else ErrorCode.none
         if not transactional and api_version < 9:
             return ErrorCode.unsupported_version
-        if epoch != member.member_epoch:
+        if epoch != member.member_epoch and not (
+            0 <= epoch < member.member_epoch and self._held_at(member, epoch, partitions)
+        ):
             return ErrorCode.illegal_generation if transactional else ErrorCode.stale_member_epoch
         return ErrorCode.none
+
+    def _held_at(self, member: ConsumerMember, epoch: int, partitions: Iterable[tuple[str, int]]) -> bool:
+        if self.topics is None:
+            return False
+        found = False
+        for topic, partition in partitions:
+            topic_id = self.topics.topic_id(topic)
+            since = None if topic_id is None else held_since(member, topic_id, partition)
+            if since is None or since > epoch:
+                return False
+            found = True
+        return found
 
     def validate_offset_fetch(self, group: ConsumerGroup, member_id: str | None, epoch: int) -> ErrorCode:
         """Kafka's ConsumerGroup.validateOffsetFetch."""

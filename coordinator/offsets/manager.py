@@ -79,6 +79,7 @@ class OffsetMetadataManager:
             getattr(request, "member_id", ""),
             getattr(request, "group_instance_id", None),
             int(getattr(request, "generation_id_or_member_epoch", -1)),
+            [(topic.name, int(p.partition_index)) for topic in topics for p in topic.partitions],
         )
         if error != ErrorCode.none:
             return CoordinatorResult(responses=[(token, _commit_error_response(topics, error))])
@@ -311,13 +312,15 @@ class OffsetMetadataManager:
         member_id: str,
         group_instance_id: str | None,
         generation_id: int,
+        partitions: Iterable[tuple[str, int]] = (),
     ) -> ErrorCode:
-        """Validate a commit (creating a simple group for a generation -1 commit to an unknown group) and
+        """Validate a commit of `partitions` (topic, partition; a consumer group's member may commit those it
+        held at an older epoch) (creating a simple group for a generation -1 commit to an unknown group) and
         refresh the committing member's session."""
         consumer_group = self._consumer.groups.get(group_id)
         if consumer_group is not None:
             return self._consumer.validate_offset_commit(
-                consumer_group, member_id, generation_id, api_version
+                consumer_group, member_id, generation_id, api_version, partitions=partitions
             )
         group = self._groups.groups.get(group_id)
         if group is None:

@@ -41,6 +41,7 @@ SCENARIOS = {
     "static_restart": "static restart, no rebalance",
     "fencing": "fencing dup. instance id",
     "admin": "admin list/describe/delete",
+    "upgrade": "rolling upgrade classic→consumer and back",
 }
 
 # Every client of the table: key -> (display name, library, client.id prefixes whose requests are its own).
@@ -98,6 +99,7 @@ TEST_SCENARIOS = {
     ],
     "test_java_consumer_protocol_static_member_restart_keeps_partitions": ["static_restart"],
     "test_java_consumer_protocol_duplicate_instance_id_is_refused": ["fencing"],
+    "test_java_consumer_protocol_rolling_upgrade_and_downgrade": ["upgrade"],
 }
 
 _RANK = {"n.t.": 0, "n.a.": 1, "pass": 2, "fail": 3}  # n.t.: not tested

@@ -68,6 +68,7 @@ from tests.support.members import (
     create_topic,
     high_watermarks,
     produce_batch,
+    rolling_migration,
     wait_for,
     wait_split,
 )
@@ -653,6 +654,42 @@ def refused_duplicate(c, members, server, group, topic, driver, a, b, b2, split,
             assert m.errors()[errors_before[m.name] :] == [], m.summary()
         for m in (a, b2):
             assert m.close() == 0, members.describe([m])
+
+
+@pytest.mark.parametrize("driver", ["confluent-kafka-848", "franz-go-848"], indirect=True)
+def test_rolling_upgrade_and_downgrade(members, server, tmp_path, driver, request):
+    """The group of two classic members of the same library is upgraded by replacing them one at a time with
+    consumer-protocol members, then downgraded the same way (tests/support/members.py rolling_migration)."""
+    c, proxy = driver.client, proxy_of(request)
+    set_version(c, driver.version)
+    if c == "confluent-kafka-848":
+        classic = python_driver("confluent-kafka", "ck", CK)
+    else:
+        classic = go_driver(request.getfixturevalue("franz_go_binary"), server_side=False)
+    group, topic = f"matrix-upgrade-{c}", f"matrix-upgrade-{c}-topic"
+    create_topic(server, topic, PARTITIONS)
+    with scenario(c, "upgrade", request, proxy=proxy):
+        rolling_migration(
+            members,
+            server,
+            tmp_path,
+            group,
+            topic,
+            PARTITIONS,
+            880,
+            lambda name: classic.start(members, f"{c}-{name}", server, group, topic),
+            lambda name: driver.start(members, f"{c}-{name}", server, group, topic),
+        )
+
+
+def test_rolling_upgrade_is_for_the_consumer_protocol_rows(request):
+    """The classic rows: the upgrade runs in the row of the same library with the consumer group protocol."""
+    for c in ("confluent-kafka", "franz-go"):
+        not_applicable(
+            c, "upgrade", request, "run in this library's row for the consumer group protocol (KIP-848)"
+        )
+    for c in ("kafka-python", "aiokafka", "kafkajs"):
+        not_applicable(c, "upgrade", request, "no consumer group protocol (KIP-848) in this client")
 
 
 def test_kafkajs_has_no_static_membership(kafkajs_dir, request):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from compat_matrix import JAVA_SETS, not_applicable
 
 from tests.support.java import start_java_member
 from tests.support.members import (
@@ -18,6 +19,7 @@ from tests.support.members import (
     create_topic,
     high_watermarks,
     produce_batch,
+    rolling_migration,
     wait_for,
     wait_split,
 )
@@ -293,3 +295,30 @@ def test_java_consumer_protocol_duplicate_instance_id_is_refused(members, server
     assert a.rebalance_events()[seen:] == [] and a.held() == frozenset(range(PARTITIONS)), members.describe()
     assert not a.errors(), a.summary()
     assert a.close() == 0, members.describe([a])
+
+
+def test_java_consumer_protocol_rolling_upgrade_and_downgrade(
+    members, server, tmp_path, java_clients, request
+):
+    """A live group of classic kafka-clients members is upgraded by replacing them one at a time with
+    group.protocol=consumer members, then downgraded the same way (tests/support/members.py rolling_migration)."""
+    not_applicable(
+        JAVA_SETS[java_clients.set_name],
+        "upgrade",
+        request,
+        "run in the row of kafka-clients 4.x with the consumer group protocol (KIP-848)",
+    )
+    kip848_only(java_clients)
+    group, topic = "java-848-upgrade", "java-848-upgrade-topic"
+    create_topic(server, topic, PARTITIONS)
+    rolling_migration(
+        members,
+        server,
+        tmp_path,
+        group,
+        topic,
+        PARTITIONS,
+        540,
+        lambda name: start_java_member(members, java_clients, name, server, group, topic, settings=DYNAMIC),
+        lambda name: start_java_member(members, java_clients, name, server, group, topic, settings=KIP848),
+    )

@@ -27,7 +27,14 @@ from .context import ConsumerContext, FakeTopics, assignment_of, ok, parts, tid
 FOO = tid("foo")
 
 
-def commit(ctx: ConsumerContext, member_id: str, epoch: int, version: int = 9, group_id: str = "grp"):
+def commit(
+    ctx: ConsumerContext,
+    member_id: str,
+    epoch: int,
+    version: int = 9,
+    group_id: str = "grp",
+    partition: int = 0,
+):
     request = build(
         load_request_schema(8, version),
         {
@@ -36,7 +43,9 @@ def commit(ctx: ConsumerContext, member_id: str, epoch: int, version: int = 9, g
             "member_id": member_id,
             "group_instance_id": None,
             "retention_time": -1,
-            "topics": [{"name": "foo", "partitions": [{"partition_index": 0, "committed_offset": 42}]}],
+            "topics": [
+                {"name": "foo", "partitions": [{"partition_index": partition, "committed_offset": 42}]}
+            ],
         },
     )
     result = ctx.apply(ctx.shard.offset_commit("c", version, request))
@@ -70,7 +79,7 @@ def test_offset_commit_with_member_epochs():
     ctx = ConsumerContext()
     ok(ctx.heartbeat("m1"))
     assert commit(ctx, "m1", 1) == ErrorCode.none
-    assert commit(ctx, "m1", 0) == ErrorCode.stale_member_epoch
+    assert commit(ctx, "m1", 0) == ErrorCode.stale_member_epoch  # (0: the join, before any partition)
     assert commit(ctx, "m1", 2) == ErrorCode.stale_member_epoch
     assert commit(ctx, "nobody", 1) == ErrorCode.unknown_member_id
     assert commit(ctx, "", -1) == ErrorCode.unknown_member_id  # an admin commit to a group with members
@@ -79,6 +88,26 @@ def test_offset_commit_with_member_epochs():
     assert commit(ctx, "", -1) == ErrorCode.none  # the group is empty
     assert commit(ctx, "m1", 1, group_id="unknown") == ErrorCode.group_id_not_found
     assert commit(ctx, "m1", 1, version=8, group_id="unknown") == ErrorCode.illegal_generation
+
+
+def test_offset_commit_at_an_older_epoch_of_partitions_held_then():
+    # KIP-1251 (Kafka 4.3): partitionAssignmentEpoch <= clientEpoch <= memberEpoch
+    ctx = ConsumerContext()
+    ok(ctx.heartbeat("m1"))  # epoch 1: foo 0-5
+    ok(ctx.heartbeat("m2"))  # epoch 2: m1 gives up 3-5
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=range(6))))
+    answer = ok(ctx.heartbeat("m1", 1, owned=parts(foo=range(3))))
+    assert answer.member_epoch == 2
+    assert commit(ctx, "m1", 1, partition=0) == ErrorCode.none  # held since epoch 1
+    assert commit(ctx, "m1", 1, partition=4) == ErrorCode.stale_member_epoch  # not its partition any more
+    assert commit(ctx, "m1", 3, partition=0) == ErrorCode.stale_member_epoch  # ahead of the member
+    ok(ctx.heartbeat("m2", -1))  # epoch 3: m1 gets 3-5 back at epoch 3
+    answer = ok(ctx.heartbeat("m1", 2, owned=parts(foo=range(3))))
+    assert answer.member_epoch == 3
+    assert commit(ctx, "m1", 2, partition=1) == ErrorCode.none
+    assert commit(ctx, "m1", 2, partition=4) == ErrorCode.stale_member_epoch  # given at epoch 3
+    assert commit(ctx, "m1", 1, partition=1) == ErrorCode.none
+    assert commit(ctx, "m1", 3, partition=4) == ErrorCode.none
 
 
 def test_offset_fetch_with_member_epochs():
