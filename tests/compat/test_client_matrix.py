@@ -660,7 +660,7 @@ def refused_duplicate(c, members, server, group, topic, driver, a, b, b2, split,
 def test_rolling_upgrade_and_downgrade(members, server, tmp_path, driver, request):
     """The group of two classic members of the same library is upgraded by replacing them one at a time with
     consumer-protocol members, then downgraded the same way (tests/support/members.py rolling_migration)."""
-    c, proxy = driver.client, proxy_of(request)
+    c = driver.client
     set_version(c, driver.version)
     if c == "confluent-kafka-848":
         classic = python_driver("confluent-kafka", "ck", CK)
@@ -668,7 +668,8 @@ def test_rolling_upgrade_and_downgrade(members, server, tmp_path, driver, reques
         classic = go_driver(request.getfixturevalue("franz_go_binary"), server_side=False)
     group, topic = f"matrix-upgrade-{c}", f"matrix-upgrade-{c}-topic"
     create_topic(server, topic, PARTITIONS)
-    with scenario(c, "upgrade", request, proxy=proxy):
+    # (no proxy: its classic members' JoinGroup/SyncGroup are not this row's API versions)
+    with scenario(c, "upgrade", request):
         rolling_migration(
             members,
             server,
