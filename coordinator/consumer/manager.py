@@ -4,8 +4,10 @@ GroupMetadataManager, its consumer-group half).
 A pure state machine beside the classic one (coordinator.group.manager), sharing its `Calls`, clock and timer.
 Group ids are one namespace: a consumer group and a classic group never share an id. An empty classic group is
 replaced by a consumer group on a member's first heartbeat, and an empty consumer group by a classic group on a
-JoinGroup (Kafka's offline migration); a group with members of the other protocol answers GROUP_ID_NOT_FOUND
-to a heartbeat (online migration is not built yet).
+JoinGroup (Kafka's offline migration). Groups with members migrate online (coordinator.consumer.migration): a
+consumer-protocol member joining a classic group turns it into a consumer group whose classic members go on
+through JoinGroup/SyncGroup/Heartbeat/LeaveGroup (`classic_join` and friends), and the group becomes classic
+again when its last consumer-protocol member leaves (`_maybe_downgrade`).
 
 A heartbeat (`heartbeat`) runs Kafka's steps (Kafka 4.1's GroupMetadataManager.consumerGroupHeartbeat): validate the request; get
 or create the group and the member (static members by instance id); apply what the request changed; bump the
