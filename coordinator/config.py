@@ -418,6 +418,16 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=1,
     ),
     Setting(
+        "group.consumer.assignment.interval.ms",
+        100,
+        int,
+        "Shortest time between two target assignments of a consumer group (Kafka 4.3's KIP-1263 setting, whose "
+        "default there is 1000): a change after a quiet spell is assigned at once, a burst of joins (hundreds of "
+        "consumers starting) within one computation per interval, which matters because the computation is "
+        "O(members). 0: at every group epoch, as Kafka 4.1.",
+        minimum=0,
+    ),
+    Setting(
         "group.consumer.assignors",
         ("uniform", "range"),
         _list,

@@ -19,6 +19,7 @@ id: it is sticky only through static instance ids, as Kafka's.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import uuid
 from collections.abc import Callable, Mapping
@@ -90,8 +91,78 @@ def _uniform(members: Mapping[str, MemberSpec], topics: Mapping[Any, int]) -> di
     return _uniform_heterogeneous(members, topics)
 
 
-uniform = _indexed(_uniform)
-"""The `uniform` assignor (see the module doc). `topics`: partition count by topic id."""
+_uniform_indexed = _indexed(_uniform)
+
+
+def uniform(members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int]) -> dict[str, Assignment]:
+    """The `uniform` assignor (see the module doc). `topics`: partition count by topic id."""
+    if not members:
+        return {}
+    first = next(iter(members.values())).subscribed
+    if all(m.subscribed == first for m in members.values()):
+        return _uniform_homogeneous_flat(members, topics, first)
+    return _uniform_indexed(members, topics)
+
+
+def _uniform_homogeneous_flat(
+    members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int], subscribed: frozenset[uuid.UUID]
+) -> dict[str, Assignment]:
+    """`_uniform_homogeneous` (the same result) on partitions numbered 0..P-1 across the subscribed topics in
+    topic id order: one int per partition instead of (topic, partition) tuples, the assignor of a group of
+    hundreds of members being computed at every join."""
+    ids = sorted(t for t in subscribed if t in topics)
+    offsets: dict[uuid.UUID, int] = {}
+    total = 0
+    for t in ids:
+        offsets[t] = total
+        total += topics[t]
+    order = sorted(members)
+    quota, extra = divmod(total, len(order))
+    taken = bytearray(total)
+    owned: dict[str, list[int]] = {}
+    for member_id in order:  # keep what is held, up to the quota (+1 while extras last)
+        held: list[int] = []
+        for t, ps in members[member_id].current.items():
+            base = offsets.get(t)
+            if base is not None:
+                count = topics[t]
+                held.extend(base + p for p in ps if 0 <= p < count and not taken[base + p])
+        held.sort()
+        keep = held[:quota]
+        if len(held) > quota and extra > 0:
+            keep = held[: quota + 1]
+            extra -= 1
+        for g in keep:
+            taken[g] = 1
+        owned[member_id] = keep
+    free = [g for g in range(total) if not taken[g]]
+    position = 0
+    for member_id in order:  # every member to the quota, then the extras left to members at the quota
+        need = quota - len(owned[member_id])
+        if need > 0:
+            owned[member_id] = owned[member_id] + free[position : position + need]
+            position += need
+    for member_id in order:
+        if position >= len(free) or extra <= 0:
+            break
+        if len(owned[member_id]) == quota:
+            owned[member_id] = [*owned[member_id], free[position]]
+            position += 1
+            extra -= 1
+    if position < len(free):  # cannot happen with consistent quotas; never lose a partition
+        raise PartitionAssignorError(f"{len(free) - position} partitions left unassigned")
+    if len(ids) == 1:
+        (only,) = ids
+        return {m: ({only: frozenset(gs)} if gs else {}) for m, gs in owned.items()}
+    starts = [offsets[t] for t in ids]
+    result: dict[str, Assignment] = {}
+    for member_id, gs in owned.items():
+        by_topic: dict[uuid.UUID, list[int]] = {}
+        for g in gs:
+            t = ids[bisect.bisect_right(starts, g) - 1]
+            by_topic.setdefault(t, []).append(g - offsets[t])
+        result[member_id] = {t: frozenset(ps) for t, ps in by_topic.items()}
+    return result
 
 
 def _uniform_homogeneous(

@@ -145,6 +145,7 @@ class ConsumerGroupSettings:
     min_heartbeat_interval_ms: int = 5000
     max_heartbeat_interval_ms: int = 15000
     max_size: int = 2**31 - 1
+    assignment_interval_ms: int = 100  # group.consumer.assignment.interval.ms (KIP-1263)
     assignors: tuple[str, ...] = ("uniform", "range")
     migration_policy: str = (
         "bidirectional"  # group.consumer.migration.policy (coordinator.consumer.migration)
@@ -169,6 +170,7 @@ class ConsumerGroupSettings:
             min_heartbeat_interval_ms=int(get("group.consumer.min.heartbeat.interval.ms", 5000)),
             max_heartbeat_interval_ms=int(get("group.consumer.max.heartbeat.interval.ms", 15000)),
             max_size=int(get("group.consumer.max.size", 2**31 - 1)),
+            assignment_interval_ms=int(get("group.consumer.assignment.interval.ms", 100)),
             assignors=tuple(_names(assignors)) or ("uniform",),
             migration_policy=str(get("group.consumer.migration.policy", "bidirectional")).strip().lower(),
         )
@@ -186,6 +188,11 @@ def session_key(group_id: str, member_id: str) -> str:
 
 def rebalance_key(group_id: str, member_id: str) -> str:
     return f"consumer-rebalance-{group_id}-{member_id}"
+
+
+def assignment_key(group_id: str) -> str:
+    """The target assignment held back by group.consumer.assignment.interval.ms."""
+    return f"consumer-assignment-{group_id}"
 
 
 def join_key(group_id: str, member_id: str) -> str:
@@ -654,8 +661,7 @@ class ConsumerGroupManager:
             member=updated,
         )
 
-        if group.group_epoch > group.assignment_epoch:
-            self._compute_target(group)
+        self._maybe_compute_target(group)
 
         member = group.members[member_id]
         target = group.target.get(member_id, {})
@@ -925,6 +931,7 @@ class ConsumerGroupManager:
         self.timer.cancel(sync_key(group_id, member_id))
 
     def _cancel_timers(self, group: ConsumerGroup) -> None:
+        self.timer.cancel(assignment_key(group.group_id))
         for member_id in group.members:
             self._cancel_member_timers(group.group_id, member_id)
 
@@ -1010,8 +1017,43 @@ class ConsumerGroupManager:
                     f"group epoch {group.group_epoch}: {reason.value.replace('_', ' ')}",
                 )
 
+    def _maybe_compute_target(self, group: ConsumerGroup) -> None:
+        """Compute the target if the group epoch is ahead of it, at most once per
+        group.consumer.assignment.interval.ms: within the interval of the last computation, a timer computes it
+        when the interval ends (members meanwhile reconcile towards the target they have)."""
+        if group.group_epoch <= group.assignment_epoch:
+            return
+        interval = self.settings.assignment_interval_ms
+        now = self.clock.monotonic_ms()
+        last = group.assigned_at_ms
+        if interval <= 0 or last is None or now - last >= interval:
+            self._compute_target(group)
+            return
+        key = assignment_key(group.group_id)
+        if not self.timer.is_scheduled(key):
+            self.timer.schedule(
+                key, interval - (now - last), self.calls.op(self._assignment_due, group.group_id)
+            )
+
+    def _assignment_due(self, group_id: str) -> None:
+        """The assignment interval ended with the group epoch ahead of the target (a call of its own)."""
+        group = self.groups.get(group_id)
+        if group is None or not group.members or group.group_epoch <= group.assignment_epoch:
+            return
+        snapshot = None if group.inflight else group.snapshot()
+        try:
+            self._compute_target(group)
+        except PartitionAssignorError as exc:
+            log.warning("group %s: the assignor failed: %s", group_id, exc)
+            self.calls.fx.records.clear()
+            if snapshot is not None:
+                group.restore(snapshot)
+            return
+        self._track(group_id, snapshot)
+
     def _compute_target(self, group: ConsumerGroup) -> None:
         assert self.topics is not None
+        group.assigned_at_ms = self.clock.monotonic_ms()
         name = group.preferred_assignor() or self.settings.assignors[0]
         assignor = ASSIGNORS.get(name)
         if assignor is None:
@@ -1369,8 +1411,7 @@ class ConsumerGroupManager:
             reason=RebalanceReason.NEW_MEMBER if new_member else RebalanceReason.METADATA_CHANGE,
             member=updated,
         )
-        if group.group_epoch > group.assignment_epoch:
-            self._compute_target(group)
+        self._maybe_compute_target(group)
 
         member = group.members[member_id]
         owned = self._ids(subscription.owned)

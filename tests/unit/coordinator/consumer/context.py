@@ -77,6 +77,7 @@ class ConsumerContext:
         self.clock = ManualClock()
         self.timer = ManualTimer(self.clock)
         self.topics = topics if topics is not None else FakeTopics(foo=6, bar=3)
+        settings.setdefault("assignment_interval_ms", 0)  # Kafka 4.1: a target at every group epoch
         self.settings = ConsumerGroupSettings(**settings)
         self.shard = GroupCoordinatorShard(
             self.clock, self.timer, topics=self.topics, consumer_settings=self.settings

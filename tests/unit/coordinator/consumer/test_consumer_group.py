@@ -414,3 +414,26 @@ def test_a_lost_answer_is_made_good_by_the_next_heartbeat():
         "m1", 1, owned=None
     )  # nothing sent about what it owns: still owes the revocation
     assert assignment_of(answer) == parts(foo=[0, 1, 2])
+
+
+def test_target_assignments_within_the_assignment_interval_are_batched():
+    # group.consumer.assignment.interval.ms (KIP-1263): one target computation per interval
+    ctx = ConsumerContext(assignment_interval_ms=1000)
+    ok(ctx.heartbeat("m1"))  # the first target: at once
+    assert ctx.group().assignment_epoch == 1
+    answer = ok(ctx.heartbeat("m2"))
+    answer3 = ok(ctx.heartbeat("m3"))
+    group = ctx.group()
+    assert (group.group_epoch, group.assignment_epoch, str(group.state)) == (3, 1, "Assigning")
+    assert (answer.member_epoch, answer3.member_epoch, assignment_of(answer)) == (1, 1, {})
+    assert ctx.timer.is_scheduled("consumer-assignment-grp")
+    (result,) = ctx.advance(1000)  # the interval ends: one target for both joins
+    assert group.assignment_epoch == 3
+    assert [rec.record_type(r.key) for r in result.records] == [7, 7, 7, 6]
+    answer = ok(ctx.heartbeat("m1", 1, owned=parts(foo=range(6))))
+    assert answer.member_epoch == 1 and assignment_of(answer) == parts(foo=range(2))  # revoking 2-5
+    ctx.advance(400)
+    ok(ctx.heartbeat("m4"))  # within the interval again
+    assert ctx.group().assignment_epoch == 3
+    ctx.advance(600)
+    assert ctx.group().assignment_epoch == 4

@@ -59,8 +59,7 @@ def assignment(**topics: Iterable[int]) -> bytes:
 def context(**consumer: Any) -> GroupTestContext:
     ctx = GroupTestContext(group_initial_rebalance_delay_ms=0)
     ctx.shard.consumer.topics = FakeTopics(foo=6)
-    if consumer:
-        ctx.shard.consumer.settings = ConsumerGroupSettings(**consumer)
+    ctx.shard.consumer.settings = ConsumerGroupSettings(**{"assignment_interval_ms": 0, **consumer})
     return ctx
 
 
