@@ -1506,7 +1506,7 @@ class ConsumerGroupManager:
                 protocol_name is not None and protocol_name not in names
             ):
                 raise HeartbeatError(ErrorCode.inconsistent_group_protocol)
-            if group.group_epoch > member.member_epoch and member.state != MemberState.UNREVOKED_PARTITIONS:
+            if self._behind(group, member) and member.state != MemberState.UNREVOKED_PARTITIONS:
                 raise HeartbeatError(ErrorCode.rebalance_in_progress)
         except HeartbeatError as exc:
             self.calls.respond(token, sync_response(error=exc.code))
@@ -1542,7 +1542,7 @@ class ConsumerGroupManager:
         self._schedule_session_timeout(group_id, member.member_id)
         error = ErrorCode.none
         if (
-            member.member_epoch < group.group_epoch
+            self._behind(group, member)
             or member.state == MemberState.UNREVOKED_PARTITIONS
             or (
                 member.state == MemberState.UNRELEASED_PARTITIONS
@@ -1560,6 +1560,15 @@ class ConsumerGroupManager:
                     ),
                 )
         self.calls.respond(token, classic_heartbeat_response(error))
+
+    def _behind(self, group: ConsumerGroup, member: ConsumerMember) -> bool:
+        """Whether a JoinGroup would move the classic member on (Kafka: its epoch is below the group epoch): a
+        target it has not reached, or a group epoch ahead of the target whose computation is not held back by
+        group.consumer.assignment.interval.ms (a rejoin computes it; a held-back one, its timer)."""
+        return member.member_epoch < group.assignment_epoch or (
+            group.group_epoch > group.assignment_epoch
+            and not self.timer.is_scheduled(assignment_key(group.group_id))
+        )
 
     @staticmethod
     def _waits_on_unreleased(group: ConsumerGroup, member: ConsumerMember) -> bool:

@@ -444,3 +444,20 @@ def test_upgrade_with_assignment_user_data():
         answer = cghb(ctx, "new")
         assert (answer.error_code == ErrorCode.none) is accepted, (protocol, answer)
         assert ("grp" in ctx.shard.consumer.groups) is accepted
+
+
+def test_classic_member_waits_for_a_held_back_target_without_rejoining():
+    # group.consumer.assignment.interval.ms: a rejoin could not move the member on before the target is computed
+    ctx = context(assignment_interval_ms=1000)
+    cghb(ctx, "m1")  # the first target, at once
+    join = ctx.join_group(
+        "grp", "c1", protocols=[("range", subscription())], rebalance_timeout_ms=5000, session_timeout_ms=5000
+    )
+    assert join.error == ErrorCode.none and join.response.generation_id == 1  # the target is held back
+    group = ctx.shard.consumer.groups["grp"]
+    assert (group.group_epoch, group.assignment_epoch) == (2, 1)
+    assert synced(ctx, "c1", 1) == {}
+    assert ctx.heartbeat("grp", "c1", 1).error == ErrorCode.none
+    ctx.advance(1000)  # the target for epoch 2
+    assert group.assignment_epoch == 2
+    assert ctx.heartbeat("grp", "c1", 1).error == ErrorCode.rebalance_in_progress
