@@ -202,6 +202,7 @@ class ConsumerGroup:
         self.owners: dict[tuple[uuid.UUID, int], str] = {}  # partition -> member holding it
         self.image_version = -1  # the topic image version the subscription metadata was computed at
         self.assigned_at_ms: int | None = None  # (monotonic) when the target was last computed here
+        self.assignment_due_ms: int | None = None  # (monotonic) when a held-back target will be computed
         self.resolved: dict[str, frozenset[str]] = {}  # regex -> topic names, at image_version
         self._stable_at: dict[int, int] = {}  # member epoch -> members STABLE at it (state in O(1))
         # writes in flight (coordinator.consumer.manager): their records not yet durable, and the state before

@@ -418,7 +418,7 @@ def test_a_lost_answer_is_made_good_by_the_next_heartbeat():
 
 def test_target_assignments_within_the_assignment_interval_are_batched():
     # group.consumer.assignment.interval.ms (KIP-1263): one target computation per interval
-    ctx = ConsumerContext(assignment_interval_ms=1000)
+    ctx = ConsumerContext(assignment_interval_ms=1000, members_per_assignment_ms=0)
     ok(ctx.heartbeat("m1"))  # the first target: at once
     assert ctx.group().assignment_epoch == 1
     answer = ok(ctx.heartbeat("m2"))
@@ -426,6 +426,8 @@ def test_target_assignments_within_the_assignment_interval_are_batched():
     group = ctx.group()
     assert (group.group_epoch, group.assignment_epoch, str(group.state)) == (3, 1, "Assigning")
     assert (answer.member_epoch, answer3.member_epoch, assignment_of(answer)) == (1, 1, {})
+    # told to come back when the target is computed, not a whole heartbeat interval (5 s) later
+    assert answer.heartbeat_interval == datetime.timedelta(milliseconds=1000)
     assert ctx.timer.is_scheduled("consumer-assignment-grp")
     (result,) = ctx.advance(1000)  # the interval ends: one target for both joins
     assert group.assignment_epoch == 3

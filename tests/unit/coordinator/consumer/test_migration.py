@@ -448,7 +448,7 @@ def test_upgrade_with_assignment_user_data():
 
 def test_classic_member_waits_for_a_held_back_target_without_rejoining():
     # group.consumer.assignment.interval.ms: a rejoin could not move the member on before the target is computed
-    ctx = context(assignment_interval_ms=1000)
+    ctx = context(assignment_interval_ms=1000, members_per_assignment_ms=0)
     cghb(ctx, "m1")  # the first target, at once
     join = ctx.join_group(
         "grp", "c1", protocols=[("range", subscription())], rebalance_timeout_ms=5000, session_timeout_ms=5000
