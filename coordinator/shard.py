@@ -183,6 +183,7 @@ class GroupCoordinatorShard:
             topics,
             classic=_ClassicGroupsOfShard(self),
             withholds=lambda group_id, topic: self.pauses.state(group_id).withholds(topic),
+            group_setting=lambda group_id, name: self.group_settings.by_group.get(group_id, {}).get(name),
             new_uuid=new_uuid,
         )
         self.offsets = OffsetMetadataManager(
@@ -588,6 +589,10 @@ class GroupCoordinatorShard:
                 new.pop(name, None)
             else:
                 new[name] = value
+        refused = self.consumer.validate_group_settings(new)
+        if refused is not None:
+            self.calls.respond(token, AdminAnswer(ErrorCode.invalid_config, refused))
+            return
         fx = self.calls.fx
         fx.own_token = token
         fx.own_error = lambda error: AdminAnswer(

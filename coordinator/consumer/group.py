@@ -203,6 +203,13 @@ class ConsumerGroup:
         self.image_version = -1  # the topic image version the subscription metadata was computed at
         self.assigned_at_ms: int | None = None  # (monotonic) when the target was last computed here
         self.assignment_due_ms: int | None = None  # (monotonic) when a held-back target will be computed
+        self.expansion_from_ms: int | None = (
+            None  # (monotonic) when a join to the Stable group opened the window
+        )
+        self.joins_only = True  # only joins bumped the group epoch since the last target
+        self.offline: dict[
+            str, int
+        ] = {}  # static members offline in the registration window -> since (monotonic)
         self.resolved: dict[str, frozenset[str]] = {}  # regex -> topic names, at image_version
         self._stable_at: dict[int, int] = {}  # member epoch -> members STABLE at it (state in O(1))
         # writes in flight (coordinator.consumer.manager): their records not yet durable, and the state before
@@ -256,6 +263,7 @@ class ConsumerGroup:
             self.owners[tp] = member.member_id
 
     def remove_member(self, member_id: str) -> ConsumerMember | None:
+        self.offline.pop(member_id, None)
         old = self.members.pop(member_id, None)
         if old is not None:
             self._release(old)
@@ -318,6 +326,7 @@ class ConsumerGroup:
             dict(self.target),
             self.image_version,
             dict(self.resolved),
+            dict(self.offline),
         )
 
     def restore(self, snapshot: tuple[object, ...]) -> None:
@@ -329,7 +338,9 @@ class ConsumerGroup:
             target,
             self.image_version,
             resolved,
+            offline,
         ) = snapshot  # type: ignore[assignment]
+        self.offline = dict(offline)  # type: ignore[call-overload]
         self.members = dict(members)  # type: ignore[call-overload]
         self.target = dict(target)  # type: ignore[call-overload]
         self.resolved = dict(resolved)  # type: ignore[call-overload]

@@ -50,6 +50,12 @@ from coordinator.group.events import (
 from coordinator.group.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, ClassicGroupMember
 from coordinator.group.responses import heartbeat_response as classic_heartbeat_response
 from coordinator.group.responses import join_response, leave_response, sync_response
+from coordinator.group.settings import (
+    CONSUMER_HEARTBEAT_INTERVAL,
+    CONSUMER_SESSION_TIMEOUT,
+    EXPANSION_TIMEOUT,
+    REGISTRATION_TIMEOUT,
+)
 from coordinator.group.state import ClassicGroupState
 from coordinator.records import CoordinatorRecord
 from protocol.build import ms
@@ -151,6 +157,10 @@ class ConsumerGroupSettings:
     # a few percent of a core, and groups of tens of members, where it costs nothing, are assigned at every epoch
     # as in Kafka 4.1. 0: the interval is assignment_interval_ms whatever the size.
     members_per_assignment_ms: int = 5
+    # our windows (coordinator.group.windows), per group too: a static member whose session expires stays offline
+    # with its partitions (registration); joiners of a Stable group are assigned together (expansion)
+    registration_timeout_ms: int = 0
+    expansion_timeout_ms: int = 0
     assignors: tuple[str, ...] = ("uniform", "range")
     migration_policy: str = (
         "bidirectional"  # group.consumer.migration.policy (coordinator.consumer.migration)
@@ -176,6 +186,8 @@ class ConsumerGroupSettings:
             max_heartbeat_interval_ms=int(get("group.consumer.max.heartbeat.interval.ms", 15000)),
             max_size=int(get("group.consumer.max.size", 2**31 - 1)),
             assignment_interval_ms=int(get("group.consumer.assignment.interval.ms", 100)),
+            registration_timeout_ms=int(get("group.static.registration.timeout.ms", 0)),
+            expansion_timeout_ms=int(get("group.expansion.timeout.ms", 0)),
             assignors=tuple(_names(assignors)) or ("uniform",),
             migration_policy=str(get("group.consumer.migration.policy", "bidirectional")).strip().lower(),
         )
@@ -202,6 +214,11 @@ HINT_FLOOR_MS = 200
 def assignment_key(group_id: str) -> str:
     """The target assignment held back by group.consumer.assignment.interval.ms."""
     return f"consumer-assignment-{group_id}"
+
+
+def registration_key(group_id: str) -> str:
+    """The end of a consumer group's registration window."""
+    return f"consumer-registration-{group_id}"
 
 
 def join_key(group_id: str, member_id: str) -> str:
@@ -254,11 +271,13 @@ class ConsumerGroupManager:
         *,
         classic: ClassicGroups | None = None,
         withholds: Callable[[str, str], bool] = lambda group_id, topic: False,
+        group_setting: Callable[[str, str], int | None] = lambda group_id, name: None,
         new_uuid: Callable[[], str] | None = None,
     ) -> None:
         """`classic`: the classic groups of the shard (their ids are the same namespace), for the migrations.
         `withholds(group_id, topic)`: whether the coordinator-side pause (coordinator.group.pause) keeps the
-        topic's partitions from the group."""
+        topic's partitions from the group. `group_setting(group_id, name)`: the group's own value of a per-group
+        setting (coordinator.group.settings), None if it has none."""
         self.calls = calls
         self.clock = clock
         self.timer = timer
@@ -269,6 +288,7 @@ class ConsumerGroupManager:
         # consumer groups turned into classic groups by the call under way (their undo puts them back: _track)
         self._downgraded: dict[str, ConsumerGroup] = {}
         self._withholds = withholds
+        self._group_setting = group_setting
         self._new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
 
     @property
@@ -615,6 +635,7 @@ class ConsumerGroupManager:
         regex = getattr(request, "subscribed_topic_regex", None)
 
         member, replaced = self._member_for(group, request, member_id)
+        group.offline.pop(member_id, None)  # (back inside its registration window)
         new_member = member_id not in group.members and replaced is None
         if new_member and len(group.members) >= self.settings.max_size:
             raise HeartbeatError(
@@ -712,11 +733,40 @@ class ConsumerGroupManager:
             assignment=None if assignment is None else _wire_assignment(assignment),
         )
 
+    def _own(self, group_id: str, name: str, default: int) -> int:
+        """A per-group setting: the group's own value (consumer.session.timeout.ms, ...), else the server's."""
+        value = self._group_setting(group_id, name)
+        return default if value is None else value
+
+    def validate_group_settings(self, values: Mapping[str, int]) -> str | None:
+        """Why a group's own values of consumer.session.timeout.ms and consumer.heartbeat.interval.ms are refused
+        (Kafka's bounds: group.consumer.min/max.*), None if they are not."""
+        s = self.settings
+        session = values.get(CONSUMER_SESSION_TIMEOUT)
+        if session is not None and not s.min_session_timeout_ms <= session <= s.max_session_timeout_ms:
+            return (
+                f"{CONSUMER_SESSION_TIMEOUT} must be from group.consumer.min.session.timeout.ms "
+                f"({s.min_session_timeout_ms}) to group.consumer.max.session.timeout.ms ({s.max_session_timeout_ms})"
+            )
+        interval = values.get(CONSUMER_HEARTBEAT_INTERVAL)
+        if (
+            interval is not None
+            and not s.min_heartbeat_interval_ms <= interval <= s.max_heartbeat_interval_ms
+        ):
+            return (
+                f"{CONSUMER_HEARTBEAT_INTERVAL} must be from group.consumer.min.heartbeat.interval.ms "
+                f"({s.min_heartbeat_interval_ms}) to group.consumer.max.heartbeat.interval.ms "
+                f"({s.max_heartbeat_interval_ms})"
+            )
+        if (session or s.session_timeout_ms) <= (interval or s.heartbeat_interval_ms):
+            return f"{CONSUMER_HEARTBEAT_INTERVAL} must be below {CONSUMER_SESSION_TIMEOUT}"
+        return None
+
     def _heartbeat_interval_ms(self, group: ConsumerGroup) -> int:
         """group.consumer.heartbeat.interval.ms; shorter (not below HINT_FLOOR_MS) while a target is held back
         by the assignment interval: the member comes back when it is computed instead of a whole interval later
         (clients take the interval of every answer)."""
-        interval = self.settings.heartbeat_interval_ms
+        interval = self._own(group.group_id, CONSUMER_HEARTBEAT_INTERVAL, self.settings.heartbeat_interval_ms)
         due = group.assignment_due_ms
         if due is None or group.group_epoch <= group.assignment_epoch:
             return interval
@@ -870,6 +920,7 @@ class ConsumerGroupManager:
         removed = group.remove_member(member_id)
         self._cancel_member_timers(group_id, member_id)
         state_before = group.state
+        self._note_bump(group, joined=False)
         group.group_epoch += 1
         self._refresh_subscription(group, bump=False, count_bumped=True)
         fx.records.append(self._group_metadata_record(group))
@@ -896,13 +947,20 @@ class ConsumerGroupManager:
         classic = None if member is None else member.classic
         self.timer.schedule(
             session_key(group_id, member_id),
-            self.settings.session_timeout_ms if classic is None else classic.session_timeout_ms,
+            self._own(group_id, CONSUMER_SESSION_TIMEOUT, self.settings.session_timeout_ms)
+            if classic is None
+            else classic.session_timeout_ms,
             self.calls.op(self._session_expired, group_id, member_id),
         )
 
     def _session_expired(self, group_id: str, member_id: str) -> None:
         group = self.groups.get(group_id)
         if group is None or member_id not in group.members:
+            return
+        member = group.members[member_id]
+        window = self._own(group_id, REGISTRATION_TIMEOUT, self.settings.registration_timeout_ms)
+        if member.instance_id is not None and window > 0 and member_id not in group.offline:
+            self._go_offline(group, member, window)
             return
         self._expire(
             group,
@@ -911,6 +969,77 @@ class ConsumerGroupManager:
             RemovalCause.SESSION_TIMEOUT,
             RebalanceReason.SESSION_EXPIRY,
         )
+
+    def _go_offline(self, group: ConsumerGroup, member: ConsumerMember, window: int) -> None:
+        """The registration window (ours): a static member whose session expired keeps its place and its
+        partitions, as after a leave with epoch -2, so that its instance coming back takes them back with no
+        rebalance; when the earliest member still offline has been gone `window` ms, every offline member is
+        removed with one group epoch bump. (Not durable: after a restart the sessions expire again and the
+        window starts over.)"""
+        group_id = group.group_id
+        snapshot = None if group.inflight else group.snapshot()
+        now = self.clock.monotonic_ms()
+        group.offline[member.member_id] = now
+        if member.member_epoch != LEAVE_GROUP_STATIC_EPOCH:
+            offline = dataclasses.replace(
+                member, member_epoch=LEAVE_GROUP_STATIC_EPOCH, pending_revocation={}
+            )
+            group.update_member(offline)
+            self.calls.fx.records.append(self._current_assignment_record(group_id, offline))
+        self.timer.cancel(rebalance_key(group_id, member.member_id))
+        log.info(
+            "group %s: static member %s (instance %s) is offline; it keeps its partitions for the registration "
+            "window",
+            group_id,
+            member.member_id,
+            member.instance_id,
+        )
+        end = min(group.offline.values()) + window
+        key = registration_key(group_id)
+        self.timer.schedule(key, max(end - now, 0), self.calls.op(self._registration_ended, group_id))
+        self._track(group_id, snapshot)
+
+    def _registration_ended(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        gone = [m for m in group.offline if m in group.members]
+        group.offline.clear()
+        if not gone:
+            return
+        snapshot = None if group.inflight else group.snapshot()
+        fx = self.calls.fx
+        state_before = group.state
+        for member_id in gone:
+            fx.records.extend(self._member_tombstones(group_id, member_id))
+            removed = group.remove_member(member_id)
+            self._cancel_member_timers(group_id, member_id)
+            if self.calls.listeners and removed is not None:
+                now = (self.clock.wall_ms(), self.clock.monotonic_ms())
+                self.calls.emit(
+                    MemberRemoved(
+                        group_id, _info(removed), RemovalCause.SESSION_TIMEOUT, group.group_epoch, *now
+                    )
+                )
+        self._note_bump(group, joined=False)
+        group.group_epoch += 1
+        self._refresh_subscription(group, bump=False, count_bumped=True)
+        fx.records.append(self._group_metadata_record(group))
+        log.info(
+            "group %s: the registration window ended: offline members %s removed; group epoch %d",
+            group_id,
+            gone,
+            group.group_epoch,
+        )
+        if self.calls.listeners:
+            self._emit_started(
+                group,
+                state_before,
+                RebalanceReason.SESSION_EXPIRY,
+                None,
+                f"offline static members {gone} removed",
+            )
+        self._track(group_id, snapshot)
 
     def _expire(
         self, group: ConsumerGroup, member_id: str, why: str, cause: RemovalCause, reason: RebalanceReason
@@ -951,6 +1080,7 @@ class ConsumerGroupManager:
 
     def _cancel_timers(self, group: ConsumerGroup) -> None:
         self.timer.cancel(assignment_key(group.group_id))
+        self.timer.cancel(registration_key(group.group_id))
         for member_id in group.members:
             self._cancel_member_timers(group.group_id, member_id)
 
@@ -1024,6 +1154,7 @@ class ConsumerGroupManager:
                 bump = True
         if bump and not count_bumped:
             state_before = group.state
+            self._note_bump(group, joined=reason == RebalanceReason.NEW_MEMBER)
             group.group_epoch += 1
             self.calls.fx.records.append(self._group_metadata_record(group))
             log.debug("group %s: group epoch %d", group.group_id, group.group_epoch)
@@ -1036,26 +1167,47 @@ class ConsumerGroupManager:
                     f"group epoch {group.group_epoch}: {reason.value.replace('_', ' ')}",
                 )
 
+    def _note_bump(self, group: ConsumerGroup, *, joined: bool) -> None:
+        """A group epoch bump (before it): the first join to a group whose target is current opens the expansion
+        window; anything but joins closes it (a member gone or a change of topics is assigned without waiting)."""
+        if not joined:
+            group.expansion_from_ms = None
+            group.joins_only = False
+        elif 0 < group.group_epoch == group.assignment_epoch and group.joins_only:
+            group.expansion_from_ms = self.clock.monotonic_ms()
+
     def _maybe_compute_target(self, group: ConsumerGroup) -> None:
         """Compute the target if the group epoch is ahead of it, at most once per
         group.consumer.assignment.interval.ms: within the interval of the last computation, a timer computes it
         when the interval ends (members meanwhile reconcile towards the target they have)."""
         if group.group_epoch <= group.assignment_epoch:
             return
+        now = self.clock.monotonic_ms()
+        opened = group.expansion_from_ms
+        if opened is not None and group.joins_only:
+            window = self._own(group.group_id, EXPANSION_TIMEOUT, self.settings.expansion_timeout_ms)
+            if window > 0 and now < opened + window:  # the expansion window: joiners are assigned together
+                self._hold_target(group, opened + window)
+                return
         # O(members) per computation: a small group is assigned at once, a large one at most once per interval
         interval = self.settings.assignment_interval_ms
         if self.settings.members_per_assignment_ms > 0:
             interval = min(interval, len(group.members) // self.settings.members_per_assignment_ms)
-        now = self.clock.monotonic_ms()
         last = group.assigned_at_ms
         if interval <= 0 or last is None or now - last >= interval:
             self._compute_target(group)
             return
+        self._hold_target(group, last + interval)
+
+    def _hold_target(self, group: ConsumerGroup, due_ms: int) -> None:
+        """Compute the target at `due_ms` (monotonic), by timer unless a heartbeat comes first."""
         key = assignment_key(group.group_id)
-        if not self.timer.is_scheduled(key):
-            group.assignment_due_ms = last + interval
+        if not self.timer.is_scheduled(key) or group.assignment_due_ms != due_ms:
+            group.assignment_due_ms = due_ms
             self.timer.schedule(
-                key, interval - (now - last), self.calls.op(self._assignment_due, group.group_id)
+                key,
+                max(due_ms - self.clock.monotonic_ms(), 0),
+                self.calls.op(self._assignment_due, group.group_id),
             )
 
     def _assignment_due(self, group_id: str) -> None:
@@ -1065,7 +1217,7 @@ class ConsumerGroupManager:
             return
         snapshot = None if group.inflight else group.snapshot()
         try:
-            self._compute_target(group)
+            self._compute_target(group)  # (the interval or the expansion window ended)
         except PartitionAssignorError as exc:
             log.warning("group %s: the assignor failed: %s", group_id, exc)
             self.calls.fx.records.clear()
@@ -1078,6 +1230,8 @@ class ConsumerGroupManager:
         assert self.topics is not None
         group.assigned_at_ms = self.clock.monotonic_ms()
         group.assignment_due_ms = None
+        group.expansion_from_ms = None
+        group.joins_only = True
         self.timer.cancel(assignment_key(group.group_id))
         name = group.preferred_assignor() or self.settings.assignors[0]
         assignor = ASSIGNORS.get(name)
@@ -1228,6 +1382,7 @@ class ConsumerGroupManager:
             return
         state_before = group.state
         snapshot = None if group.inflight else group.snapshot()
+        self._note_bump(group, joined=False)
         group.group_epoch += 1
         self.calls.fx.records.append(self._group_metadata_record(group))
         log.info("group %s: %s; group epoch %d", group_id, why, group.group_epoch)

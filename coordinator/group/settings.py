@@ -29,6 +29,9 @@ class GroupCoordinatorSettings:
     # Ours, off (0) by default; per-group values override them (GroupSettingsRegistry).
     group_static_registration_timeout_ms: int = 0
     group_expansion_timeout_ms: int = 0
+    # Kafka's consumer groups (KIP-848): the server's values of the group configs a group may override
+    consumer_session_timeout_ms: int = 45000
+    consumer_heartbeat_interval_ms: int = 5000
 
     _KAFKA_NAMES = {
         "group.min.session.timeout.ms": "group_min_session_timeout_ms",
@@ -38,6 +41,8 @@ class GroupCoordinatorSettings:
         "offset.metadata.max.bytes": "offset_metadata_max_bytes",
         "group.static.registration.timeout.ms": "group_static_registration_timeout_ms",
         "group.expansion.timeout.ms": "group_expansion_timeout_ms",
+        "group.consumer.session.timeout.ms": "consumer_session_timeout_ms",
+        "group.consumer.heartbeat.interval.ms": "consumer_heartbeat_interval_ms",
     }
 
     @classmethod
@@ -58,9 +63,15 @@ class GroupCoordinatorSettings:
 
 REGISTRATION_TIMEOUT = "group.static.registration.timeout.ms"
 EXPANSION_TIMEOUT = "group.expansion.timeout.ms"
+CONSUMER_SESSION_TIMEOUT = "consumer.session.timeout.ms"
+CONSUMER_HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
 PER_GROUP_SETTINGS = {
     REGISTRATION_TIMEOUT: "group_static_registration_timeout_ms",
     EXPANSION_TIMEOUT: "group_expansion_timeout_ms",
+    # Kafka's group configs of consumer groups (kafka-configs --entity-type groups), within the server's
+    # group.consumer.min/max.session.timeout.ms and group.consumer.min/max.heartbeat.interval.ms
+    CONSUMER_SESSION_TIMEOUT: "consumer_session_timeout_ms",
+    CONSUMER_HEARTBEAT_INTERVAL: "consumer_heartbeat_interval_ms",
 }
 """The settings a group may override: config name -> GroupCoordinatorSettings field."""
 MAX_SETTING_VALUE = 2**31 - 1

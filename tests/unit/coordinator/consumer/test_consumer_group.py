@@ -439,3 +439,79 @@ def test_target_assignments_within_the_assignment_interval_are_batched():
     assert ctx.group().assignment_epoch == 3
     ctx.advance(600)
     assert ctx.group().assignment_epoch == 4
+
+
+def test_per_group_session_timeout_and_heartbeat_interval():
+    # Kafka's group configs consumer.session.timeout.ms / consumer.heartbeat.interval.ms, within the server's bounds
+    ctx = ConsumerContext()
+    result = ctx.apply(ctx.shard.set_group_settings("s", "grp", {"consumer.session.timeout.ms": 1000}))
+    assert ctx.answers.pop("s").error == ErrorCode.invalid_config and not result.records  # below the minimum
+    ctx.apply(
+        ctx.shard.set_group_settings(
+            "s", "grp", {"consumer.session.timeout.ms": 50000, "consumer.heartbeat.interval.ms": 6000}
+        )
+    )
+    answer = ctx.answers.pop("s")
+    assert answer.error == ErrorCode.none, answer
+    assert answer.data["effective_settings"]["consumer.session.timeout.ms"] == 50000
+    joined = ok(ctx.heartbeat("m1"))
+    assert joined.heartbeat_interval == datetime.timedelta(milliseconds=6000)
+    assert ctx.timer.deadline_ms(session_key("grp", "m1")) == ctx.clock.monotonic_ms() + 50000
+    ctx.apply(ctx.shard.set_group_settings("s", "grp", {"consumer.session.timeout.ms": None}))
+    ok(ctx.heartbeat("m1", 1))
+    assert ctx.timer.deadline_ms(session_key("grp", "m1")) == ctx.clock.monotonic_ms() + 45000
+
+
+def test_registration_window_keeps_an_expired_static_member_and_its_partitions():
+    ctx = ConsumerContext(registration_timeout_ms=20000, session_timeout_ms=45000)
+    ok(ctx.heartbeat("s1", instance_id="i1"))
+    ok(ctx.heartbeat("m2"))
+    ok(ctx.heartbeat("s1", 1, owned=parts(foo=range(6)), instance_id="i1"))
+    answer = ok(ctx.heartbeat("s1", 1, owned=parts(foo=range(3)), instance_id="i1"))
+    held = ctx.group().members["s1"].assigned
+    epoch = ctx.group().group_epoch
+    for _ in range(10):  # m2 stays; s1's process is gone
+        ctx.advance(5000)
+        ok(
+            ctx.heartbeat(
+                "m2", ctx.group().members["m2"].member_epoch, owned=ctx.group().members["m2"].assigned
+            )
+        )
+    group = ctx.group()
+    assert "s1" in group.offline and group.members["s1"].assigned == held and group.group_epoch == epoch
+    # its instance comes back under a new member id: the same partitions, no rebalance
+    back = ok(ctx.heartbeat("s1-again", instance_id="i1"))
+    assert assignment_of(back) == held and group.group_epoch == epoch and not group.offline
+    assert answer.member_epoch == back.member_epoch
+
+
+def test_registration_window_end_removes_every_offline_member_at_once():
+    ctx = ConsumerContext(registration_timeout_ms=10000, session_timeout_ms=45000)
+    ok(ctx.heartbeat("s1", instance_id="i1"))
+    ok(ctx.heartbeat("s2", instance_id="i2"))
+    epoch = ctx.group().group_epoch
+    ctx.advance(45000)  # both sessions expire: offline, nothing moves
+    group = ctx.group()
+    assert set(group.offline) == {"s1", "s2"} and group.group_epoch == epoch
+    ctx.advance(10000)
+    assert not group.members and group.group_epoch == epoch + 1
+
+
+def test_expansion_window_assigns_joiners_of_a_stable_group_together():
+    ctx = ConsumerContext(expansion_timeout_ms=3000)
+    ok(ctx.heartbeat("m1"))  # a new group: assigned at once
+    assert str(ctx.group().state) == "Stable"
+    joiner = ok(ctx.heartbeat("m2"))
+    group = ctx.group()
+    assert group.assignment_epoch == 1 and assignment_of(joiner) == {}
+    assert joiner.heartbeat_interval == datetime.timedelta(milliseconds=3000)
+    ctx.advance(1000)
+    ok(ctx.heartbeat("m3"))
+    assert group.assignment_epoch == 1
+    ctx.advance(2000)  # the window ends: one target for both joiners
+    assert group.assignment_epoch == 3
+    # a member leaving is assigned without waiting
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=range(6))))
+    ok(ctx.heartbeat("m3", -1))
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=range(6))))
+    assert group.assignment_epoch == group.group_epoch == 4

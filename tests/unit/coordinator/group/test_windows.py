@@ -26,6 +26,8 @@ from .context import GroupTestContext
 GROUP = "group-id"
 STATIC = dict(rebalance_timeout_ms=60000, session_timeout_ms=3000, version=5)
 
+CONSUMER_DEFAULTS = {"consumer.session.timeout.ms": 45000, "consumer.heartbeat.interval.ms": 5000}
+
 
 class Events:
     def __init__(self) -> None:
@@ -385,15 +387,23 @@ def test_per_group_settings_are_a_record_override_the_server_and_replay():
     ]
     assert ctx.answers[token].data == {
         "settings": {REGISTRATION_TIMEOUT: 15000},
-        "effective_settings": {REGISTRATION_TIMEOUT: 15000, EXPANSION_TIMEOUT: 5000},
+        "effective_settings": {REGISTRATION_TIMEOUT: 15000, EXPANSION_TIMEOUT: 5000, **CONSUMER_DEFAULTS},
     }
-    assert ctx.shard.effective_settings("other") == {REGISTRATION_TIMEOUT: 0, EXPANSION_TIMEOUT: 5000}
+    assert ctx.shard.effective_settings("other") == {
+        REGISTRATION_TIMEOUT: 0,
+        EXPANSION_TIMEOUT: 5000,
+        **CONSUMER_DEFAULTS,
+    }
     ctx.apply(ctx.shard.set_group_settings(ctx.token("settings"), GROUP, {EXPANSION_TIMEOUT: 0}))
 
     restarted = GroupTestContext(loaded=False, group_expansion_timeout_ms=5000)
     for record in ctx.log:
         restarted.shard.replay(record)
-    assert restarted.shard.effective_settings(GROUP) == {REGISTRATION_TIMEOUT: 15000, EXPANSION_TIMEOUT: 0}
+    assert restarted.shard.effective_settings(GROUP) == {
+        REGISTRATION_TIMEOUT: 15000,
+        EXPANSION_TIMEOUT: 0,
+        **CONSUMER_DEFAULTS,
+    }
 
     token = ctx.token("settings")
     result = ctx.apply(
