@@ -12,9 +12,12 @@ subscriptions (heterogeneous) partitions a member holds and may still have are k
 loaded member subscribed to their topic, and partitions then move from the most to the least loaded member
 that can take them until no move narrows the gap.
 
-`range` gives each member a contiguous range of every topic it subscribes to, `n // k` partitions and the
-first `n % k` members one more, members ordered with static members first (by instance id), then by member
-id: it is sticky only through static instance ids, as Kafka's.
+`range` gives each member a contiguous range of every topic it subscribes to, `n // k` partitions and `n % k`
+members one more, members ordered with static members first (by instance id), then by member id. Kafka gives the
+extras to the first members, so a member leaving shifts every range after it; here the extras go where members
+keep the most of what they held (a greedy pass in member order), so a leave or a join moves about what balance
+needs. A new group gets Kafka's layout. Co-partitioned topics (same subscribers, same partition count, same
+history) still get the same ranges.
 """
 
 from __future__ import annotations
@@ -257,17 +260,41 @@ def _range(members: Mapping[str, MemberSpec], topics: Mapping[Any, int]) -> dict
     )
     result: dict[str, Assignment] = {m.member_id: {} for m in order}
     for t in sorted(topics):
-        subscribed = [m.member_id for m in order if t in m.subscribed]
+        subscribed = [m for m in order if t in m.subscribed]
         if not subscribed:
             continue
-        quota, extra = divmod(topics[t], len(subscribed))
+        n = topics[t]
+        quota, extra = divmod(n, len(subscribed))
         start = 0
-        for i, member_id in enumerate(subscribed):
-            count = quota + (1 if i < extra else 0)
+        for i, member in enumerate(subscribed):
+            count = quota
+            if extra > 0:
+                if extra >= len(subscribed) - i:  # every member left must take one of the extras
+                    count = quota + 1
+                else:
+                    count = _sticky_count(start, quota, sorted(p for p in member.current.get(t, ()) if p < n))
+                extra -= count - quota
             if count:
-                result[member_id][t] = frozenset(range(start, start + count))
+                result[member.member_id][t] = frozenset(range(start, start + count))
             start += count
     return result
+
+
+def _sticky_count(start: int, quota: int, held: list[int]) -> int:
+    """quota or quota + 1 partitions from `start` for a member that held `held`: whichever keeps more of them,
+    then whichever ends closer to where its range ended; a member that held nothing takes the extra (Kafka's
+    layout: the first members get one more)."""
+    if not held:
+        return quota + 1
+    best = quota + 1
+    best_key: tuple[int, int] | None = None
+    for count in (quota + 1, quota):
+        end = start + count
+        kept = bisect.bisect_left(held, end) - bisect.bisect_left(held, start)
+        key = (kept, -abs((end - 1) - held[-1]))
+        if best_key is None or key > best_key:
+            best, best_key = count, key
+    return best
 
 
 range_ = _indexed(_range)

@@ -99,3 +99,16 @@ def test_range_per_topic_over_its_subscribers():
     out = range_({"a": spec("a", FOO, BAR), "b": spec("b", FOO)}, {FOO: 4, BAR: 2})
     assert out["a"] == {FOO: frozenset({0, 1}), BAR: frozenset({0, 1})}
     assert out["b"] == {FOO: frozenset({2, 3})}
+
+
+def test_range_is_sticky_when_a_member_leaves_or_joins():
+    members = {m: spec(m, FOO) for m in ("a", "b", "c", "d", "e")}
+    before = range_(members, {FOO: 10})
+    assert [sorted(before[m][FOO]) for m in "abcde"] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+    current = {m: spec(m, FOO, current=before[m]) for m in "abde"}  # c leaves
+    after = range_(current, {FOO: 10})
+    for m in "abde":  # the others keep theirs; c's partitions go to its neighbours, ranges stay contiguous
+        assert before[m][FOO] <= after[m][FOO]
+        ps = sorted(after[m][FOO])
+        assert ps == list(range(ps[0], ps[0] + len(ps)))
+    assert sorted(len(after[m][FOO]) for m in "abde") == [2, 2, 3, 3]
