@@ -422,10 +422,10 @@ SETTINGS: tuple[Setting, ...] = (
         100,
         int,
         "Shortest time between two target assignments of a consumer group (Kafka 4.3's KIP-1263 setting, whose "
-        "default there is 1000), reached at 500 members (1 ms per 5 members below that): a change after a quiet "
-        "spell is assigned at once, a burst of joins (hundreds of consumers starting) within one computation per "
-        "interval, which matters because the computation is O(members). Members whose target is held back are "
-        "told to heartbeat again when it is computed. 0: at every group epoch, as Kafka 4.1.",
+        "default there is 1000), for groups of 250 members or more, reached at 500 (1 ms per 5 members): a "
+        "change after a quiet spell is assigned at once, a burst of joins (hundreds of consumers starting) "
+        "within one computation per interval, which matters because the computation is O(members). Smaller "
+        "groups, and 0: at every group epoch, as Kafka 4.1.",
         minimum=0,
     ),
     Setting(

@@ -15,8 +15,8 @@ that can take them until no move narrows the gap.
 `range` gives each member a contiguous range of every topic it subscribes to, `n // k` partitions and `n % k`
 members one more, members ordered with static members first (by instance id), then by member id. Kafka gives the
 extras to the first members, so a member leaving shifts every range after it; here the extras go where members
-keep the most of what they held (a greedy pass in member order), so a leave or a join moves about what balance
-needs. A new group gets Kafka's layout. Co-partitioned topics (same subscribers, same partition count, same
+keep the most of what they held (a dynamic programme over the members in order), so a leave moves only the
+leaver's partitions. A new group gets Kafka's layout. Co-partitioned topics (same subscribers, same partition count, same
 history) still get the same ranges.
 """
 
@@ -265,36 +265,59 @@ def _range(members: Mapping[str, MemberSpec], topics: Mapping[Any, int]) -> dict
             continue
         n = topics[t]
         quota, extra = divmod(n, len(subscribed))
+        held = [sorted(p for p in m.current.get(t, ()) if 0 <= p < n) for m in subscribed]
         start = 0
-        for i, member in enumerate(subscribed):
-            count = quota
-            if extra > 0:
-                if extra >= len(subscribed) - i:  # every member left must take one of the extras
-                    count = quota + 1
-                else:
-                    count = _sticky_count(start, quota, sorted(p for p in member.current.get(t, ()) if p < n))
-                extra -= count - quota
+        for member, count in zip(subscribed, _range_counts(held, quota, extra), strict=True):
             if count:
                 result[member.member_id][t] = frozenset(range(start, start + count))
             start += count
     return result
 
 
-def _sticky_count(start: int, quota: int, held: list[int]) -> int:
-    """quota or quota + 1 partitions from `start` for a member that held `held`: whichever keeps more of them,
-    then whichever ends closer to where its range ended; a member that held nothing takes the extra (Kafka's
-    layout: the first members get one more)."""
-    if not held:
-        return quota + 1
-    best = quota + 1
-    best_key: tuple[int, int] | None = None
-    for count in (quota + 1, quota):
-        end = start + count
-        kept = bisect.bisect_left(held, end) - bisect.bisect_left(held, start)
-        key = (kept, -abs((end - 1) - held[-1]))
-        if best_key is None or key > best_key:
-            best, best_key = count, key
-    return best
+STICKY_RANGE_MAX_STATES = 50_000
+"""Above this many (member, extras used) states the extras of a topic go to the first members, as Kafka's."""
+
+
+def _range_counts(held: list[list[int]], quota: int, extra: int) -> list[int]:
+    """How many partitions each member (in order) gets, `quota` or `quota + 1` with `extra` of them one more,
+    ranges being contiguous in member order: the choice that keeps the most partitions where they are (a dynamic
+    programme over members and extras used), and among equals the extras as early as possible, which is Kafka's
+    layout for a group without history."""
+    count = len(held)
+    if extra == 0 or count * (extra + 1) > STICKY_RANGE_MAX_STATES or not any(held):
+        return [quota + 1 if i < extra else quota for i in range(count)]
+
+    def kept(i: int, start: int, size: int) -> int:
+        h = held[i]
+        return bisect.bisect_left(h, start + size) - bisect.bisect_left(h, start)
+
+    # best[i][e]: the most partitions members i.. keep when e extras went to members before i (-1: impossible)
+    best = [[-1] * (extra + 1) for _ in range(count + 1)]
+    best[count][extra] = 0
+    for i in range(count - 1, -1, -1):
+        row, following = best[i], best[i + 1]
+        for e in range(max(0, extra - (count - i)), min(i, extra) + 1):
+            start = i * quota + e
+            value = -1
+            if e < extra and following[e + 1] >= 0:
+                value = kept(i, start, quota + 1) + following[e + 1]
+            if following[e] >= 0:
+                value = max(value, kept(i, start, quota) + following[e])
+            row[e] = value
+    counts = []
+    e = 0
+    for i in range(count):
+        start = i * quota + e
+        if (
+            e < extra
+            and best[i + 1][e + 1] >= 0
+            and kept(i, start, quota + 1) + best[i + 1][e + 1] == best[i][e]
+        ):
+            counts.append(quota + 1)
+            e += 1
+        else:
+            counts.append(quota)
+    return counts
 
 
 range_ = _indexed(_range)

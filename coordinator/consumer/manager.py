@@ -152,11 +152,13 @@ class ConsumerGroupSettings:
     max_heartbeat_interval_ms: int = 15000
     max_size: int = 2**31 - 1
     assignment_interval_ms: int = 100  # group.consumer.assignment.interval.ms (KIP-1263)
-    # The assignment interval grows with the group (1 ms per 5 members) up to assignment_interval_ms (reached at
-    # 500 members with the default 100 ms): a computation costs ~5 us per member here, so batching bounds it to
-    # a few percent of a core, and groups of tens of members, where it costs nothing, are assigned at every epoch
-    # as in Kafka 4.1. 0: the interval is assignment_interval_ms whatever the size.
+    # Batching starts at batch_from_members members, with an interval growing with the group (1 ms per 5
+    # members) up to assignment_interval_ms (reached at 500 members with the default 100 ms): a computation costs
+    # ~5 us per member here, so batching bounds it to a few percent of a core, while smaller groups, where it
+    # costs little, are assigned at every epoch as in Kafka 4.1 (a member whose target is held back learns it
+    # only at its next heartbeat). members_per_assignment_ms 0: assignment_interval_ms whatever the size.
     members_per_assignment_ms: int = 5
+    batch_from_members: int = 250
     # our windows (coordinator.group.windows), per group too: a static member whose session expires stays offline
     # with its partitions (registration); joiners of a Stable group are assigned together (expansion)
     registration_timeout_ms: int = 0
@@ -205,10 +207,6 @@ def session_key(group_id: str, member_id: str) -> str:
 
 def rebalance_key(group_id: str, member_id: str) -> str:
     return f"consumer-rebalance-{group_id}-{member_id}"
-
-
-HINT_FLOOR_MS = 200
-"""The shortest heartbeat interval an answer asks for (librdkafka times a heartbeat out after one interval)."""
 
 
 def assignment_key(group_id: str) -> str:
@@ -763,14 +761,9 @@ class ConsumerGroupManager:
         return None
 
     def _heartbeat_interval_ms(self, group: ConsumerGroup) -> int:
-        """group.consumer.heartbeat.interval.ms; shorter (not below HINT_FLOOR_MS) while a target is held back
-        by the assignment interval: the member comes back when it is computed instead of a whole interval later
-        (clients take the interval of every answer)."""
-        interval = self._own(group.group_id, CONSUMER_HEARTBEAT_INTERVAL, self.settings.heartbeat_interval_ms)
-        due = group.assignment_due_ms
-        if due is None or group.group_epoch <= group.assignment_epoch:
-            return interval
-        return min(interval, max(due - self.clock.monotonic_ms(), HINT_FLOOR_MS))
+        """group.consumer.heartbeat.interval.ms, or the group's own consumer.heartbeat.interval.ms. (Never
+        shortened to bring a member back sooner: librdkafka times a heartbeat out after one interval.)"""
+        return self._own(group.group_id, CONSUMER_HEARTBEAT_INTERVAL, self.settings.heartbeat_interval_ms)
 
     def _member_for(
         self, group: ConsumerGroup, request: Any, member_id: str
@@ -1192,7 +1185,11 @@ class ConsumerGroupManager:
         # O(members) per computation: a small group is assigned at once, a large one at most once per interval
         interval = self.settings.assignment_interval_ms
         if self.settings.members_per_assignment_ms > 0:
-            interval = min(interval, len(group.members) // self.settings.members_per_assignment_ms)
+            interval = (
+                min(interval, len(group.members) // self.settings.members_per_assignment_ms)
+                if len(group.members) >= self.settings.batch_from_members
+                else 0
+            )
         last = group.assigned_at_ms
         if interval <= 0 or last is None or now - last >= interval:
             self._compute_target(group)

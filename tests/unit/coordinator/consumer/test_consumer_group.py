@@ -426,8 +426,6 @@ def test_target_assignments_within_the_assignment_interval_are_batched():
     group = ctx.group()
     assert (group.group_epoch, group.assignment_epoch, str(group.state)) == (3, 1, "Assigning")
     assert (answer.member_epoch, answer3.member_epoch, assignment_of(answer)) == (1, 1, {})
-    # told to come back when the target is computed, not a whole heartbeat interval (5 s) later
-    assert answer.heartbeat_interval == datetime.timedelta(milliseconds=1000)
     assert ctx.timer.is_scheduled("consumer-assignment-grp")
     (result,) = ctx.advance(1000)  # the interval ends: one target for both joins
     assert group.assignment_epoch == 3
@@ -504,7 +502,6 @@ def test_expansion_window_assigns_joiners_of_a_stable_group_together():
     joiner = ok(ctx.heartbeat("m2"))
     group = ctx.group()
     assert group.assignment_epoch == 1 and assignment_of(joiner) == {}
-    assert joiner.heartbeat_interval == datetime.timedelta(milliseconds=3000)
     ctx.advance(1000)
     ok(ctx.heartbeat("m3"))
     assert group.assignment_epoch == 1
