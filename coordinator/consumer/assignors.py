@@ -274,8 +274,10 @@ def _range(members: Mapping[str, MemberSpec], topics: Mapping[Any, int]) -> dict
     return result
 
 
-STICKY_RANGE_MAX_STATES = 50_000
-"""Above this many (member, extras used) states the extras of a topic go to the first members, as Kafka's."""
+STICKY_RANGE_MAX_STATES = 5_000
+"""Above this many (member, extras used) states (a few ms of work) the extras of a topic go to the first members,
+as Kafka's. A member leaving a group with about as many partitions as members (N-1 members on N partitions: one
+extra) is well within it; the middle of a burst of joins to a large group may not be."""
 
 
 def _range_counts(held: list[list[int]], quota: int, extra: int) -> list[int]:

@@ -255,3 +255,33 @@ def test_rolling_upgrade_from_classic_to_consumer_and_back(members, server, tmp_
         lambda name: members.start("ck", name, server, group, topic, settings=classic),
         lambda name: members.start("ck", name, server, group, topic, settings=CONSUMER),
     )
+
+
+def test_registration_window_keeps_a_killed_static_members_partitions(members, server_factory, tmp_path):
+    """Our registration window for consumer groups: a static member whose process dies keeps its partitions past
+    its session timeout (nobody else takes them), and its instance started again gets them back with no rebalance
+    of the others."""
+    server = server_factory({**SERVER, "group.static.registration.timeout.ms": 60000})
+    group, topic = "kip848-window", "kip848-window-topic"
+    create_topic(server, topic, PARTITIONS)
+    placed = produce_batch(server, topic, 60, 890, tmp_path, partitions=PARTITIONS)
+    ms = [
+        members.start("ck", f"w{i}", server, group, topic, instance_id=f"kip848-w{i}", settings=CONSUMER)
+        for i in range(2)
+    ]
+    split = wait_split(members, ms, PARTITIONS, [3, 3], timeout=40)
+    wait_for(lambda: consumed_all(ms, placed), 30, "batch 1 consumed", members.describe)
+    stayer, victim = ms
+    seen = len(stayer.rebalance_events())
+    victim.kill()
+    time.sleep(SERVER["group.consumer.session.timeout.ms"] / 1000 + 3)  # its session has expired by now
+    assert stayer.rebalance_events()[seen:] == [] and stayer.held() == split["w0"], members.describe([stayer])
+    back = members.start("ck", "w1-again", server, group, topic, instance_id="kip848-w1", settings=CONSUMER)
+    wait_for(lambda: back.held(), 20, "the static member back with its partitions", members.describe)
+    assert back.held() == split["w1"], members.describe()
+    placed |= produce_batch(server, topic, 60, 891, tmp_path, partitions=PARTITIONS)
+    everyone = [*ms, back]
+    wait_for(lambda: consumed_all(everyone, placed), 30, "batch 2 consumed", members.describe)
+    assert stayer.rebalance_events()[seen:] == [], members.describe([stayer])
+    for m in (stayer, back):
+        assert m.close() == 0, members.describe([m])
