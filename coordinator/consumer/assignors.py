@@ -275,9 +275,34 @@ def _range(members: Mapping[str, MemberSpec], topics: Mapping[Any, int]) -> dict
 
 
 STICKY_RANGE_MAX_STATES = 5_000
-"""Above this many (member, extras used) states (a few ms of work) the extras of a topic go to the first members,
-as Kafka's. A member leaving a group with about as many partitions as members (N-1 members on N partitions: one
-extra) is well within it; the middle of a burst of joins to a large group may not be."""
+"""Above this many (member, extras used) states (a few ms of work) a greedy pass places the extras instead. A
+member leaving a group with about as many partitions as members (N-1 members on N partitions: one extra) is well
+within it; the middle of a burst of joins to a large group may not be."""
+
+
+def _range_fit(held: list[int], start: int, size: int) -> tuple[int, int]:
+    """How well the range of `size` from `start` fits what a member held: partitions kept, then how close its end
+    is to where the held ones ended."""
+    end = start + size
+    return bisect.bisect_left(held, end) - bisect.bisect_left(held, start), -abs(end - 1 - held[-1])
+
+
+def _range_counts_greedy(held: list[list[int]], quota: int, extra: int) -> list[int]:
+    """Member by member: the extra where it keeps more of what the member held (then where its range ends closer
+    to where it ended), unless every member left must take one."""
+    counts = []
+    start = 0
+    for i, h in enumerate(held):
+        count = quota
+        if extra > 0:
+            if extra >= len(held) - i or not h:
+                count = quota + 1
+            elif _range_fit(h, start, quota + 1) > _range_fit(h, start, quota):
+                count = quota + 1
+            extra -= count - quota
+        counts.append(count)
+        start += count
+    return counts
 
 
 def _range_counts(held: list[list[int]], quota: int, extra: int) -> list[int]:
@@ -286,8 +311,10 @@ def _range_counts(held: list[list[int]], quota: int, extra: int) -> list[int]:
     programme over members and extras used), and among equals the extras as early as possible, which is Kafka's
     layout for a group without history."""
     count = len(held)
-    if extra == 0 or count * (extra + 1) > STICKY_RANGE_MAX_STATES or not any(held):
+    if extra == 0 or not any(held):
         return [quota + 1 if i < extra else quota for i in range(count)]
+    if count * (extra + 1) > STICKY_RANGE_MAX_STATES:
+        return _range_counts_greedy(held, quota, extra)
 
     def kept(i: int, start: int, size: int) -> int:
         h = held[i]

@@ -582,22 +582,23 @@ class ConsumerGroupManager:
             generation_id=group.group_epoch,
             protocol_type=CONSUMER_PROTOCOL_TYPE,
         )
-        for member in sorted(staying, key=lambda m: m.member_id):
-            assert member.classic is not None
-            classic.add(
-                ClassicGroupMember(
-                    member.member_id,
-                    member.instance_id,
-                    member.client_id,
-                    member.client_host,
-                    member.rebalance_timeout_ms,
-                    member.classic.session_timeout_ms,
-                    CONSUMER_PROTOCOL_TYPE,
-                    member.classic.protocols,
+        try:
+            for member in sorted(staying, key=lambda m: m.member_id):
+                assert member.classic is not None
+                classic.add(
+                    ClassicGroupMember(
+                        member.member_id,
+                        member.instance_id,
+                        member.client_id,
+                        member.client_host,
+                        member.rebalance_timeout_ms,
+                        member.classic.session_timeout_ms,
+                        CONSUMER_PROTOCOL_TYPE,
+                        member.classic.protocols,
+                    )
                 )
-            )
-        if not classic.candidate_protocols():
-            return False  # (the classic members share no protocol: they joined with different ones)
+        except ValueError:  # (the classic members share no protocol: they joined with different ones)
+            return False
         classic.protocol_name = classic.select_protocol()
         classic.subscribed_topics = classic.compute_subscribed_topics()
         for classic_member in classic.all_members():
