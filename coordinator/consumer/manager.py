@@ -673,24 +673,7 @@ class ConsumerGroupManager:
             and updated.subscribed_topic_regex not in group.resolved
         ):
             self._compile(updated.subscribed_topic_regex)
-        if replaced is not None:
-            self._replace_static(group, replaced, updated)
-        if _metadata_changed(member, updated) or member_id not in group.members:
-            fx.records.append(self._member_metadata_record(group_id, updated))
-        group.update_member(updated)
-        if replaced is not None:
-            group.target[updated.member_id] = group.target.pop(replaced.member_id, {})
-            fx.records.append(self._target_member_record(group_id, updated.member_id))
-            fx.records.append(self._current_assignment_record(group_id, updated))
-
-        self._refresh_subscription(
-            group,
-            bump,
-            reason=RebalanceReason.NEW_MEMBER if new_member else RebalanceReason.METADATA_CHANGE,
-            member=updated,
-        )
-
-        self._maybe_compute_target(group)
+        self._apply_member(group, member, updated, replaced, bump, new_member)
 
         member = group.members[member_id]
         target = group.target.get(member_id, {})
@@ -723,6 +706,37 @@ class ConsumerGroupManager:
         )
         send_assignment = epoch == 0 or full or stale or next_member.assigned != member.assigned
         return self._answer(group, next_member, next_member.assigned if send_assignment else None)
+
+    def _apply_member(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerMember,
+        updated: ConsumerMember,
+        replaced: ConsumerMember | None,
+        bump: bool,
+        new_member: bool,
+    ) -> None:
+        """Put a member's new state in the group (a heartbeat's or a classic JoinGroup's): the static member it
+        replaces out, its record if it changed, a group epoch bump if due, the target if the epoch is ahead of it
+        (Kafka's steps 3-6)."""
+        fx = self.calls.fx
+        group_id = group.group_id
+        if replaced is not None:
+            self._replace_static(group, replaced, updated)
+        if _metadata_changed(member, updated) or updated.member_id not in group.members:
+            fx.records.append(self._member_metadata_record(group_id, updated))
+        group.update_member(updated)
+        if replaced is not None:
+            group.target[updated.member_id] = group.target.pop(replaced.member_id, {})
+            fx.records.append(self._target_member_record(group_id, updated.member_id))
+            fx.records.append(self._current_assignment_record(group_id, updated))
+        self._refresh_subscription(
+            group,
+            bump,
+            reason=RebalanceReason.NEW_MEMBER if new_member else RebalanceReason.METADATA_CHANGE,
+            member=updated,
+        )
+        self._maybe_compute_target(group)
 
     def _answer(self, group: ConsumerGroup, member: ConsumerMember, assignment: Assignment | None) -> Any:
         return heartbeat_response(
@@ -1574,22 +1588,7 @@ class ConsumerGroupManager:
             or updated.subscribed_topic_names != member.subscribed_topic_names
             or updated.subscribed_topic_regex != member.subscribed_topic_regex
         )
-        if replaced is not None:
-            self._replace_static(group, replaced, updated)
-        if _metadata_changed(member, updated) or member_id not in group.members:
-            fx.records.append(self._member_metadata_record(group_id, updated))
-        group.update_member(updated)
-        if replaced is not None:
-            group.target[member_id] = group.target.pop(replaced.member_id, {})
-            fx.records.append(self._target_member_record(group_id, member_id))
-            fx.records.append(self._current_assignment_record(group_id, updated))
-        self._refresh_subscription(
-            group,
-            bump,
-            reason=RebalanceReason.NEW_MEMBER if new_member else RebalanceReason.METADATA_CHANGE,
-            member=updated,
-        )
-        self._maybe_compute_target(group)
+        self._apply_member(group, member, updated, replaced, bump, new_member)
 
         member = group.members[member_id]
         owned = self._ids(subscription.owned)

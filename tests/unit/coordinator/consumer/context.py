@@ -107,41 +107,11 @@ class ConsumerContext:
         member_id: str = "m1",
         member_epoch: int = 0,
         *,
-        group_id: str = "grp",
-        instance_id: str | None = None,
-        rack_id: str | None = None,
-        rebalance_timeout_ms: int = UNCHANGED,
-        topics: Iterable[str] | None = UNCHANGED,
-        regex: str | None = None,
-        assignor: str | None = None,
-        owned: Mapping[uuid.UUID, Iterable[int]] | None = UNCHANGED,
         version: int = 1,
+        **fields: Any,
     ) -> tuple[Any, CoordinatorResult]:
-        """One ConsumerGroupHeartbeat; a join (epoch 0) defaults to a full request subscribing to foo."""
-        joining = member_epoch == 0
-        if rebalance_timeout_ms is UNCHANGED:
-            rebalance_timeout_ms = 5000 if joining else -1
-        if topics is UNCHANGED:
-            topics = ("foo",) if joining and regex is None else None
-        if owned is UNCHANGED:
-            owned = {} if joining else None
-        request = ConsumerGroupHeartbeatRequest(
-            group_id=group_id,
-            member_id=member_id,
-            member_epoch=i32(member_epoch),
-            instance_id=instance_id,
-            rack_id=rack_id,
-            rebalance_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=rebalance_timeout_ms)),
-            subscribed_topic_names=None if topics is None else tuple(topics),
-            subscribed_topic_regex=regex,
-            server_assignor=assignor,
-            topic_partitions=None
-            if owned is None
-            else tuple(
-                TopicPartitions(topic_id=t, partitions=tuple(i32(p) for p in sorted(ps)))
-                for t, ps in owned.items()
-            ),
-        )
+        """One ConsumerGroupHeartbeat (heartbeat_request's fields)."""
+        request = heartbeat_request(member_id, member_epoch, **fields)
         token = next(self._tokens)
         result = self.apply(
             self.shard.consumer_group_heartbeat(
@@ -162,6 +132,46 @@ class ConsumerContext:
             shard.replay(record)
         shard.on_loaded()
         return shard
+
+
+def heartbeat_request(
+    member_id: str = "m1",
+    member_epoch: int = 0,
+    *,
+    group_id: str = "grp",
+    instance_id: str | None = None,
+    rack_id: str | None = None,
+    rebalance_timeout_ms: int = UNCHANGED,
+    topics: Iterable[str] | None = UNCHANGED,
+    regex: str | None = None,
+    assignor: str | None = None,
+    owned: Mapping[uuid.UUID, Iterable[int]] | None = UNCHANGED,
+) -> ConsumerGroupHeartbeatRequest:
+    """A ConsumerGroupHeartbeat; a join (epoch 0) defaults to a full request subscribing to foo, owning nothing."""
+    joining = member_epoch == 0
+    if rebalance_timeout_ms is UNCHANGED:
+        rebalance_timeout_ms = 5000 if joining else -1
+    if topics is UNCHANGED:
+        topics = ("foo",) if joining and regex is None else None
+    if owned is UNCHANGED:
+        owned = {} if joining else None
+    return ConsumerGroupHeartbeatRequest(
+        group_id=group_id,
+        member_id=member_id,
+        member_epoch=i32(member_epoch),
+        instance_id=instance_id,
+        rack_id=rack_id,
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=rebalance_timeout_ms)),
+        subscribed_topic_names=None if topics is None else tuple(topics),
+        subscribed_topic_regex=regex,
+        server_assignor=assignor,
+        topic_partitions=None
+        if owned is None
+        else tuple(
+            TopicPartitions(topic_id=t, partitions=tuple(i32(p) for p in sorted(ps)))
+            for t, ps in owned.items()
+        ),
+    )
 
 
 def assignment_of(answer: Any) -> dict[uuid.UUID, frozenset[int]] | None:

@@ -5,17 +5,15 @@ consumer-protocol member leaves. Named after Kafka's GroupMetadataManagerTest ca
 
 from __future__ import annotations
 
-import datetime
 import io
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest, TopicPartitions
 from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription as SubscriptionV1
 from kio.schema.consumer_protocol_subscription.v1.data import TopicPartition
 from kio.serial import entity_writer
-from kio.static.primitive import i32, i32Timedelta
+from kio.static.primitive import i32
 
 from coordinator.consumer import records as rec
 from coordinator.consumer.group import MemberState
@@ -27,7 +25,7 @@ from protocol.consumer import ConsumerAssignment, assignment_partitions, decode_
 from protocol.errors import ErrorCode
 from tests.unit.coordinator.group.context import GroupTestContext
 
-from .context import FakeTopics, parts, tid
+from .context import UNCHANGED, FakeTopics, heartbeat_request, parts, tid
 
 FOO = tid("foo")
 
@@ -68,30 +66,11 @@ def cghb(
     member_id: str,
     epoch: int = 0,
     *,
-    owned: Mapping[uuid.UUID, Iterable[int]] | None = None,
-    group_id: str = "grp",
+    owned: Mapping[uuid.UUID, Iterable[int]] | None = UNCHANGED,
     instance_id: str | None = None,
 ) -> Any:
-    joining = epoch == 0
-    request = ConsumerGroupHeartbeatRequest(
-        group_id=group_id,
-        member_id=member_id,
-        member_epoch=i32(epoch),
-        instance_id=instance_id,
-        rack_id=None,
-        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=5000 if joining else -1)),
-        subscribed_topic_names=("foo",) if joining else None,
-        subscribed_topic_regex=None,
-        server_assignor=None,
-        topic_partitions=tuple(
-            TopicPartitions(topic_id=t, partitions=tuple(i32(p) for p in sorted(ps)))
-            for t, ps in (owned if owned is not None else {}).items()
-        )
-        if joining or owned is not None
-        else None,
-    )
-    token = ctx.token(f"cghb-{member_id}")
-    ctx.apply(ctx.shard.consumer_group_heartbeat(token, 1, request, client_id="c", client_host="/h"))
+    token, result = _cghb_result(ctx, member_id, epoch, owned=owned, instance_id=instance_id)
+    ctx.apply(result)
     return ctx.answers[token]
 
 
@@ -382,20 +361,9 @@ def test_classic_member_metadata_record_round_trip_and_reload():
     assert again.deadline(session_key("grp", "c1")) == 500
 
 
-def _cghb_result(ctx: GroupTestContext, member_id: str, epoch: int) -> Any:
-    request = ConsumerGroupHeartbeatRequest(
-        group_id="grp",
-        member_id=member_id,
-        member_epoch=i32(epoch),
-        instance_id=None,
-        rack_id=None,
-        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=5000 if epoch == 0 else -1)),
-        subscribed_topic_names=("foo",) if epoch == 0 else None,
-        subscribed_topic_regex=None,
-        server_assignor=None,
-        topic_partitions=() if epoch == 0 else None,
-    )
+def _cghb_result(ctx: GroupTestContext, member_id: str, epoch: int, **fields: Any) -> Any:
     token = ctx.token(f"cghb-{member_id}")
+    request = heartbeat_request(member_id, epoch, **fields)
     return token, ctx.shard.consumer_group_heartbeat(token, 1, request, client_id="c", client_host="/h")
 
 
