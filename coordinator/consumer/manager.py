@@ -82,6 +82,7 @@ from .migration import (
     downgrade_allowed,
     parse_subscription,
     protocol_metadata,
+    subscription_version,
     upgrade_allowed,
     upgrade_refusal,
 )
@@ -602,10 +603,9 @@ class ConsumerGroupManager:
         classic.protocol_name = classic.select_protocol()
         classic.subscribed_topics = classic.compute_subscribed_topics()
         for classic_member in classic.all_members():
-            metadata = classic_member.metadata(classic.protocol_name)
-            version = int.from_bytes(metadata[:2], "big", signed=True) if len(metadata) >= 2 else 0
             classic_member.assignment = assignment_bytes(
-                version, self._names(group.target.get(classic_member.member_id, {}))
+                subscription_version(classic_member.metadata(classic.protocol_name)),
+                self._names(group.target.get(classic_member.member_id, {})),
             )
         self.calls.fx.records.extend(self.group_tombstones(group))
         self._cancel_timers(group)
@@ -1647,10 +1647,11 @@ class ConsumerGroupManager:
                 group, member_id, why, RemovalCause.REBALANCE_TIMEOUT, RebalanceReason.REBALANCE_TIMEOUT
             )
 
-    def _classic_member(
-        self, group: ConsumerGroup, member_id: str, instance_id: str | None
-    ) -> ConsumerMember:
-        """Kafka's validateConsumerGroupMember and throwIfMemberDoesNotUseClassicProtocol."""
+    def _classic_member(self, group: ConsumerGroup, request: Any) -> ConsumerMember:
+        """The classic member a SyncGroup or Heartbeat is from (Kafka's validateConsumerGroupMember,
+        throwIfMemberDoesNotUseClassicProtocol and throwIfGenerationIdUnmatched)."""
+        member_id = request.member_id
+        instance_id = getattr(request, "group_instance_id", None)
         if instance_id is None:
             member = group.members.get(member_id)
             if member is None:
@@ -1663,6 +1664,8 @@ class ConsumerGroupManager:
                 raise HeartbeatError(ErrorCode.fenced_instance_id)
         if not member.uses_classic_protocol:
             raise HeartbeatError(ErrorCode.unknown_member_id)
+        if int(request.generation_id) != member.member_epoch:
+            raise HeartbeatError(ErrorCode.illegal_generation)
         return member
 
     @state_machine_call
@@ -1670,11 +1673,7 @@ class ConsumerGroupManager:
         """SyncGroup v0-v5 to a consumer group: the member's assigned partitions."""
         group = self.groups[request.group_id]
         try:
-            member = self._classic_member(
-                group, request.member_id, getattr(request, "group_instance_id", None)
-            )
-            if int(request.generation_id) != member.member_epoch:
-                raise HeartbeatError(ErrorCode.illegal_generation)
+            member = self._classic_member(group, request)
             assert member.classic is not None
             protocol_type = getattr(request, "protocol_type", None)
             protocol_name = getattr(request, "protocol_name", None)
@@ -1691,8 +1690,7 @@ class ConsumerGroupManager:
         group_id = group.group_id
         self.timer.cancel(sync_key(group_id, member.member_id))
         self._schedule_session_timeout(group_id, member.member_id)
-        metadata = protocol_metadata(member.classic.protocols, protocol_name) or b""
-        version = int.from_bytes(metadata[:2], "big", signed=True) if len(metadata) >= 2 else 0
+        version = subscription_version(protocol_metadata(member.classic.protocols, protocol_name) or b"")
         self.calls.respond(
             token,
             sync_response(
@@ -1707,11 +1705,7 @@ class ConsumerGroupManager:
         """Heartbeat v0-v4 to a consumer group."""
         group = self.groups[request.group_id]
         try:
-            member = self._classic_member(
-                group, request.member_id, getattr(request, "group_instance_id", None)
-            )
-            if int(request.generation_id) != member.member_epoch:
-                raise HeartbeatError(ErrorCode.illegal_generation)
+            member = self._classic_member(group, request)
         except HeartbeatError as exc:
             self.calls.respond(token, classic_heartbeat_response(exc.code))
             return

@@ -74,7 +74,7 @@ def parse_subscription(metadata: bytes) -> ClassicSubscription:
     """Any version: a version above 3 is read with the v3 layout, as Kafka's ConsumerProtocol does."""
     if len(metadata) < 2:
         raise SubscriptionError("the subscription is shorter than its version")
-    version = int.from_bytes(metadata[:2], "big", signed=True)
+    version = subscription_version(metadata)
     if version < 0:
         raise SubscriptionError(f"negative subscription version {version}")
     subscription: Any
@@ -88,6 +88,11 @@ def parse_subscription(metadata: bytes) -> ClassicSubscription:
     return ClassicSubscription(
         version, tuple(subscription.topics), owned, getattr(subscription, "rack_id", None)
     )
+
+
+def subscription_version(metadata: bytes) -> int:
+    """The version of a consumer-protocol Subscription (0 for bytes too short to have one)."""
+    return int.from_bytes(metadata[:2], "big", signed=True) if len(metadata) >= 2 else 0
 
 
 def protocol_metadata(protocols: Iterable[tuple[str, bytes]], name: str | None) -> bytes | None:
