@@ -629,7 +629,6 @@ class ConsumerGroupManager:
         epoch = request.member_epoch
         group = self._group_for(group_id, create=epoch == 0)
         member_id = request.member_id or self._new_uuid()
-        fx = self.calls.fx
         owned = _owned(request)
         regex = getattr(request, "subscribed_topic_regex", None)
 
@@ -681,15 +680,7 @@ class ConsumerGroupManager:
             next_member = reconcile(member, group.assignment_epoch, target, owned, group.owner)
         except MemberFenced as exc:
             raise HeartbeatError(ErrorCode.fenced_member_epoch, str(exc)) from None
-        if next_member != member:
-            group.update_member(next_member)
-            fx.records.append(self._current_assignment_record(group_id, next_member))
-            # The rebalance timeout runs only while revocations are owed, from the step that asked for them.
-            if next_member.state == MemberState.UNREVOKED_PARTITIONS:
-                self._schedule_rebalance_timeout(group, next_member)
-            else:
-                self.timer.cancel(rebalance_key(group_id, member_id))
-        self._schedule_session_timeout(group_id, member_id)
+        self._reconciled(group, member, next_member)
 
         full = (
             ms(request.rebalance_timeout) != -1
@@ -706,6 +697,19 @@ class ConsumerGroupManager:
         )
         send_assignment = epoch == 0 or full or stale or next_member.assigned != member.assigned
         return self._answer(group, next_member, next_member.assigned if send_assignment else None)
+
+    def _reconciled(self, group: ConsumerGroup, member: ConsumerMember, next_member: ConsumerMember) -> None:
+        """The member moved a step (or not): its record if it changed, its rebalance timer (running only while
+        revocations are owed, from the step that asked for them), its session timer re-armed."""
+        group_id, member_id = group.group_id, member.member_id
+        if next_member != member:
+            group.update_member(next_member)
+            self.calls.fx.records.append(self._current_assignment_record(group_id, next_member))
+            if next_member.state == MemberState.UNREVOKED_PARTITIONS:
+                self._schedule_rebalance_timeout(group, next_member)
+            else:
+                self.timer.cancel(rebalance_key(group_id, member_id))
+        self._schedule_session_timeout(group_id, member_id)
 
     def _apply_member(
         self,
@@ -1528,7 +1532,6 @@ class ConsumerGroupManager:
         protocols = tuple((p.name, bytes(p.metadata)) for p in request.protocols)
         unknown = not request.member_id
         member_id = request.member_id or self._new_uuid()
-        fx = self.calls.fx
         if member_id not in group.members and len(group.members) >= self.settings.max_size:
             raise HeartbeatError(ErrorCode.group_max_size_reached)
         if (
@@ -1605,14 +1608,7 @@ class ConsumerGroupManager:
                 owned,
                 group.owner,
             )
-        if next_member != member:
-            group.update_member(next_member)
-            fx.records.append(self._current_assignment_record(group_id, next_member))
-            if next_member.state == MemberState.UNREVOKED_PARTITIONS:
-                self._schedule_rebalance_timeout(group, next_member)
-            else:
-                self.timer.cancel(rebalance_key(group_id, member_id))
-        self._schedule_session_timeout(group_id, member_id)
+        self._reconciled(group, member, next_member)
         self.timer.cancel(join_key(group_id, member_id))
         self.timer.schedule(
             sync_key(group_id, member_id),
