@@ -201,15 +201,14 @@ class ConsumerGroup:
         self.target: dict[str, Assignment] = {}  # member id -> target assignment
         self.owners: dict[tuple[uuid.UUID, int], str] = {}  # partition -> member holding it
         self.image_version = -1  # the topic image version the subscription metadata was computed at
-        self.assigned_at_ms: int | None = None  # (monotonic) when the target was last computed here
-        self.assignment_due_ms: int | None = None  # (monotonic) when a held-back target will be computed
-        self.expansion_from_ms: int | None = (
-            None  # (monotonic) when a join to the Stable group opened the window
-        )
-        self.joins_only = True  # only joins bumped the group epoch since the last target
-        self.offline: dict[
-            str, int
-        ] = {}  # static members offline in the registration window -> since (monotonic)
+        # (monotonic) when the target was last computed here, when a held-back target will be, and when a join to
+        # a group whose target was current opened the expansion window; whether only joins bumped the group epoch
+        # since the last target; static members offline in the registration window -> since when
+        self.assigned_at_ms: int | None = None
+        self.assignment_due_ms: int | None = None
+        self.expansion_from_ms: int | None = None
+        self.joins_only = True
+        self.offline: dict[str, int] = {}
         self.resolved: dict[str, frozenset[str]] = {}  # regex -> topic names, at image_version
         self._stable_at: dict[int, int] = {}  # member epoch -> members STABLE at it (state in O(1))
         # writes in flight (coordinator.consumer.manager): their records not yet durable, and the state before
