@@ -49,6 +49,7 @@ from coordinator.group.events import GroupEventListener, OffsetsWritten
 from coordinator.group.group import ClassicGroup
 from coordinator.group.manager import GroupMetadataManager
 from coordinator.group.pause import NOT_PAUSED, PauseRegistry, PauseState
+from coordinator.group.rebalance import join_timeouts
 from coordinator.group.responses import join_response
 from coordinator.group.settings import (
     GroupCoordinatorSettings,
@@ -77,7 +78,7 @@ from coordinator.records import (
     simple_offset_commit,
 )
 from coordinator.result import CoordinatorResult
-from protocol.build import build, ms
+from protocol.build import build
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -281,11 +282,7 @@ class GroupCoordinatorShard:
             return self._replace_empty_consumer_group(
                 token, api_version, request, client_id=client_id, client_host=client_host
             )
-        session_timeout_ms = ms(request.session_timeout)
-        rebalance_timeout = getattr(request, "rebalance_timeout", None)  # v1+
-        rebalance_timeout_ms = -1 if rebalance_timeout is None else ms(rebalance_timeout)
-        if api_version == 0 or rebalance_timeout_ms == -1:
-            rebalance_timeout_ms = session_timeout_ms
+        session_timeout_ms, rebalance_timeout_ms = join_timeouts(api_version, request)
         if not self.classic.session_timeout_allowed(session_timeout_ms):
             return CoordinatorResult(
                 responses=[

@@ -67,7 +67,6 @@ from coordinator.records import (
     new_empty_group_metadata_record,
     new_group_metadata_record,
 )
-from protocol.build import ms
 from protocol.errors import ErrorCode
 
 from .effects import state_machine_call
@@ -91,6 +90,7 @@ from .rebalance import (
     STABLE,
     ClassicRebalancing,
     JoinRequest,
+    join_timeouts,
     new_member,
 )
 from .responses import UNKNOWN_MEMBER_ID, heartbeat_response, join_response, leave_response, sync_response
@@ -112,11 +112,7 @@ class GroupMetadataManager(ClassicRebalancing):
     ) -> None:
         """JoinGroup v0-v9. `client_id` and `client_host` come from the request header and the connection."""
         self._fx.own_token = token
-        session_timeout_ms = ms(request.session_timeout)
-        rebalance_timeout = getattr(request, "rebalance_timeout", None)  # v1+
-        rebalance_timeout_ms = -1 if rebalance_timeout is None else ms(rebalance_timeout)
-        if api_version == 0 or rebalance_timeout_ms == -1:
-            rebalance_timeout_ms = session_timeout_ms  # KIP-62: v0 has no rebalance timeout
+        session_timeout_ms, rebalance_timeout_ms = join_timeouts(api_version, request)
         join = JoinRequest(
             group_id=request.group_id,
             member_id=request.member_id,

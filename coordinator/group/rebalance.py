@@ -14,6 +14,7 @@ from typing import Any
 from coordinator.clock import Clock, Timer, join_key, session_timeout_key, sync_key
 from coordinator.records import new_group_metadata_record, new_group_offline_record
 from coordinator.result import CoordinatorResult
+from protocol.build import ms
 from protocol.errors import ErrorCode
 
 from .effects import Calls, Effects
@@ -61,6 +62,17 @@ class JoinRequest:
 
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.protocols]
+
+
+def join_timeouts(api_version: int, request: Any) -> tuple[int, int]:
+    """A JoinGroup's session and rebalance timeouts (ms): v0 has no rebalance timeout, and KIP-62's rebalance
+    timeout falls back to the session timeout."""
+    session_timeout_ms = ms(request.session_timeout)
+    rebalance_timeout = getattr(request, "rebalance_timeout", None)  # v1+
+    rebalance_timeout_ms = -1 if rebalance_timeout is None else ms(rebalance_timeout)
+    if api_version == 0 or rebalance_timeout_ms == -1:
+        rebalance_timeout_ms = session_timeout_ms
+    return session_timeout_ms, rebalance_timeout_ms
 
 
 def new_member(member_id: str, join: JoinRequest, **extra: Any) -> ClassicGroupMember:
