@@ -79,7 +79,8 @@ class OffsetMetadataManager:
             getattr(request, "member_id", ""),
             getattr(request, "group_instance_id", None),
             int(getattr(request, "generation_id_or_member_epoch", -1)),
-            [(topic.name, int(p.partition_index)) for topic in topics for p in topic.partitions],
+            # (a generator: read only by a consumer group member committing at an older epoch)
+            ((topic.name, int(p.partition_index)) for topic in topics for p in topic.partitions),
         )
         if error != ErrorCode.none:
             return CoordinatorResult(responses=[(token, _commit_error_response(topics, error))])
