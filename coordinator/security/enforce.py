@@ -325,6 +325,15 @@ class Enforcer:
             groups.append(g)
         return {"throttle_time": 0, "groups": groups}
 
+    def _with_group_operations(self, ctx: RequestContext, described: Any) -> Any:
+        """A described group (DescribeGroups or ConsumerGroupDescribe) with the operations the caller may do on it."""
+        return dataclasses.replace(
+            described,
+            authorized_operations=self.authorizer.authorized_operations(
+                ctx.principal, ctx.client_host, ResourceType.GROUP, described.group_id
+            ),
+        )
+
     async def describe_groups(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         with_ops = bool(getattr(req, "include_authorized_operations", False))
         allowed = [g for g in req.groups if self.ok(ctx, Operation.DESCRIBE, ResourceType.GROUP, g)]
@@ -332,14 +341,7 @@ class Enforcer:
         if allowed:
             answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, groups=tuple(allowed))))
             for g in answer.groups:
-                if with_ops:
-                    g = dataclasses.replace(
-                        g,
-                        authorized_operations=self.authorizer.authorized_operations(
-                            ctx.principal, ctx.client_host, ResourceType.GROUP, g.group_id
-                        ),
-                    )
-                answered[g.group_id] = g
+                answered[g.group_id] = self._with_group_operations(ctx, g) if with_ops else g
         groups: list[Any] = []
         for gid in req.groups:
             if gid in answered:
@@ -389,14 +391,7 @@ class Enforcer:
                 if any(not self.ok(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t) for t in sorted(topics)):
                     answered[g.group_id] = described_group_error(g.group_id, TAF)
                     continue
-                if with_ops:
-                    g = dataclasses.replace(
-                        g,
-                        authorized_operations=self.authorizer.authorized_operations(
-                            ctx.principal, ctx.client_host, ResourceType.GROUP, g.group_id
-                        ),
-                    )
-                answered[g.group_id] = g
+                answered[g.group_id] = self._with_group_operations(ctx, g) if with_ops else g
         return {
             "throttle_time": 0,
             "groups": [answered.get(gid) or described_group_error(gid, GAF) for gid in req.group_ids],
