@@ -165,9 +165,8 @@ class ConsumerGroupSettings:
     registration_timeout_ms: int = 0
     expansion_timeout_ms: int = 0
     assignors: tuple[str, ...] = ("uniform", "range")
-    migration_policy: str = (
-        "bidirectional"  # group.consumer.migration.policy (coordinator.consumer.migration)
-    )
+    # group.consumer.migration.policy (coordinator.consumer.migration)
+    migration_policy: str = "bidirectional"
 
     @classmethod
     def from_config(cls, config: Any) -> ConsumerGroupSettings:
@@ -374,9 +373,8 @@ class ConsumerGroupManager:
 
         def undo(error: ErrorCode) -> dict[object, Any]:
             if downgraded is not None and group_id not in self.groups:
-                self.groups[group_id] = (
-                    downgraded  # (the classic group it became is gone: ClassicGroups.install)
-                )
+                # (the classic group it became is gone: ClassicGroups.install)
+                self.groups[group_id] = downgraded
             current = self.groups.get(group_id)
             if current is None or current is not group or current.inflight == 0:
                 return {}  # undone already, with an earlier write of the group that failed
