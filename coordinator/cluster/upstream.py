@@ -117,6 +117,11 @@ class Upstream:
     def pending(self) -> int:
         return len(self._pending)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing waits for an answer or to be written: closing it now loses nothing."""
+        return not self._pending and not self._queued
+
     def overdue(self, now: float, timeout_s: float) -> bool:
         """A request has waited more than `timeout_s` (loop time `now`) for its answer."""
         return any(now - sent > timeout_s for sent in self._sent_at.values())

@@ -307,9 +307,27 @@ class FrontDataPlane:
     def route(self, ctx: RequestContext) -> Any:
         """The upstream connection of the client connection of `ctx` (opened on its first use)."""
         upstream = self._upstreams.get(ctx.connection_id)
-        if upstream is not None:
-            return upstream
         node = self.node_of_request()
+        if upstream is not None:
+            if (
+                node is None
+                or node == self._route_of.get(ctx.connection_id)
+                or node not in self.cluster.nodes
+                or not upstream.idle
+            ):
+                return upstream
+            # The connection's own broker is back after its requests went to a stand-in: without this its
+            # partitions' leaders, once they move back there, would answer NOT_LEADER through the stand-in for
+            # as long as the client keeps the connection. Switched only while nothing is in flight, so answers
+            # keep their order.
+            log.info(
+                "connection %d: upstream broker %d is back; its requests go there again",
+                ctx.connection_id,
+                node,
+            )
+            del self._upstreams[ctx.connection_id]
+            self._route_of.pop(ctx.connection_id, None)
+            upstream.close()
         if node is None or node not in self.cluster.nodes:
             live = self.cluster.live_nodes()
             if not live:

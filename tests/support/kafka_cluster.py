@@ -214,6 +214,36 @@ def create_replicated_topic(bootstrap: str, topic: str, partitions: int) -> None
         future.result(60)
 
 
+def elect_preferred_leaders(bootstrap: str, topic: str, partitions: int) -> None:
+    """Each partition's leadership back to its preferred replica (Kafka's `kafka-leader-election --election-type
+    preferred`); a partition already led by it is fine."""
+    from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = [TopicPartition(topic, p) for p in range(partitions)]
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            result = admin.elect_leaders(ElectionType.PREFERRED, wanted).result(30)
+        except KafkaException as exc:
+            if time.monotonic() > deadline:
+                raise
+            last: object = exc
+        else:
+            # ELECTION_NOT_NEEDED: already led by the preferred replica
+            last = {
+                tp: err
+                for tp, err in result.items()
+                if err is not None and err.code() != KafkaError.ELECTION_NOT_NEEDED
+            }
+            if not last:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"preferred leader election of {topic}: {last}")
+        time.sleep(1)
+
+
 def cluster_committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     """The group's committed offsets as a consumer of the cluster reads them (-1: none), in this process."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition

@@ -205,3 +205,49 @@ def test_node_endpoints_get_the_fronts_addresses(api_key, version):
         assert answer.responses == original.responses  # nothing else changed
 
     asyncio.run(scenario())
+
+
+class _Cluster:
+    """What FrontDataPlane.route asks of the upstream cluster: its live nodes and new connections."""
+
+    def __init__(self, nodes):
+        self.nodes = {n: ("127.0.0.1", 9000 + n) for n in nodes}
+        self.opened = []
+
+    def live_nodes(self):
+        return sorted(self.nodes)
+
+    def connection(self, node, on_broken):
+        upstream = _Upstream(node)
+        self.opened.append(upstream)
+        return upstream
+
+
+class _Upstream:
+    def __init__(self, node):
+        self.node = node
+        self.idle = True
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_connection_goes_back_to_its_broker_once_that_broker_is_back():
+    import types
+
+    from coordinator.front.dataplane import FrontDataPlane
+
+    cluster = _Cluster([1, 3])  # node 2 is down
+    plane = FrontDataPlane(Config({}), cluster, None, None, None)
+    plane.node_of_request = lambda: 2  # the client connection came in on node 2's port here
+    ctx = types.SimpleNamespace(connection_id=7)
+    stand_in = plane.route(ctx)
+    assert stand_in.node == 1 and plane.route(ctx) is stand_in
+
+    cluster.nodes[2] = ("127.0.0.1", 9002)  # node 2 is back, but a request is still in flight on the stand-in
+    stand_in.idle = False
+    assert plane.route(ctx) is stand_in
+    stand_in.idle = True  # answered: the next request goes to node 2 itself
+    own = plane.route(ctx)
+    assert own.node == 2 and stand_in.closed and plane.route(ctx) is own
