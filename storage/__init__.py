@@ -16,7 +16,7 @@ from storage.format import (
     StorageIOError,
 )
 from storage.fs import FS, File, Lock, OsFS
-from storage.log import CompactionResult, Flusher, Log, LogStats, Recovery, Truncation
+from storage.log import CompactionResult, Log, LogStats, Recovery, Truncation
 
 __all__ = [
     "FORMAT_VERSION",
@@ -25,7 +25,6 @@ __all__ = [
     "Lock",
     "OsFS",
     "Log",
-    "Flusher",
     "Entry",
     "Recovery",
     "Truncation",

@@ -115,7 +115,7 @@ from storage.format import (
 )
 from storage.fs import FS, TEMP_SUFFIX, File, Lock, OsFS
 
-__all__ = ["CompactionResult", "Flusher", "Log", "LogStats", "Recovery", "Truncation"]
+__all__ = ["CompactionResult", "Log", "LogStats", "Recovery", "Truncation"]
 
 log = logging.getLogger(__name__)
 
@@ -229,19 +229,6 @@ class _Pending:
         return self._last
 
 
-class _Written:
-    """A batch written but not yet fsynced: its bytes, the next sequence number after it, each append's last
-    sequence number; `error` if the write failed (the file is cut back already)."""
-
-    __slots__ = ("nbytes", "seq", "lasts", "error")
-
-    def __init__(self, nbytes: int, seq: int, lasts: list[int], error: StorageError | None) -> None:
-        self.nbytes = nbytes
-        self.seq = seq
-        self.lasts = lasts
-        self.error = error
-
-
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -268,7 +255,6 @@ class Log:
         recovery: Recovery,
         dir_lock: Lock,
         settled: SettledFn | None = None,
-        flusher: Flusher | None = None,
     ) -> None:
         self.directory = directory
         self._settled = settled
@@ -297,24 +283,18 @@ class Log:
         self._next_seq = next_seq
         self._dirty = False  # the active file may hold bytes past its durable size
 
-        # Guarded by _cond (the flusher's when the log has one): the queue of appends.
-        self._flusher = flusher
-        self._cond = flusher._cond if flusher is not None else threading.Condition(threading.Lock())
+        # Guarded by _cond: the queue of appends.
+        self._cond = threading.Condition(threading.Lock())
         self._queue: list[_Pending] = []
         self._queued_bytes = 0
         self._closing = False
         self._closed = False
         self._abandoned = False  # see abandon(): the writer must not touch the files any more
-        self._busy = False  # (with a flusher) a flusher thread is writing or syncing a batch of this log
 
         self._compact_lock = threading.Lock()
         self._compactor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._writer: threading.Thread | None = None
-        if flusher is None:
-            self._writer = threading.Thread(
-                target=self._run_writer, name=f"log-writer {directory}", daemon=True
-            )
-            self._writer.start()
+        self._writer = threading.Thread(target=self._run_writer, name=f"log-writer {directory}", daemon=True)
+        self._writer.start()
 
     # -- open / recovery ------------------------------------------------------------------------------------
 
@@ -330,10 +310,8 @@ class Log:
         wall_ms: Callable[[], int] | None = None,
         progress: ProgressFn | None = None,
         settled: SettledFn | None = None,
-        flusher: Flusher | None = None,
     ) -> Log:
-        """Open (creating if needed) the log in `directory`, recover it, and start its writer thread (or join
-        `flusher`, the writer thread it shares with other logs: see Flusher).
+        """Open (creating if needed) the log in `directory`, recover it, and start its writer thread.
 
         Recovery (see the module docstring) reads every segment; `progress(bytes_done, bytes_total, entries)`
         reports on it. `wall_ms` gives the append time stored in entries that are appended without one.
@@ -378,7 +356,6 @@ class Log:
             recovery=recovery,
             dir_lock=dir_lock,
             settled=settled,
-            flusher=flusher,
         )
 
     # -- replay ---------------------------------------------------------------------------------------------
@@ -496,12 +473,10 @@ class Log:
                 raise StorageClosedError("log is closed", op="append")
             self._queue.append(pending)
             self._queued_bytes += nbytes
-            if self._flusher is not None:
-                self._flusher._queued(self)
             # The writer waits for the first append of a batch, then lingers on a timeout: waking it for
             # every append in between only to wait again cost a thread hand-off per append. It is woken
             # again only when the batch is full.
-            elif len(self._queue) == 1 or self._queued_bytes >= self._max_batch_bytes:
+            if len(self._queue) == 1 or self._queued_bytes >= self._max_batch_bytes:
                 self._cond.notify()
         return pending
 
@@ -548,10 +523,6 @@ class Log:
                 log.exception("log %s: the settled callback failed", self.directory)
 
     def _flush(self, batch: list[_Pending]) -> None:
-        self._sync(batch, self._write(batch))
-
-    def _write(self, batch: list[_Pending]) -> _Written:
-        """The batch's entries written to the active segment, not yet fsynced (then `_sync`)."""
         parts: list[bytes] = []
         lasts: list[int] = []
         seq = self._next_seq
@@ -576,48 +547,31 @@ class Log:
             op = "write"
             self._dirty = True
             self._active_file.write(data)
-        except OSError as exc:
-            return _Written(len(data), seq, lasts, self._failed(batch, op, exc))
-        return _Written(len(data), seq, lasts, None)
-
-    def _sync(self, batch: list[_Pending], written: _Written) -> None:
-        """The written batch made durable, and its appends settled (succeeded, or failed with the error)."""
-        if written.error is not None:
-            for p in batch:
-                p.fail(written.error)
-            return
-        try:
+            op = "fsync"
             self._active_file.fsync()
             self._dirty = False
         except OSError as exc:
-            err = self._failed(batch, "fsync", exc)
+            err = os_error(op, exc)
+            if self._dirty and not self._abandoned:  # abandoned: a new Log may own the files now
+                try:
+                    self._restore()
+                except OSError as again:
+                    log.warning("log %s: truncating after a failed %s: %s", self.directory, op, again)
+            with self._lock:
+                self._failed_flushes += 1
             for p in batch:
                 p.fail(err)
             return
-        seq, lasts = written.seq, written.lasts
-        data_len = written.nbytes
         count = seq - self._next_seq
         self._next_seq = seq
         with self._lock:
-            self._active.size += data_len
+            self._active.size += len(data)
             self._entries += count
             self._entries_appended += count
             self._appends += len(batch)
             self._flushes += 1
         for p, last in zip(batch, lasts, strict=True):
             p.succeed(last)
-
-    def _failed(self, batch: list[_Pending], op: str, exc: OSError) -> StorageError:
-        """A failed write or fsync: the active file cut back to its durable size; the error for the batch."""
-        err = os_error(op, exc)
-        if self._dirty and not self._abandoned:  # abandoned: a new Log may own the files now
-            try:
-                self._restore()
-            except OSError as again:
-                log.warning("log %s: truncating after a failed %s: %s", self.directory, op, again)
-        with self._lock:
-            self._failed_flushes += 1
-        return err
 
     def _restore(self) -> None:
         """Cut the active file back to its durable size, durably (after a failed write or fsync)."""
@@ -855,19 +809,9 @@ class Log:
                 return
             self._closing = True
             self._cond.notify_all()
-            if self._flusher is not None:  # the flusher writes what is queued; wait for it
-                deadline = None if timeout is None else time.monotonic() + timeout
-                while self._queue or self._busy:
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        raise StorageError(
-                            "the log flusher did not finish in time (is a fsync hanging?)", op="close"
-                        )
-                    self._cond.wait(remaining)
-        if self._writer is not None:
-            self._writer.join(timeout)
-            if self._writer.is_alive():
-                raise StorageError("the log writer did not stop in time (is a fsync hanging?)", op="close")
+        self._writer.join(timeout)
+        if self._writer.is_alive():
+            raise StorageError("the log writer did not stop in time (is a fsync hanging?)", op="close")
         if self._compactor is not None:
             self._compactor.shutdown(wait=True)
         self._active_file.close()
@@ -892,8 +836,6 @@ class Log:
             self._abandoned = True
             queued, self._queue = self._queue, []
             self._queued_bytes = 0
-            if self._flusher is not None:
-                self._flusher._ready.pop(self, None)
             self._cond.notify_all()
         gone = StorageClosedError("log was abandoned", op="append")
         failed = []
@@ -916,175 +858,6 @@ class Log:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# ------------------------------------------------------------------------------------------------------------
-# One writer thread for many logs
-
-
-class Flusher:
-    """The writer thread of many logs (`Log.open(flusher=...)`; a worker's group shards), instead of one thread
-    per log: one wake-up takes every log's queued appends, writes each log's batch to its file, then fsyncs the
-    files (the first fsync commits the file system's journal for all of them, so the rest are cheap), then
-    settles each log's appends. Many shards with a few commits each cost one cycle instead of one thread
-    hand-off and one journal commit per shard, and the event loop does not share the GIL with a thread per
-    shard. Linger and batch size are each log's (Log.open); as for a log's own writer, an append that finds the
-    flusher idle is written at once, and those that arrive during a cycle wait at most their log's linger for the
-    next.
-
-    A hung disk is isolated by time instead of by thread: a watchdog that sees the flusher inside one cycle's I/O
-    for longer than `stall_s` while other logs have appends waiting gives it up and starts another thread for
-    them. The stuck thread finishes its cycle when (if) the I/O returns, settles those appends, and exits; the
-    logs of that cycle wait for it (their appends time out in their runtime meanwhile), the others go on.
-    """
-
-    def __init__(self, stall_s: float = 0.5, name: str = "log-flusher") -> None:
-        if stall_s <= 0:
-            raise ValueError("stall_s must be > 0")
-        self._cond = threading.Condition(threading.Lock())
-        self._ready: dict[Log, None] = {}  # logs with queued appends, in the order they got them
-        self._stall_s = stall_s
-        self._name = name
-        self._generation = 0  # the current thread's; a replaced thread sees a newer one and exits
-        self._io_since: float | None = (
-            None  # when the current thread's cycle began its I/O (None: not in I/O)
-        )
-        self._stopping = False
-        self.replaced = 0  # threads given up while stuck in I/O
-        self.cycles = 0
-        self._threads: list[threading.Thread] = []
-        self._start_thread()
-        self._watchdog = threading.Thread(target=self._watch, name=f"{name} watchdog", daemon=True)
-        self._watchdog.start()
-
-    def _start_thread(self) -> None:
-        """(Holding _cond, or before any log exists.)"""
-        thread = threading.Thread(
-            target=self._run, args=(self._generation,), name=f"{self._name}-{self._generation}", daemon=True
-        )
-        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
-        thread.start()
-
-    def _queued(self, log: Log) -> None:
-        """(Holding _cond.) `log` got an append."""
-        idle = not self._ready
-        self._ready[log] = None
-        # Woken for the first append of a cycle, or a full batch; lingering, it has an earlier deadline already.
-        if idle or log._queued_bytes >= log._max_batch_bytes:
-            self._cond.notify_all()
-
-    def _run(self, generation: int) -> None:
-        cond = self._cond
-        while True:
-            with cond:
-                if self._ready and not self._stopping:
-                    # These arrived while the last cycle was in I/O: gather more for a while.
-                    deadline = min(
-                        (lg._queue[0].enqueued + lg._linger_s for lg in self._ready if lg._queue),
-                        default=0.0,
-                    )
-                    while generation == self._generation and not self._stopping:
-                        if any(lg._queued_bytes >= lg._max_batch_bytes for lg in self._ready):
-                            break
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            break
-                        cond.wait(remaining)
-                else:
-                    while generation == self._generation and not self._ready and not self._stopping:
-                        cond.wait()
-                if generation != self._generation:
-                    return
-                taken: list[tuple[Log, list[_Pending]]] = []
-                for lg in list(self._ready):
-                    if lg._busy:
-                        continue  # still in the I/O of a thread that was given up
-                    del self._ready[lg]
-                    if lg._queue:
-                        taken.append((lg, lg._queue))
-                        lg._queue = []
-                        lg._queued_bytes = 0
-                        lg._busy = True
-                if not taken:
-                    if self._stopping and not self._ready:
-                        return
-                    if self._ready:  # only busy logs: wait for their thread
-                        cond.wait(self._stall_s)
-                    continue
-                self._io_since = time.monotonic()
-                self.cycles += 1
-            try:
-                self._cycle(taken)
-            finally:
-                with cond:
-                    for lg, _ in taken:
-                        lg._busy = False
-                        if lg._queue:
-                            self._ready[lg] = None
-                    if generation == self._generation:
-                        self._io_since = None
-                    cond.notify_all()  # closing logs wait for their batch; a newer thread for busy logs
-
-    def _cycle(self, taken: list[tuple[Log, list[_Pending]]]) -> None:
-        written: list[tuple[Log, list[_Pending], _Written | None]] = []
-        for lg, batch in taken:
-            live = [p for p in batch if p.start()]
-            if not live:
-                continue
-            if lg._abandoned:
-                gone = StorageClosedError("log was abandoned", op="append")
-                for p in live:
-                    p.fail(gone)
-                written.append((lg, live, None))
-                continue
-            try:
-                written.append((lg, live, lg._write(live)))
-            except BaseException as exc:  # the thread must survive anything
-                log.exception("log flusher: unexpected error writing %s", lg.directory)
-                err = StorageIOError(f"unexpected error in the log writer: {exc!r}", op="flush")
-                for p in live:
-                    p.fail(err)
-                written.append((lg, live, None))
-        for lg, live, state in written:
-            if state is not None:
-                try:
-                    lg._sync(live, state)
-                except BaseException as exc:
-                    log.exception("log flusher: unexpected error syncing %s", lg.directory)
-                    err = StorageIOError(f"unexpected error in the log writer: {exc!r}", op="flush")
-                    for p in live:
-                        p.fail(err)
-            lg._notify_settled([p.ticket() for p in live])
-
-    def _watch(self) -> None:
-        period = self._stall_s / 2
-        while True:
-            time.sleep(period)
-            with self._cond:
-                if self._stopping:
-                    return
-                since = self._io_since
-                if since is None or time.monotonic() - since < self._stall_s:
-                    continue
-                if not any(not lg._busy for lg in self._ready):
-                    continue  # nothing another thread could write
-                log.warning(
-                    "log flusher: a write or fsync has taken %.1fs; another thread takes the other logs",
-                    time.monotonic() - since,
-                )
-                self.replaced += 1
-                self._generation += 1
-                self._io_since = None
-                self._start_thread()
-                self._cond.notify_all()
-
-    def close(self, timeout: float | None = None) -> None:
-        """Stop the threads once the queued appends are written (close the logs first)."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        for thread in list(self._threads):
-            thread.join(timeout)
 
 
 class _Plan:

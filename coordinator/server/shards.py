@@ -46,7 +46,7 @@ from coordinator.offsets.store import OffsetAndMetadata, OffsetStore, PartitionO
 from coordinator.shard import GroupCoordinatorShard
 from coordinator.sharding import shard_of
 from coordinator.tasks import cancel_and_wait
-from storage import FS, Flusher, Log, OsFS
+from storage import FS, Log, OsFS
 
 from .runtime import AsyncioTimer, LoopClock, ShardRuntime
 
@@ -80,10 +80,8 @@ class Shard:
         on_append: Observer | None = None,
         log_opener: LogOpener | None = None,
         topics: TopicImage | None = None,
-        flusher: Flusher | None = None,
     ) -> None:
         self.index = index
-        self.flusher = flusher
         self.log_opener = log_opener
         self.config = config
         self.fs = fs
@@ -122,7 +120,6 @@ class Shard:
                 segment_bytes=self.config["offsets.topic.segment.bytes"],
                 linger_ms=self.config["group.coordinator.append.linger.ms"],
                 settled=self.runtime.settled_hook(),
-                flusher=self.flusher,
             )
             recovery = the_log.recovery
             if recovery.truncation is not None or recovery.lost_segments:
@@ -224,14 +221,6 @@ class Shards:
         self.num_shards: int = config["offsets.topic.num.partitions"]
         self._on_append = on_append
         self._on_compaction = on_compaction
-        # One writer thread for every shard log of this process (storage.Flusher): a burst of commits to many
-        # groups is one write per shard and one journal commit, not a thread hand-off and an fsync per shard.
-        # A log stuck in I/O for a quarter of the commit timeout (at most 0.5 s) leaves the others to a new thread.
-        self.flusher: Flusher | None = None
-        if data_dir is not None and log_opener is None:
-            self.flusher = Flusher(
-                min(0.5, config["offsets.commit.timeout.ms"] / 4000), name="group-log-flusher"
-            )
         indexes = range(self.num_shards) if owned is None else sorted(owned)
         self.by_index: dict[int, Shard] = {i: self._new_shard(i) for i in indexes}
         self.failure_timeout_s = config["coordinator.shard.failure.timeout.ms"] / 1000
@@ -247,14 +236,7 @@ class Shards:
 
     def _new_shard(self, index: int) -> Shard:
         return Shard(
-            index,
-            self.config,
-            self.data_dir,
-            self.fs,
-            self._on_append,
-            self.log_opener,
-            self.topics,
-            self.flusher,
+            index, self.config, self.data_dir, self.fs, self._on_append, self.log_opener, self.topics
         )
 
     # -- which shard -----------------------------------------------------------------------------------------
@@ -334,8 +316,6 @@ class Shards:
             *(shard.close() for shard in self.by_index.values() if shard.state is not ShardState.FAILED),
             return_exceptions=True,
         )
-        if self.flusher is not None:
-            await asyncio.to_thread(self.flusher.close, 5.0)
 
     async def _load(self) -> None:
         started = time.monotonic()
