@@ -36,13 +36,20 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kio.schema.delete_groups.v2.response import DeleteGroupsResponse
+from kio.schema.describe_configs.v4.response import DescribeConfigsResponse
 from kio.schema.describe_groups.v6.response import DescribeGroupsResponse
+from kio.schema.incremental_alter_configs.v1.response import IncrementalAlterConfigsResponse
+from kio.schema.list_config_resources.v0.response import (
+    ListConfigResourcesResponse as ListConfigResourcesResponseV0,
+)
+from kio.schema.list_config_resources.v1.response import ListConfigResourcesResponse
 from kio.schema.list_groups.v5.response import ListGroupsResponse
 
 from coordinator.clock import Clock, Timer
 from coordinator.consumer import records as consumer_records
 from coordinator.consumer.group import ConsumerGroup
 from coordinator.consumer.manager import ConsumerGroupManager, ConsumerGroupSettings, TopicImage
+from coordinator.group import configs as group_configs
 from coordinator.group.describe import describe_group, list_group_entries
 from coordinator.group.effects import Calls, state_machine_call
 from coordinator.group.events import GroupEventListener, OffsetsWritten
@@ -575,18 +582,7 @@ class GroupCoordinatorShard:
         if not group_id:
             self.calls.respond(token, AdminAnswer(ErrorCode.invalid_group_id, "the group id is empty"))
             return
-        refused = validate_setting_changes(changes)
-        if refused is not None:
-            self.calls.respond(token, AdminAnswer(ErrorCode.invalid_config, refused))
-            return
-        old = self.group_settings.own(group_id)
-        new = dict(old)
-        for name, value in changes.items():
-            if value is None:
-                new.pop(name, None)
-            else:
-                new[name] = value
-        refused = self.consumer.validate_group_settings(new)
+        refused = self._settings_refused(group_id, changes)
         if refused is not None:
             self.calls.respond(token, AdminAnswer(ErrorCode.invalid_config, refused))
             return
@@ -597,19 +593,7 @@ class GroupCoordinatorShard:
             f"writing the settings of group {group_id} failed ({error.name}); nothing changed",
             self.group_settings.to_json(group_id),
         )
-        if new != old:
-            fx.records.append(new_group_settings_record(group_id, new))
-            self.group_settings.set(group_id, new)
-            log.info("group %s: settings now %s", group_id, new)
-            self.classic.settings_changed(group_id)
-
-            def revert(error: ErrorCode) -> dict[object, Any]:
-                if self.group_settings.own(group_id) == new:
-                    self.group_settings.set(group_id, old)
-                    self.classic.settings_changed(group_id)
-                return {}
-
-            fx.failure_hooks.append(revert)
+        self._change_settings(group_id, changes)
         self.calls.respond(
             token,
             AdminAnswer(
@@ -617,6 +601,125 @@ class GroupCoordinatorShard:
                 f"settings of group {group_id} recorded",
                 self.group_settings.to_json(group_id),
             ),
+        )
+
+    def _settings_refused(self, group_id: str, changes: Mapping[str, int | None]) -> str | None:
+        """Why a change of the group's own settings is refused, or None."""
+        refused = validate_setting_changes(changes)
+        if refused is not None:
+            return refused
+        return self.consumer.validate_group_settings(
+            group_configs.applied(self.group_settings.own(group_id), changes)
+        )
+
+    def _change_settings(self, group_id: str, changes: Mapping[str, int | None]) -> None:
+        """(In a state machine call, `changes` validated.) Applied now, their record written, undone if the append
+        fails."""
+        old = self.group_settings.own(group_id)
+        new = group_configs.applied(old, changes)
+        if new == old:
+            return
+        self.calls.fx.records.append(new_group_settings_record(group_id, new))
+        self.group_settings.set(group_id, new)
+        log.info("group %s: settings now %s", group_id, new)
+        self.classic.settings_changed(group_id)
+
+        def revert(error: ErrorCode) -> dict[object, Any]:
+            if self.group_settings.own(group_id) == new:
+                self.group_settings.set(group_id, old)
+                self.classic.settings_changed(group_id)
+            return {}
+
+        self.calls.fx.failure_hooks.append(revert)
+
+    # -- Kafka's group configs (kafka-configs --entity-type groups) ------------------------------------------
+
+    def describe_configs(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        """DescribeConfigs v1-v4 of GROUP resources (coordinator.group.configs); other resource types are not
+        served here."""
+        results = [
+            group_configs.describe_result(
+                self.group_settings,
+                resource.resource_name,
+                resource.configuration_keys,
+                bool(getattr(request, "include_synonyms", False)),
+                bool(getattr(request, "include_documentation", False)),
+            )
+            if resource.resource_type == group_configs.GROUP_RESOURCE
+            else group_configs.not_served(resource.resource_type, resource.resource_name)
+            for resource in request.resources
+        ]
+        return CoordinatorResult(
+            responses=[(token, build(DescribeConfigsResponse, {"throttle_time": 0, "results": results}))]
+        )
+
+    def list_config_resources(self, token: object, api_version: int, request: Any) -> CoordinatorResult:
+        """ListConfigResources v0-v1 (Kafka 4.1's, KIP-1142), this shard's part: with GROUP among the types asked
+        for (or none named), every group it knows and every group id with configs of its own. v0 lists client
+        metrics resources, which are not served: none."""
+        types = set(getattr(request, "resource_types", ()) or ())
+        names: set[str] = set()
+        if api_version >= 1 and (not types or group_configs.GROUP_RESOURCE in types):
+            names = set(self.groups) | set(self.consumer.groups) | set(self.group_settings.by_group)
+        resources = [
+            {"resource_name": n, "resource_type": group_configs.GROUP_RESOURCE}
+            if api_version >= 1
+            else {"resource_name": n}
+            for n in sorted(names)
+        ]
+        answer = {"throttle_time": 0, "error_code": ErrorCode.none, "config_resources": resources}
+        response_type = ListConfigResourcesResponse if api_version >= 1 else ListConfigResourcesResponseV0
+        return CoordinatorResult(responses=[(token, build(response_type, answer))])
+
+    @state_machine_call
+    def incremental_alter_configs(self, token: object, api_version: int, request: Any) -> None:
+        """IncrementalAlterConfigs v0-v1 of GROUP resources: each resource's changes are validated, then (unless
+        `validate_only`) applied and written as the group's settings record; a failed append undoes all of them
+        and answers COORDINATOR_NOT_AVAILABLE for each."""
+        validate_only = bool(request.validate_only)
+        answers: list[dict[str, Any]] = []
+        changed: list[str] = []
+        for resource in request.resources:
+            rtype, name = resource.resource_type, resource.resource_name
+            code, message = ErrorCode.none, None
+            if rtype != group_configs.GROUP_RESOURCE:
+                refused = group_configs.not_served(rtype, name)
+                code, message = refused["error_code"], refused["error_message"]
+            elif not name:
+                code, message = ErrorCode.invalid_request, "Group name must not be empty"
+            else:
+                changes, why = group_configs.alterations(resource.configs)
+                why = why or self._settings_refused(name, changes)
+                if why is not None:
+                    code, message = ErrorCode.invalid_config, why
+                elif not validate_only:
+                    self._change_settings(name, changes)
+                    changed.append(name)
+            answers.append(
+                {"error_code": code, "error_message": message, "resource_type": rtype, "resource_name": name}
+            )
+        fx = self.calls.fx
+        fx.own_token = token
+        fx.own_error = lambda error: build(
+            IncrementalAlterConfigsResponse,
+            {
+                "throttle_time": 0,
+                "responses": [
+                    {
+                        **a,
+                        "error_code": error,
+                        "error_message": f"the configs could not be written ({error.name})",
+                    }
+                    if a["error_code"] == ErrorCode.none
+                    else a
+                    for a in answers
+                ],
+            },
+        )
+        if changed:
+            log.info("group configs altered (kafka-configs): %s", changed)
+        self.calls.respond(
+            token, build(IncrementalAlterConfigsResponse, {"throttle_time": 0, "responses": answers})
         )
 
     # -- loading: replay, on_loaded, on_unloaded -------------------------------------------------------------

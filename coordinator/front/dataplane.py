@@ -89,6 +89,10 @@ LOCAL = frozenset(
         ApiKey.METADATA,
         ApiKey.DESCRIBE_CLUSTER,
         ApiKey.TXN_OFFSET_COMMIT,
+        # group configs answered here, the configs of everything else passed on (coordinator.front.groups)
+        ApiKey.DESCRIBE_CONFIGS,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        ApiKey.LIST_CONFIG_RESOURCES,
     }
 )
 # Never forwarded: the group APIs coordinated here (KIP-848's, served by the group service) or by nobody (share
@@ -363,6 +367,18 @@ class FrontDataPlane:
         if ctx.api_key in ENDPOINTS and has_endpoints(ctx.api_key, ctx.api_version, rest):
             return await self._rewrite_endpoints(ctx, rest)
         return _CID.pack(ctx.correlation_id) + rest
+
+    async def forward_decoded(self, ctx: RequestContext, request: Any) -> Any:
+        """`request` (an entity at the client's version, part of what the client asked) sent on the client's
+        own route, as `_forward` sends a whole frame; the decoded answer, or CLOSE if the broker went away."""
+        try:
+            future = self.route(ctx).send(ctx.api_key, ctx.api_version, ctx.client_id, request)
+            assert future is not None
+            rest = await future
+        except (UpstreamError, UpstreamTimeout):
+            self._abort_connection(ctx.connection_id)
+            return CLOSE
+        return decode_response(ctx.api_key, ctx.api_version, rest)
 
     async def _rewrite_endpoints(self, ctx: RequestContext, rest: bytes) -> bytes:
         """A Produce or Fetch answer naming new leaders' addresses (KIP-951), with this server's instead."""

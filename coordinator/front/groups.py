@@ -32,6 +32,8 @@ from typing import Any
 
 from coordinator.brokers import Broker
 from coordinator.cluster.upstream import UpstreamError
+from coordinator.group.configs import GROUP_RESOURCE
+from coordinator.server.connection import CLOSE
 from coordinator.server.group_service import GroupCoordinatorService
 from coordinator.tasks import cancel_and_wait
 from protocol.api import ApiTable, Encoded, Handler, RequestContext, response_class
@@ -80,6 +82,9 @@ class FrontGroups:
             ApiKey.OFFSET_DELETE: self._offset_delete,
             ApiKey.DELETE_GROUPS: self._delete_groups,
             ApiKey.LIST_GROUPS: self._list_groups,
+            ApiKey.DESCRIBE_CONFIGS: self._configs("results"),
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self._configs("responses"),
+            ApiKey.LIST_CONFIG_RESOURCES: self._list_config_resources,
         }
         for api_key, wrapper in wrappers.items():
             table.wrap(api_key, wrapper)
@@ -90,12 +95,22 @@ class FrontGroups:
         """(After the data plane's start: the cluster's versions are known.) Transactional offset commits at the
         versions the cluster serves too, or not at all."""
         self._recommit_task = asyncio.create_task(self._recommit_periodically())
-        low, high = TXN_OFFSET_COMMIT_VERSIONS
-        theirs = self.cluster.versions.get(ApiKey.TXN_OFFSET_COMMIT)
-        if theirs is None or max(low, theirs[0]) > min(high, theirs[1]):
-            self._table.unregister(ApiKey.TXN_OFFSET_COMMIT)
-        else:
-            self._table.narrow(ApiKey.TXN_OFFSET_COMMIT, max(low, theirs[0]), min(high, theirs[1]))
+        # Served at the versions the cluster serves too (a request may be partly passed on), or not at all.
+        for api_key in (
+            ApiKey.TXN_OFFSET_COMMIT,
+            ApiKey.DESCRIBE_CONFIGS,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            ApiKey.LIST_CONFIG_RESOURCES,
+        ):
+            spec = self._table.spec(api_key)
+            theirs = self.cluster.versions.get(api_key)
+            if spec is None:
+                continue
+            low, high = spec.min_version, spec.max_version
+            if theirs is None or max(low, theirs[0]) > min(high, theirs[1]):
+                self._table.unregister(api_key)
+            else:
+                self._table.narrow(api_key, max(low, theirs[0]), min(high, theirs[1]))
 
     async def close(self) -> None:
         if self._recommit_task is not None:
@@ -449,6 +464,53 @@ class FrontGroups:
             return ErrorCode.none if generation < 0 else ErrorCode.illegal_generation
         error = group.validate_offset_commit(member_id, instance_id, generation)
         return ErrorCode.none if error == ErrorCode.rebalance_in_progress else ErrorCode(error)
+
+    # -- configs -----------------------------------------------------------------------------------------------
+
+    def _configs(self, answer_field: str) -> Callable[[Handler], Handler]:
+        """DescribeConfigs / IncrementalAlterConfigs: the resources that are groups answered here (their configs
+        are this server's per-group settings), every other one passed on to the cluster on the client's route (a
+        broker's configs go to that broker), the answers merged in request order."""
+
+        def wrap(inner: Handler) -> Handler:
+            async def configs(ctx: RequestContext, request: Any) -> Any:
+                resources = list(request.resources)
+                ours = [r.resource_type == GROUP_RESOURCE for r in resources]
+                if all(ours):
+                    return await inner(ctx, request)
+                theirs = dataclasses.replace(
+                    request, resources=tuple(r for r, o in zip(resources, ours, strict=True) if not o)
+                )
+                forwarded = await self.dataplane.forward_decoded(ctx, theirs)
+                if forwarded is CLOSE or not any(ours):
+                    return forwarded
+                mine = dataclasses.replace(
+                    request, resources=tuple(r for r, o in zip(resources, ours, strict=True) if o)
+                )
+                answered = _entity(ctx.api_key, ctx.api_version, await inner(ctx, mine))
+                local, upstream = (
+                    iter(getattr(answered, answer_field)),
+                    iter(getattr(forwarded, answer_field)),
+                )
+                merged = [next(local) if o else next(upstream) for o in ours]
+                return _replace(forwarded, **{answer_field: tuple(merged)})
+
+            return configs
+
+        return wrap
+
+    def _list_config_resources(self, inner: Handler) -> Handler:
+        """ListConfigResources: the cluster's resources but its groups, and the groups with configs here."""
+
+        async def listed(ctx: RequestContext, request: Any) -> Any:
+            forwarded = await self.dataplane.forward_decoded(ctx, request)
+            if forwarded is CLOSE or ctx.api_version < 1:
+                return forwarded
+            ours = _entity(ctx.api_key, ctx.api_version, await inner(ctx, request))
+            theirs = tuple(r for r in forwarded.config_resources if r.resource_type != GROUP_RESOURCE)
+            return _replace(forwarded, config_resources=theirs + tuple(ours.config_resources))
+
+        return listed
 
     # -- listing -----------------------------------------------------------------------------------------------
 

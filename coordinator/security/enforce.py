@@ -44,6 +44,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coordinator.consumer.responses import described_group_error, heartbeat_response
+from coordinator.group.configs import GROUP_RESOURCE
 from protocol.api import ApiTable, Encoded, Handler, RequestContext, response_class
 from protocol.api_keys import ApiKey
 from protocol.build import build
@@ -134,6 +135,9 @@ class Enforcer:
             ApiKey.LIST_GROUPS: self.list_groups,
             ApiKey.DELETE_GROUPS: self.delete_groups,
             ApiKey.OFFSET_DELETE: self.offset_delete,
+            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+            ApiKey.LIST_CONFIG_RESOURCES: self.list_config_resources,
             ApiKey.FIND_COORDINATOR: self.find_coordinator,
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
@@ -440,6 +444,52 @@ class Enforcer:
         return dataclasses.replace(
             answer, topics=tuple(answer.topics) + tuple(_resp_topics(ctx, answer, errors))
         )
+
+    async def describe_configs(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
+        """A group's configs need GROUP DESCRIBE_CONFIGS (other resources are not served here, or are passed on
+        to a cluster that authorizes them)."""
+        return await self._group_configs(inner, ctx, req, Operation.DESCRIBE_CONFIGS, "results")
+
+    async def incremental_alter_configs(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
+        """Changing a group's configs needs GROUP ALTER_CONFIGS."""
+        return await self._group_configs(inner, ctx, req, Operation.ALTER_CONFIGS, "responses")
+
+    async def list_config_resources(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
+        """CLUSTER DESCRIBE_CONFIGS, as Kafka asks."""
+        if not self.cluster(ctx, Operation.DESCRIBE_CONFIGS):
+            return {"throttle_time": 0, "error_code": CAF, "config_resources": ()}
+        return await inner(ctx, req)
+
+    async def _group_configs(
+        self, inner: Handler, ctx: RequestContext, req: Any, op: Operation, answer_field: str
+    ) -> Any:
+        resources = list(req.resources)
+        denied = {
+            i
+            for i, r in enumerate(resources)
+            if r.resource_type == GROUP_RESOURCE and not self.ok(ctx, op, ResourceType.GROUP, r.resource_name)
+        }
+        if not denied:
+            return await inner(ctx, req)
+        allowed = [r for i, r in enumerate(resources) if i not in denied]
+        answered: list[Any] = []
+        if allowed:
+            answer = _resp(ctx, await inner(ctx, dataclasses.replace(req, resources=tuple(allowed))))
+            answered = list(getattr(answer, answer_field))
+        entries = iter(answered)
+        merged = []
+        for i, r in enumerate(resources):
+            if i not in denied:
+                merged.append(next(entries))
+                continue
+            entry = {
+                "error_code": GAF,
+                "error_message": None,
+                "resource_type": r.resource_type,
+                "resource_name": r.resource_name,
+            }
+            merged.append(entry | {"configs": []} if answer_field == "results" else entry)
+        return {"throttle_time": 0, answer_field: merged}
 
     async def find_coordinator(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:
         key_type = int(getattr(req, "key_type", 0))

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from coordinator.consumer.responses import described_group_error, heartbeat_response
+from coordinator.group import configs as group_configs
 from protocol.api import ApiTable, RequestContext
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -43,6 +44,9 @@ GROUP_API_VERSIONS = {
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),  # Kafka 4 serves v1-v4
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.LIST_CONFIG_RESOURCES: (0, 1),
 }
 
 
@@ -156,6 +160,7 @@ class GroupCoordinatorService:
                 gated=True,
             ),
             ApiKey.LIST_GROUPS: self._list_groups,
+            ApiKey.LIST_CONFIG_RESOURCES: self._list_config_resources,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: self._one_group(
                 lambda s: s.machine.consumer_group_heartbeat, with_client=True
             ),
@@ -166,6 +171,31 @@ class GroupCoordinatorService:
                 lambda g, code, version: described_group_error(g, code),
                 lambda s: s.machine.consumer_group_describe,
                 gated=False,
+            ),
+            # Kafka's group configs (kafka-configs --entity-type groups): each resource goes to the shard of its
+            # name, which answers other resource types with an error
+            ApiKey.DESCRIBE_CONFIGS: self._split(
+                "resources",
+                "results",
+                lambda r: r.resource_name,
+                lambda r, code, version: group_configs.error_result(
+                    r.resource_type, r.resource_name, code, None
+                ),
+                lambda s: s.machine.describe_configs,
+                gated=False,
+            ),
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self._split(
+                "resources",
+                "responses",
+                lambda r: r.resource_name,
+                lambda r, code, version: {
+                    "error_code": code,
+                    "error_message": None,
+                    "resource_type": r.resource_type,
+                    "resource_name": r.resource_name,
+                },
+                lambda s: s.machine.incremental_alter_configs,
+                gated=True,
             ),
         }
         for api_key, (lo, hi) in GROUP_API_VERSIONS.items():
@@ -212,7 +242,7 @@ class GroupCoordinatorService:
                 "groups",
                 "groups",
                 lambda g: g.group_id,
-                lambda g, code, version: {"group_id": g, "topics": [], "error_code": code},
+                lambda g, code, version: {"group_id": g.group_id, "topics": [], "error_code": code},
                 lambda s: s.machine.offset_fetch,
                 gated=False,
             )(ctx, request)
@@ -242,11 +272,12 @@ class GroupCoordinatorService:
         field: str,
         answer_field: str,
         group_of: Callable[[Any], str],
-        error_entry: Callable[[str, ErrorCode, int], dict[str, Any]],
+        error_entry: Callable[[Any, ErrorCode, int], dict[str, Any]],
         operation: Callable[[Shard], Callable[..., Any]],
         gated: bool,
     ) -> Callable[[RequestContext, Any], Awaitable[Any]]:
-        """A handler for a request naming several groups: one call per shard, answers merged in request order."""
+        """A handler for a request naming several groups: one call per shard, answers merged in request order.
+        `error_entry(item, code, version)`: the answer to one item of the request whose shard cannot take it."""
 
         async def handle(ctx: RequestContext, request: Any) -> Any:
             items = list(getattr(request, field))
@@ -260,7 +291,7 @@ class GroupCoordinatorService:
                     continue
                 code = self.unavailable(self.shards.by_index.get(index))
                 if code is not None:
-                    answers[position] = error_entry(group_of(item), code, ctx.api_version)
+                    answers[position] = error_entry(item, code, ctx.api_version)
                 else:
                     by_shard.setdefault(index, []).append(position)
 
@@ -275,7 +306,7 @@ class GroupCoordinatorService:
                     code = (
                         exc.code if isinstance(exc, ShardUnavailable) else ErrorCode.coordinator_not_available
                     )
-                    entries = [error_entry(group_of(items[p]), code, ctx.api_version) for p in positions]
+                    entries = [error_entry(items[p], code, ctx.api_version) for p in positions]
                 for position, entry in zip(positions, entries, strict=True):
                     answers[position] = entry
 
@@ -296,6 +327,25 @@ class GroupCoordinatorService:
     def _owner(self, shard_index: int) -> int:
         assert self.owner_of_shard is not None
         return self.owner_of_shard(shard_index)
+
+    async def _list_config_resources(self, ctx: RequestContext, request: Any) -> Any:
+        """ListConfigResources: every shard's groups with configs (kafka-configs asks before describing one)."""
+        resources: list[Any] = []
+        error = ErrorCode.none
+        for shard in list(self.shards.by_index.values()):
+            code = self.unavailable(shard)
+            if code is not None:
+                error = code if error == ErrorCode.none else error
+                continue
+            try:
+                response = await shard.runtime.call(
+                    shard.machine.list_config_resources, ctx.api_version, request
+                )
+            except ShardAborted:
+                error = ErrorCode.coordinator_not_available
+                continue
+            resources.extend(response.config_resources)
+        return {"throttle_time": 0, "error_code": error, "config_resources": resources}
 
     async def _list_groups(self, ctx: RequestContext, request: Any) -> Any:
         groups: list[Any] = []
