@@ -330,25 +330,22 @@ class GroupCoordinatorService:
 
     async def _list_config_resources(self, ctx: RequestContext, request: Any) -> Any:
         """ListConfigResources: every shard's groups with configs (kafka-configs asks before describing one)."""
-        resources: list[Any] = []
-        error = ErrorCode.none
-        for shard in list(self.shards.by_index.values()):
-            code = self.unavailable(shard)
-            if code is not None:
-                error = code if error == ErrorCode.none else error
-                continue
-            try:
-                response = await shard.runtime.call(
-                    shard.machine.list_config_resources, ctx.api_version, request
-                )
-            except ShardAborted:
-                error = ErrorCode.coordinator_not_available
-                continue
-            resources.extend(response.config_resources)
-        return {"throttle_time": 0, "error_code": error, "config_resources": resources}
+        return await self._every_shard(
+            ctx, request, lambda s: s.machine.list_config_resources, "config_resources"
+        )
 
     async def _list_groups(self, ctx: RequestContext, request: Any) -> Any:
-        groups: list[Any] = []
+        return await self._every_shard(ctx, request, lambda s: s.machine.list_groups, "groups")
+
+    async def _every_shard(
+        self,
+        ctx: RequestContext,
+        request: Any,
+        operation: Callable[[Shard], Callable[..., Any]],
+        answer_field: str,
+    ) -> dict[str, Any]:
+        """A listing over every shard of this process: their entries together, the first shard error if any."""
+        entries: list[Any] = []
         error = ErrorCode.none
         for shard in list(self.shards.by_index.values()):
             code = self.unavailable(shard)
@@ -356,12 +353,12 @@ class GroupCoordinatorService:
                 error = code if error == ErrorCode.none else error
                 continue
             try:
-                response = await shard.runtime.call(shard.machine.list_groups, ctx.api_version, request)
+                response = await shard.runtime.call(operation(shard), ctx.api_version, request)
             except ShardAborted:
                 error = ErrorCode.coordinator_not_available
                 continue
-            groups.extend(response.groups)
-        return {"throttle_time": 0, "error_code": error, "groups": groups}
+            entries.extend(getattr(response, answer_field))
+        return {"throttle_time": 0, "error_code": error, answer_field: entries}
 
 
 def error_response(api_key: int, version: int, request: Any, code: ErrorCode) -> Any:
