@@ -92,8 +92,8 @@ class FrontGroups:
         self._table = table
 
     async def start(self) -> None:
-        """(After the data plane's start: the cluster's versions are known.) Transactional offset commits at the
-        versions the cluster serves too, or not at all."""
+        """(After the data plane's start: the cluster's versions are known.) Transactional offset commits and the
+        config APIs at the versions the cluster serves too, or not at all."""
         self._recommit_task = asyncio.create_task(self._recommit_periodically())
         # Served at the versions the cluster serves too (a request may be partly passed on), or not at all.
         for api_key in (
