@@ -683,8 +683,7 @@ class GroupCoordinatorShard:
             rtype, name = resource.resource_type, resource.resource_name
             code, message = ErrorCode.none, None
             if rtype != group_configs.GROUP_RESOURCE:
-                refused = group_configs.not_served(rtype, name)
-                code, message = refused["error_code"], refused["error_message"]
+                code, message = ErrorCode.invalid_request, group_configs.not_served_message(rtype)
             elif not name:
                 code, message = ErrorCode.invalid_request, "Group name must not be empty"
             else:
@@ -695,9 +694,7 @@ class GroupCoordinatorShard:
                 elif not validate_only:
                     self._change_settings(name, changes)
                     changed.append(name)
-            answers.append(
-                {"error_code": code, "error_message": message, "resource_type": rtype, "resource_name": name}
-            )
+            answers.append(group_configs.alter_result(rtype, name, code, message))
         fx = self.calls.fx
         fx.own_token = token
         fx.own_error = lambda error: build(

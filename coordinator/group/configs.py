@@ -106,25 +106,31 @@ def describe_result(
     }
 
 
-def error_result(resource_type: int, name: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
-    """A DescribeConfigs result (and, without its configs, an IncrementalAlterConfigs one) that is an error."""
+def alter_result(resource_type: int, name: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    """An IncrementalAlterConfigs result of one resource."""
     return {
         "error_code": code,
         "error_message": message,
         "resource_type": resource_type,
         "resource_name": name,
-        "configs": [],
     }
 
 
-def not_served(resource_type: int, name: str) -> dict[str, Any]:
-    return error_result(
-        resource_type,
-        name,
-        ErrorCode.invalid_request,
+def error_result(resource_type: int, name: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    """A DescribeConfigs result that is an error: no configs."""
+    return alter_result(resource_type, name, code, message) | {"configs": []}
+
+
+def not_served_message(resource_type: int) -> str:
+    """Why a resource of a type other than GROUP is refused (INVALID_REQUEST)."""
+    return (
         f"This server serves the configs of groups only (resource type {GROUP_RESOURCE}), not of type "
-        f"{resource_type}.",
+        f"{resource_type}."
     )
+
+
+def not_served(resource_type: int, name: str) -> dict[str, Any]:
+    return error_result(resource_type, name, ErrorCode.invalid_request, not_served_message(resource_type))
 
 
 def alterations(configs: Iterable[Any]) -> tuple[dict[str, int | None], str | None]:

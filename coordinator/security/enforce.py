@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coordinator.consumer.responses import described_group_error, heartbeat_response
-from coordinator.group.configs import GROUP_RESOURCE
+from coordinator.group.configs import GROUP_RESOURCE, alter_result, error_result
 from protocol.api import ApiTable, Encoded, Handler, RequestContext, response_class
 from protocol.api_keys import ApiKey
 from protocol.build import build
@@ -482,13 +482,8 @@ class Enforcer:
             if i not in denied:
                 merged.append(next(entries))
                 continue
-            entry = {
-                "error_code": GAF,
-                "error_message": None,
-                "resource_type": r.resource_type,
-                "resource_name": r.resource_name,
-            }
-            merged.append(entry | {"configs": []} if answer_field == "results" else entry)
+            refuse = error_result if answer_field == "results" else alter_result
+            merged.append(refuse(r.resource_type, r.resource_name, GAF, None))
         return {"throttle_time": 0, answer_field: merged}
 
     async def find_coordinator(self, inner: Handler, ctx: RequestContext, req: Any) -> Any:

@@ -188,12 +188,9 @@ class GroupCoordinatorService:
                 "resources",
                 "responses",
                 lambda r: r.resource_name,
-                lambda r, code, version: {
-                    "error_code": code,
-                    "error_message": None,
-                    "resource_type": r.resource_type,
-                    "resource_name": r.resource_name,
-                },
+                lambda r, code, version: group_configs.alter_result(
+                    r.resource_type, r.resource_name, code, None
+                ),
                 lambda s: s.machine.incremental_alter_configs,
                 gated=True,
             ),

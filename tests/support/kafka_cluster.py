@@ -226,21 +226,20 @@ def elect_preferred_leaders(bootstrap: str, topic: str, partitions: int) -> None
     while True:
         try:
             result = admin.elect_leaders(ElectionType.PREFERRED, wanted).result(30)
-        except KafkaException as exc:
+        except KafkaException:
             if time.monotonic() > deadline:
                 raise
-            last: object = exc
         else:
             # ELECTION_NOT_NEEDED: already led by the preferred replica
-            last = {
+            failed = {
                 tp: err
                 for tp, err in result.items()
                 if err is not None and err.code() != KafkaError.ELECTION_NOT_NEEDED
             }
-            if not last:
+            if not failed:
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"preferred leader election of {topic}: {last}")
+                raise AssertionError(f"preferred leader election of {topic}: {failed}")
         time.sleep(1)
 
 
