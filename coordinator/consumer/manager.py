@@ -1864,20 +1864,22 @@ class ConsumerGroupManager:
         """Kafka's ConsumerGroup.validateOffsetCommit, with 4.3's rule for an epoch behind the member's
         (KIP-1251): a commit of `partitions` (topic name, partition) at an older epoch is accepted when the
         member was given every one of them at that epoch or before (a commit sent before the client took in
-        a heartbeat answer that moved its epoch; Kafka 4.1 answers it STALE_MEMBER_EPOCH)."""
+        a heartbeat answer that moved its epoch; Kafka 4.1 answers it STALE_MEMBER_EPOCH). A member of the
+        classic protocol commits with its generation, which it may need no v9 for, and the same rule holds
+        for it: its JoinGroup is answered at once with a new generation, so a commit it sent right behind
+        that JoinGroup comes with the generation before (Kafka answers it ILLEGAL_GENERATION)."""
         if epoch < 0 and group.is_empty():
             return ErrorCode.none
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
-        if member.uses_classic_protocol:  # a member of the classic protocol commits with its generation
-            return ErrorCode.illegal_generation if epoch != member.member_epoch else ErrorCode.none
-        if not transactional and api_version < 9:
+        classic = member.uses_classic_protocol
+        if not classic and not transactional and api_version < 9:
             return ErrorCode.unsupported_version
         if epoch != member.member_epoch and not (
             0 <= epoch < member.member_epoch and self._held_at(member, epoch, partitions)
         ):
-            return ErrorCode.illegal_generation if transactional else ErrorCode.stale_member_epoch
+            return ErrorCode.illegal_generation if classic or transactional else ErrorCode.stale_member_epoch
         return ErrorCode.none
 
     def _held_at(self, member: ConsumerMember, epoch: int, partitions: Iterable[tuple[str, int]]) -> bool:

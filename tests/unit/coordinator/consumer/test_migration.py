@@ -247,6 +247,53 @@ def test_classic_member_errors_in_consumer_group():
     assert commit(generation + 1, 7) == ErrorCode.illegal_generation
 
 
+def test_classic_member_commits_at_its_previous_generation_what_it_held_then():
+    # A commit sent right behind a JoinGroup carries the generation before: the rejoin is answered at once with a
+    # new one. Accepted for partitions the member held at that generation and still holds (as for a member of the
+    # consumer protocol); refused for one it was given only now, or at a generation it did not hold it at.
+    ctx = context()
+    epochs: dict[str, int] = {"m1": 0, "m2": 0}
+    owned: dict[str, set[int]] = {"m1": set(), "m2": set()}
+
+    def heartbeat(name: str) -> None:
+        answer = cghb(ctx, name, epochs[name], owned={FOO: owned[name]} if epochs[name] else UNCHANGED)
+        epochs[name] = answer.member_epoch
+        if answer.assignment is not None:
+            owned[name] = {p for t in answer.assignment.topic_partitions for p in t.partitions}
+
+    heartbeat("m1")
+    heartbeat("m2")
+    ctx.join_group("grp", "c1", protocols=[("range", subscription())])
+    group = ctx.shard.consumer.groups["grp"]
+    held: list[int] = []
+    for _ in range(3):  # two partitions each
+        heartbeat("m1")
+        heartbeat("m2")
+        if ctx.heartbeat("grp", "c1", group.members["c1"].member_epoch).error != ErrorCode.none:
+            joined = rejoin(ctx, "c1", {"foo": held})
+            held = synced(ctx, "c1", joined.generation_id)["foo"]
+    before = group.members["c1"].member_epoch
+    assert len(held) == 2 and owned["m1"] | owned["m2"] | set(held) == set(range(6))
+    assert cghb(ctx, "m2", -1).error_code == ErrorCode.none  # m2 leaves: c1 is given one more
+    heartbeat("m1")
+    assert ctx.heartbeat("grp", "c1", before).error == ErrorCode.rebalance_in_progress
+    now = rejoin(ctx, "c1", {"foo": held}).generation_id
+    assert now > before
+    given = sorted(set(synced(ctx, "c1", now)["foo"]) - set(held))
+    assert len(given) == 1
+
+    def commit(generation_id: int, partition: int) -> ErrorCode:
+        call = ctx.commit("grp", {("foo", partition): 7}, member_id="c1", generation_id=generation_id, version=7)
+        return ErrorCode(call.response.topics[0].partitions[0].error_code)
+
+    assert commit(before, held[0]) == ErrorCode.none  # held since `before`
+    assert commit(now, held[0]) == ErrorCode.none
+    assert commit(now, given[0]) == ErrorCode.none
+    assert commit(before, given[0]) == ErrorCode.illegal_generation  # given only at `now`
+    assert commit(before - 1, held[0]) == ErrorCode.illegal_generation  # not held yet
+    assert commit(now + 1, held[0]) == ErrorCode.illegal_generation
+
+
 def test_classic_member_sync_timeout_and_session_timeout():
     ctx = context()
     cghb(ctx, "m1")
