@@ -2,6 +2,11 @@
 // after each poll. The Java counterpart of tests/e2e/groups/clients/ck_member.py; compiled by the tests with javac
 // against a kafka-clients jar set (3.9.x or 4.x; it uses only API both have).
 //
+// A commit the client refuses while it rebalances (RebalanceInProgressException: the Java client sends no commit
+// then) is kept and sent again with the next one, and the offsets of a partition being revoked are committed in
+// onPartitionsRevoked, as the Java client's documentation advises: otherwise the next owner of a partition revoked
+// right after a refused commit would consume its records again.
+//
 // Usage: java -cp CLASSES:JARS/* GroupMember --bootstrap HOST:PORT --topic T --group G [--instance-id ID]
 //            [--assignor range|roundrobin|sticky|cooperative-sticky] [--name NAME] [--client-id ID]
 //            [--max-runtime SECONDS] [--commit sync|none] [--set consumer.property=value]...
@@ -135,6 +140,34 @@ public final class GroupMember {
         return out.toArray();
     }
 
+    // Commit the offsets of `uncommitted` for `which` (all when null); those committed leave it, those refused stay
+    // for the next commit. True when the member was fenced (FencedInstanceIdException).
+    static boolean commitOffsets(KafkaConsumer<byte[], byte[]> consumer,
+                                 Map<TopicPartition, OffsetAndMetadata> uncommitted, Collection<TopicPartition> which) {
+        Map<TopicPartition, OffsetAndMetadata> due = new HashMap<>();
+        for (Map.Entry<TopicPartition, OffsetAndMetadata> e : uncommitted.entrySet())
+            if (which == null || which.contains(e.getKey())) due.put(e.getKey(), e.getValue());
+        if (due.isEmpty()) return false;
+        Map<String, Object> offsets = new TreeMap<>();
+        for (Map.Entry<TopicPartition, OffsetAndMetadata> e : due.entrySet())
+            offsets.put(String.valueOf(e.getKey().partition()), e.getValue().offset());
+        try {
+            consumer.commitSync(due);
+            for (Map.Entry<TopicPartition, OffsetAndMetadata> e : due.entrySet())
+                uncommitted.remove(e.getKey(), e.getValue());
+            emit("commit", "offsets", offsets);
+        } catch (CommitFailedException e) {
+            emit("commit_error", "offsets", offsets, "error", errorFields("commit", e));
+        } catch (KafkaException e) {
+            emit("commit_error", "offsets", offsets, "error", errorFields("commit", e));
+            if (e instanceof FencedInstanceIdException) {
+                emit("error", flatten(errorFields("commit", e)));
+                return true;
+            }
+        }
+        return false;
+    }
+
     static List<Integer> parts(Collection<TopicPartition> tps) {
         List<Integer> ps = new ArrayList<>();
         for (TopicPartition tp : tps) ps.add(tp.partition());
@@ -224,6 +257,9 @@ public final class GroupMember {
         emit("started", "pid", ProcessHandle.current().pid(), "client_version", AppInfoParser.getVersion());
         KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props);
         TreeSet<Integer> held = new TreeSet<>();
+        // processed records' next offsets whose commit has not been acknowledged yet
+        Map<TopicPartition, OffsetAndMetadata> uncommitted = new HashMap<>();
+        final boolean commitSync = commit.equals("sync");
         ConsumerRebalanceListener listener = new ConsumerRebalanceListener() {
             @Override
             public void onPartitionsAssigned(Collection<TopicPartition> tps) {
@@ -237,6 +273,8 @@ public final class GroupMember {
             public void onPartitionsRevoked(Collection<TopicPartition> tps) {
                 // The Java client calls this with an empty collection around some rebalances; only real changes count.
                 if (tps.isEmpty()) return;
+                if (commitSync) commitOffsets(consumer, uncommitted, tps);
+                uncommitted.keySet().removeAll(tps);
                 held.removeAll(parts(tps));
                 emit("revoked", "partitions", parts(tps), "held", new ArrayList<>(held), "protocol", protocol);
             }
@@ -244,6 +282,7 @@ public final class GroupMember {
             @Override
             public void onPartitionsLost(Collection<TopicPartition> tps) {
                 if (tps.isEmpty()) return;
+                uncommitted.keySet().removeAll(tps);
                 held.removeAll(parts(tps));
                 emit("lost", "partitions", parts(tps), "held", new ArrayList<>(held), "protocol", protocol);
             }
@@ -271,7 +310,10 @@ public final class GroupMember {
                     emit("error", flatten(errorFields("poll", e)));
                     continue;
                 }
-                if (batch.isEmpty()) continue;
+                if (batch.isEmpty()) {
+                    if (commitSync) fatal = commitOffsets(consumer, uncommitted, null); // one refused before
+                    continue;
+                }
                 List<Object> recs = new ArrayList<>();
                 Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
                 for (ConsumerRecord<byte[], byte[]> r : batch) {
@@ -279,22 +321,9 @@ public final class GroupMember {
                     next.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
                 }
                 emit("records", "recs", recs);
-                if (!commit.equals("sync")) continue;
-                Map<String, Object> offsets = new TreeMap<>();
-                for (Map.Entry<TopicPartition, OffsetAndMetadata> e : next.entrySet())
-                    offsets.put(String.valueOf(e.getKey().partition()), e.getValue().offset());
-                try {
-                    consumer.commitSync(next);
-                    emit("commit", "offsets", offsets);
-                } catch (CommitFailedException e) {
-                    emit("commit_error", "offsets", offsets, "error", errorFields("commit", e));
-                } catch (KafkaException e) {
-                    emit("commit_error", "offsets", offsets, "error", errorFields("commit", e));
-                    if (e instanceof FencedInstanceIdException) {
-                        emit("error", flatten(errorFields("commit", e)));
-                        fatal = true;
-                    }
-                }
+                if (!commitSync) continue;
+                uncommitted.putAll(next);
+                fatal = commitOffsets(consumer, uncommitted, null);
             }
         } finally {
             emit("closing", "fatal", fatal);
