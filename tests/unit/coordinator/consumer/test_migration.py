@@ -283,7 +283,9 @@ def test_classic_member_commits_at_its_previous_generation_what_it_held_then():
     assert len(given) == 1
 
     def commit(generation_id: int, partition: int) -> ErrorCode:
-        call = ctx.commit("grp", {("foo", partition): 7}, member_id="c1", generation_id=generation_id, version=7)
+        call = ctx.commit(
+            "grp", {("foo", partition): 7}, member_id="c1", generation_id=generation_id, version=7
+        )
         return ErrorCode(call.response.topics[0].partitions[0].error_code)
 
     assert commit(before, held[0]) == ErrorCode.none  # held since `before`
