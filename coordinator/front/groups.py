@@ -11,7 +11,8 @@ standalone), and the cluster stays the record of their offsets.
   for the cluster's, and carries the cluster's error for a partition it refused, or REQUEST_TIMED_OUT (retriable)
   when the cluster did not answer within upstream.request.timeout.ms.
 * OffsetFetch is answered from the cluster: a group new to this server starts from what it committed directly
-  on the cluster, and offsets committed in a transaction are there, not here. `require_stable` is passed on.
+  on the cluster, and offsets committed in a transaction are there, not here. `require_stable` is passed on. A
+  consumer group's member fetching (v9, with its member id and epoch) is checked here first, as standalone.
 * OffsetDelete and DeleteGroups act here, then on the cluster (where a group that never existed is not an error).
 * ListGroups on node N's listener lists the groups whose FindCoordinator answer is node N, as each Kafka broker
   lists the groups it coordinates (Admin clients ask every broker and merge); on the bootstrap listener, all.
@@ -262,16 +263,20 @@ class FrontGroups:
         async def fetch(ctx: RequestContext, request: Any) -> Any:
             require_stable = bool(getattr(request, "require_stable", False))
             if ctx.api_version >= 8:
+                refused = await self._fetch_refused(inner, ctx, request)
                 found = await asyncio.gather(
-                    *(self.cluster_offsets(g.group_id, g.topics, require_stable) for g in request.groups)
+                    *(
+                        self.cluster_offsets(g.group_id, g.topics, require_stable)
+                        for g in request.groups
+                        if g.group_id not in refused
+                    )
                 )
-                return {
-                    "throttle_time": 0,
-                    "groups": [
-                        {"group_id": g.group_id, "topics": topics, "error_code": code}
-                        for g, (code, topics) in zip(request.groups, found, strict=True)
-                    ],
-                }
+                answers = iter(found)
+                groups = []
+                for g in request.groups:
+                    code, topics = (refused[g.group_id], ()) if g.group_id in refused else next(answers)
+                    groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
+                return {"throttle_time": 0, "groups": groups}
             topics = request.topics
             code, found_topics = await self.cluster_offsets(
                 request.group_id,
@@ -283,6 +288,18 @@ class FrontGroups:
             return {"throttle_time": 0, "error_code": code, "topics": found_topics}
 
         return fetch
+
+    async def _fetch_refused(self, inner: Handler, ctx: RequestContext, request: Any) -> dict[str, ErrorCode]:
+        """The groups of an OffsetFetch (v9) sent by a member (a member id or epoch given) that this server refuses
+        (a consumer group's member unknown or at another epoch, as Kafka checks it; the group's shard not
+        available), each with its error: those are answered so, not from the cluster."""
+        if not any(
+            getattr(g, "member_id", None) is not None or getattr(g, "member_epoch", -1) >= 0
+            for g in request.groups
+        ):
+            return {}
+        answer = _entity(ctx.api_key, ctx.api_version, await inner(ctx, request))
+        return {g.group_id: ErrorCode(g.error_code) for g in answer.groups if g.error_code != ErrorCode.none}
 
     async def cluster_offsets(
         self, group_id: str, topics: Any, require_stable: bool

@@ -167,3 +167,81 @@ def test_a_group_with_members_of_its_own_on_the_cluster_is_reported(members, fro
     assert placed  # the records exist; what the two sides consumed is not the point here
     for m in (through, bypass):
         m.kill()
+
+
+def test_a_consumer_group_members_offset_fetch_is_checked_against_its_epoch(front):
+    """OffsetFetch v9 from a consumer group's member: the member and its epoch are checked here, as Kafka checks
+    them (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH), before the offsets are read from the cluster."""
+    from tests.support.wire import WireClient, make, request_class
+
+    group, topic = "front-fetch-epoch", "front-fetch-epoch-topic"
+    create_replicated_topic(front.bootstrap, topic, 2)
+    host, port = front.bootstrap.split(",")[0].rsplit(":", 1)
+    with WireClient(host, int(port), timeout=20) as c:
+
+        def heartbeat(member_id: str, epoch: int) -> object:
+            return c.call(
+                make(
+                    request_class(68, 0),
+                    {
+                        "group_id": group,
+                        "member_id": member_id,
+                        "member_epoch": epoch,
+                        "rebalance_timeout": 30000,
+                        "subscribed_topic_names": [topic],
+                        "topic_partitions": [],
+                    },
+                )
+            )
+
+        def fetch(member_id: str | None, epoch: int) -> object:
+            answer = c.call(
+                make(
+                    request_class(9, 9),
+                    {
+                        "groups": [
+                            {
+                                "group_id": group,
+                                "member_id": member_id,
+                                "member_epoch": epoch,
+                                "topics": [{"name": topic, "partition_indexes": [0]}],
+                            }
+                        ],
+                        "require_stable": True,
+                    },
+                )
+            )
+            return answer.groups[0]
+
+        joined = heartbeat("", 0)
+        assert joined.error_code == 0, joined
+        member_id, epoch = joined.member_id, joined.member_epoch
+        committed = c.call(
+            make(
+                request_class(8, 9),
+                {
+                    "group_id": group,
+                    "generation_id_or_member_epoch": epoch,
+                    "member_id": member_id,
+                    "topics": [
+                        {
+                            "name": topic,
+                            "partitions": [
+                                {"partition_index": 0, "committed_offset": 7, "committed_metadata": ""}
+                            ],
+                        }
+                    ],
+                },
+            )
+        )
+        assert committed.topics[0].partitions[0].error_code == 0, committed
+
+        def offset(answer) -> int:
+            assert answer.error_code == 0, answer
+            return answer.topics[0].partitions[0].committed_offset
+
+        assert offset(fetch(member_id, epoch)) == 7
+        assert offset(fetch(None, -1)) == 7  # an admin's fetch is not checked
+        assert fetch(member_id, epoch + 5).error_code == 113  # STALE_MEMBER_EPOCH
+        assert fetch("nobody", epoch).error_code == 25  # UNKNOWN_MEMBER_ID
+        assert heartbeat(member_id, -1).error_code == 0
