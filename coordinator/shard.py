@@ -126,9 +126,9 @@ class _ClassicGroupsOfShard:
         shard.calls.fx.failure_hooks.append(restore)
         return [new_group_metadata_tombstone(group_id)]
 
-    def install(self, group: ClassicGroup, reason: str) -> None:
+    def install(self, group: ClassicGroup, reason: str, *, rebalance: bool = True) -> None:
         shard = self._shard
-        shard.classic.adopt_downgraded(group, reason)
+        shard.classic.adopt_downgraded(group, reason, rebalance=rebalance)
 
         def remove(error: ErrorCode) -> dict[object, Any]:
             if shard.groups.get(group.group_id) is group:

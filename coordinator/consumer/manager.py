@@ -134,9 +134,9 @@ class ClassicGroups(Protocol):
         append fails. Its tombstone."""
         ...
 
-    def install(self, group: ClassicGroup, reason: str) -> None:
+    def install(self, group: ClassicGroup, reason: str, *, rebalance: bool = True) -> None:
         """A consumer group became this classic group: keep it (gone again if the append fails), write its
-        record, start its members' sessions and a rebalance."""
+        record, start its members' sessions and (with `rebalance`) a rebalance."""
         ...
 
 
@@ -556,11 +556,20 @@ class ConsumerGroupManager:
                 result[name] = sorted(ps)
         return result
 
-    def _maybe_downgrade(self, group: ConsumerGroup, leaving: Iterable[ConsumerMember]) -> bool:
+    def _maybe_downgrade(
+        self,
+        group: ConsumerGroup,
+        leaving: Iterable[ConsumerMember],
+        *,
+        replaced_by: ConsumerMember | None = None,
+        rebalance: bool = True,
+    ) -> bool:
         """Members are about to leave or be fenced: when a consumer-protocol member is among them and every
         member staying uses the classic protocol, the group becomes a classic group instead (Kafka's online
         downgrade), at its group epoch as the generation, if the policy allows it and the group fits
-        group.max.size. Whether it did (then the leaving members are gone with the consumer group)."""
+        group.max.size. Whether it did (then the leaving members are gone with the consumer group).
+        `replaced_by`: the leaving member is a static one already replaced by this classic member, which is in
+        the group with its partitions; then a rebalance begins only with `rebalance` (its subscription changed)."""
         leaving = list(leaving)
         gone = {m.member_id for m in leaving}
         staying = [m for m in group.members.values() if m.member_id not in gone]
@@ -607,7 +616,7 @@ class ConsumerGroupManager:
             )
         self.calls.fx.records.extend(self.group_tombstones(group))
         self._cancel_timers(group)
-        if self.calls.listeners:
+        if self.calls.listeners and replaced_by is None:  # (a replaced static member was reported so)
             now = (self.clock.wall_ms(), self.clock.monotonic_ms())
             for member in leaving:
                 self.calls.emit(
@@ -615,11 +624,17 @@ class ConsumerGroupManager:
                 )
         del self.groups[group_id]
         self._downgraded[group_id] = group
-        reason = (
-            f"the last consumer-protocol member left consumer group {group_id}: it became a classic group"
-        )
+        if replaced_by is None:
+            reason = (
+                f"the last consumer-protocol member left consumer group {group_id}: it became a classic group"
+            )
+        else:
+            reason = (
+                f"static member {replaced_by.instance_id} joined consumer group {group_id} with the classic protocol "
+                f"in place of its last consumer-protocol member: it became a classic group"
+            )
         log.info("group %s: %s", group_id, reason)
-        self._classic_side.install(classic, reason)
+        self._classic_side.install(classic, reason, rebalance=rebalance)
         return True
 
     def _heartbeat(self, api_version: int, request: Any, client_id: str, client_host: str) -> Any:
@@ -1554,14 +1569,13 @@ class ConsumerGroupManager:
             if unknown:
                 if old is None:
                     member = ConsumerMember(member_id, instance_id=instance_id)
-                elif old.uses_classic_protocol or old.member_epoch == LEAVE_GROUP_STATIC_EPOCH:
-                    # the static member restarted: the new instance takes its place and its partitions
+                else:
+                    # The static member restarted: the new instance takes its place and its partitions. (Kafka
+                    # asks the one replaced to have left only when both use the consumer protocol.)
                     replaced = old
                     member = dataclasses.replace(
                         old, member_id=member_id, state=MemberState.STABLE, pending_revocation={}
                     )
-                else:
-                    raise HeartbeatError(ErrorCode.unreleased_instance_id)
             elif old is None:
                 raise HeartbeatError(ErrorCode.unknown_member_id)
             elif old.member_id != member_id:
@@ -1591,6 +1605,23 @@ class ConsumerGroupManager:
         )
         self._apply_member(group, member, updated, replaced, bump, new_member)
 
+        if (
+            replaced is not None
+            and not replaced.uses_classic_protocol
+            and self._maybe_downgrade(
+                group, (replaced,), replaced_by=group.members[member_id], rebalance=bump
+            )
+        ):
+            # The last consumer-protocol member was replaced: the group is a classic group now, with this member in
+            # it holding the partitions of the one it replaced (a rebalance begun if its subscription changed).
+            return join_response(
+                api_version,
+                member_id=member_id,
+                generation_id=group.group_epoch,
+                protocol_type=CONSUMER_PROTOCOL_TYPE,
+                protocol_name=protocols[0][0],
+                leader="",
+            )
         member = group.members[member_id]
         owned = self._ids(subscription.owned)
         try:

@@ -819,15 +819,16 @@ class GroupMetadataManager(ClassicRebalancing):
         for member in group.all_members():
             self._reschedule_heartbeat(group, member)
 
-    def adopt_downgraded(self, group: ClassicGroup, reason: str) -> None:
+    def adopt_downgraded(self, group: ClassicGroup, reason: str, *, rebalance: bool = True) -> None:
         """A consumer group became this classic group (Stable, its members' assignments from the consumer
-        group's target): kept and written, its members' sessions started, and a rebalance begun, which its
-        members see at their next heartbeat."""
+        group's target): kept and written, its members' sessions started, and (with `rebalance`) a rebalance
+        begun, which its members see at their next heartbeat."""
         self.groups[group.group_id] = group
         self._fx.records.append(new_group_metadata_record(group, group.group_assignment()))
         for member in group.all_members():
             self._reschedule_heartbeat(group, member)
-        self._prepare_rebalance(group, reason)
+        if rebalance:
+            self._prepare_rebalance(group, reason)
 
     def settings_changed(self, group_id: str) -> None:
         """Windows that run move to the group's new values (a window set to 0 ends now)."""

@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pytest
+
 from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription as SubscriptionV1
 from kio.schema.consumer_protocol_subscription.v1.data import TopicPartition
 from kio.serial import entity_writer
@@ -380,6 +382,66 @@ def test_downgrade_disabled_by_policy():
     cghb(ctx, "new", -1)
     group = ctx.shard.consumer.groups["grp"]
     assert "new" not in group.members and len(group.members) == 2
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_last_static_consumer_protocol_member_replaced_by_classic_member(changed):
+    # testLastStaticConsumerProtocolMemberReplacedByClassicProtocolMember: a classic static member joins in place
+    # of the group's last consumer-protocol member (still in the group: only two consumer-protocol members must
+    # have left for one to replace the other); the group becomes a classic group with the newcomer holding the
+    # partitions of the one it replaced, Stable, or rebalancing when the newcomer's subscription differs.
+    ctx = context()
+    epoch, owned = 0, set()
+
+    def heartbeat() -> None:
+        nonlocal epoch, owned
+        answer = cghb(ctx, "s", epoch, owned={FOO: owned} if epoch else UNCHANGED, instance_id="i2")
+        epoch = answer.member_epoch
+        if answer.assignment is not None:
+            owned = {p for t in answer.assignment.topic_partitions for p in t.partitions}
+
+    heartbeat()
+    ctx.join_group("grp", "c1", protocols=[("range", subscription())])
+    group = ctx.shard.consumer.groups["grp"]
+    held: list[int] = []
+    for _ in range(3):
+        heartbeat()
+        if ctx.heartbeat("grp", "c1", group.members["c1"].member_epoch).error != ErrorCode.none:
+            joined = rejoin(ctx, "c1", {"foo": held})
+            held = synced(ctx, "c1", joined.generation_id)["foo"]
+    assert len(owned) == 3 and owned | set(held) == set(range(6))
+    group_epoch = group.group_epoch
+
+    topics = ["foo", "bar"] if changed else ["foo"]
+    join = ctx.join_group(
+        "grp", group_instance_id="i2", protocols=[("range", subscription(topics))], version=5
+    )
+    assert join.error == ErrorCode.none
+    new_id = join.response.member_id
+    assert new_id not in ("", "s") and join.response.leader == ""
+    assert "grp" not in ctx.shard.consumer.groups
+    classic = ctx.shard.groups["grp"]
+    assert sorted(classic.all_member_ids()) == sorted(["c1", new_id])
+    assert classic.generation_id == join.response.generation_id == group_epoch + (1 if changed else 0)
+    assert classic.member(new_id).group_instance_id == "i2"
+    assert decode_assignment(classic.member(new_id).assignment).partitions == (("foo", tuple(sorted(owned))),)
+    assert decode_assignment(classic.member("c1").assignment).partitions == (("foo", tuple(sorted(held))),)
+    key, value = decode_record(ctx.log[-1])
+    assert (
+        isinstance(key, GroupMetadataKey) and value is not None and value.generation == classic.generation_id
+    )
+    if changed:
+        assert classic.state == ClassicGroupState.PREPARING_REBALANCE
+        assert ctx.heartbeat("grp", "c1", classic.generation_id).error == ErrorCode.rebalance_in_progress
+    else:
+        assert classic.state == ClassicGroupState.STABLE
+        assert synced(ctx, new_id, classic.generation_id) == {"foo": sorted(owned)}
+        assert ctx.heartbeat("grp", "c1", classic.generation_id).error == ErrorCode.none
+    # the member replaced is not in the group any more; a restart reads the same
+    assert ctx.heartbeat("grp", "s", classic.generation_id).error == ErrorCode.unknown_member_id
+    again = ctx.restart()
+    assert "grp" in again.shard.groups and "grp" not in again.shard.consumer.groups
+    assert sorted(again.shard.groups["grp"].all_member_ids()) == sorted(["c1", new_id])
 
 
 def test_classic_leave_group_in_consumer_group():
