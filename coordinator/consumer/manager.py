@@ -1525,7 +1525,7 @@ class ConsumerGroupManager:
             if snapshot is not None and isinstance(exc, PartitionAssignorError):
                 group.restore(snapshot)
             answer = join_response(api_version, error=code, member_id=request.member_id)
-        if self.calls.listeners:
+        if self.calls.listeners and self.groups.get(group.group_id) is group:  # (not downgraded)
             self._emit_if_stable(group, state_before)
         self._track(group.group_id, snapshot)
         self.calls.respond(token, answer)

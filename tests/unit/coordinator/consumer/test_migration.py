@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
-
 from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription as SubscriptionV1
 from kio.schema.consumer_protocol_subscription.v1.data import TopicPartition
 from kio.serial import entity_writer
@@ -384,13 +383,9 @@ def test_downgrade_disabled_by_policy():
     assert "new" not in group.members and len(group.members) == 2
 
 
-@pytest.mark.parametrize("changed", [False, True])
-def test_last_static_consumer_protocol_member_replaced_by_classic_member(changed):
-    # testLastStaticConsumerProtocolMemberReplacedByClassicProtocolMember: a classic static member joins in place
-    # of the group's last consumer-protocol member (still in the group: only two consumer-protocol members must
-    # have left for one to replace the other); the group becomes a classic group with the newcomer holding the
-    # partitions of the one it replaced, Stable, or rebalancing when the newcomer's subscription differs.
-    ctx = context()
+def static_consumer_and_classic_member(ctx: GroupTestContext) -> tuple[set[int], set[int]]:
+    """A consumer group of a static consumer-protocol member "s" (instance "i2") and a classic member "c1", three
+    partitions of foo each, reconciled: (the partitions of s, those of c1)."""
     epoch, owned = 0, set()
 
     def heartbeat() -> None:
@@ -410,7 +405,18 @@ def test_last_static_consumer_protocol_member_replaced_by_classic_member(changed
             joined = rejoin(ctx, "c1", {"foo": held})
             held = synced(ctx, "c1", joined.generation_id)["foo"]
     assert len(owned) == 3 and owned | set(held) == set(range(6))
-    group_epoch = group.group_epoch
+    return owned, set(held)
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_last_static_consumer_protocol_member_replaced_by_classic_member(changed):
+    # testLastStaticConsumerProtocolMemberReplacedByClassicProtocolMember: a classic static member joins in place
+    # of the group's last consumer-protocol member (still in the group: only two consumer-protocol members must
+    # have left for one to replace the other); the group becomes a classic group with the newcomer holding the
+    # partitions of the one it replaced, Stable, or rebalancing when the newcomer's subscription differs.
+    ctx = context()
+    owned, held = static_consumer_and_classic_member(ctx)
+    group_epoch = ctx.shard.consumer.groups["grp"].group_epoch
 
     topics = ["foo", "bar"] if changed else ["foo"]
     join = ctx.join_group(
@@ -442,6 +448,19 @@ def test_last_static_consumer_protocol_member_replaced_by_classic_member(changed
     again = ctx.restart()
     assert "grp" in again.shard.groups and "grp" not in again.shard.consumer.groups
     assert sorted(again.shard.groups["grp"].all_member_ids()) == sorted(["c1", new_id])
+
+
+def test_failed_replacement_downgrade_write_brings_the_consumer_group_back():
+    ctx = context()
+    static_consumer_and_classic_member(ctx)
+    join = ctx.join_group(
+        "grp", group_instance_id="i2", protocols=[("range", subscription())], version=5, apply=False
+    )
+    assert "grp" in ctx.shard.groups
+    ctx.fail(join.result)
+    assert "grp" not in ctx.shard.groups
+    group = ctx.shard.consumer.groups["grp"]
+    assert sorted(group.members) == ["c1", "s"] and group.static_member("i2").member_id == "s"
 
 
 def test_classic_leave_group_in_consumer_group():
