@@ -17,6 +17,7 @@ from tests.support.members import (
     committed_offsets,
     consumed_all,
     create_topic,
+    group_type,
     produce_batch,
     rolling_migration,
     wait_for,
@@ -255,6 +256,40 @@ def test_rolling_upgrade_from_classic_to_consumer_and_back(members, server, tmp_
         lambda name: members.start("ck", name, server, group, topic, settings=classic),
         lambda name: members.start("ck", name, server, group, topic, settings=CONSUMER),
     )
+
+
+def test_classic_static_member_in_place_of_the_last_consumer_protocol_member(members, server, tmp_path):
+    """Kafka's downgrade by static replacement: a static consumer-protocol member closes, and a classic member with
+    its instance id takes its place; the group becomes a classic group at once, the newcomer holds the partitions
+    of the member it replaced, and the classic member already there is not disturbed."""
+    group, topic = "kip848-swap", "kip848-swap-topic"
+    create_topic(server, topic, PARTITIONS)
+    placed = produce_batch(server, topic, 120, 880, tmp_path, partitions=PARTITIONS)
+    old = members.start("ck", "old", server, group, topic, instance_id="kip848-swap-i", settings=CONSUMER)
+    wait_split(members, [old], PARTITIONS, [PARTITIONS], timeout=30, stable_for=0)
+    classic = {**CLASSIC, "partition.assignment.strategy": "range"}
+    stayer = members.start("ck", "stayer", server, group, topic, settings=classic)
+    split = wait_split(members, [old, stayer], PARTITIONS, [3, 3], timeout=40)
+    wait_for(lambda: consumed_all([old, stayer], placed), 30, "batch 1 consumed", members.describe)
+    assert group_type(server, group) == "consumer"
+    seen = len(stayer.rebalance_events())
+
+    assert old.close() == 0, members.describe([old])  # a static member leaves with epoch -2
+    new = members.start("ck", "new", server, group, topic, instance_id="kip848-swap-i", settings=classic)
+    wait_for(
+        lambda: new.held(), 20, "the classic member to hold the partitions it took over", members.describe
+    )
+    assert new.held() == split["old"], members.describe()
+    assert group_type(server, group) == "classic"
+    placed |= produce_batch(server, topic, 120, 881, tmp_path, partitions=PARTITIONS)
+    everyone = [old, stayer, new]
+    wait_for(lambda: consumed_all(everyone, placed), 30, "batch 2 consumed", members.describe)
+    time.sleep(1.0)  # a few heartbeats: a rebalance would show by now
+    assert stayer.rebalance_events()[seen:] == [], members.describe([stayer])
+    for m in (stayer, new):
+        assert m.close() == 0, members.describe([m])
+    assert not commit_errors(everyone), members.describe()
+    check_exactly_once(everyone, placed)
 
 
 def test_registration_window_keeps_a_killed_static_members_partitions(members, server_factory, tmp_path):
