@@ -165,6 +165,7 @@ class Profiler:
 class Child:
     def __init__(self, cmd: list[str], log_path: Path) -> None:
         self.log = open(log_path, "wb")  # noqa: SIM115
+        self.events_path = log_path.with_suffix(".events.jsonl")  # every event line, for a look afterwards
         self.proc = subprocess.Popen(
             cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True
         )
@@ -174,11 +175,13 @@ class Child:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.events.put(json.loads(line))
-            except json.JSONDecodeError:
-                pass
+        with open(self.events_path, "w") as kept:
+            for line in self.proc.stdout:
+                kept.write(line)
+                try:
+                    self.events.put(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
         self.events.put({"ev": "eof", "t": time.time()})
 
     def send(self, text: str) -> None:
