@@ -1605,6 +1605,16 @@ class ConsumerGroupManager:
         )
         self._apply_member(group, member, updated, replaced, bump, new_member)
 
+        def joined(generation: int) -> Any:  # (every classic member of a consumer group is a follower)
+            return join_response(
+                api_version,
+                member_id=member_id,
+                generation_id=generation,
+                protocol_type=CONSUMER_PROTOCOL_TYPE,
+                protocol_name=protocols[0][0],
+                leader="",
+            )
+
         if (
             replaced is not None
             and not replaced.uses_classic_protocol
@@ -1614,14 +1624,7 @@ class ConsumerGroupManager:
         ):
             # The last consumer-protocol member was replaced: the group is a classic group now, with this member in
             # it holding the partitions of the one it replaced (a rebalance begun if its subscription changed).
-            return join_response(
-                api_version,
-                member_id=member_id,
-                generation_id=group.group_epoch,
-                protocol_type=CONSUMER_PROTOCOL_TYPE,
-                protocol_name=protocols[0][0],
-                leader="",
-            )
+            return joined(group.group_epoch)
         member = group.members[member_id]
         owned = self._ids(subscription.owned)
         try:
@@ -1646,14 +1649,7 @@ class ConsumerGroupManager:
                 self._classic_timer_expired, group_id, member_id, "did not send its SyncGroup in time"
             ),
         )
-        return join_response(
-            api_version,
-            member_id=member_id,
-            generation_id=next_member.member_epoch,
-            protocol_type=CONSUMER_PROTOCOL_TYPE,
-            protocol_name=protocols[0][0],
-            leader="",
-        )
+        return joined(next_member.member_epoch)
 
     def _supported_by_all(self, group: ConsumerGroup, member_id: str, names: list[str]) -> bool:
         """Whether one of `names` is a protocol every other classic member supports."""
