@@ -46,7 +46,8 @@ class KafkaListener:
     advertised: tuple[str, int] | None = None  # what clients are told (port 0: the bound port)
     ssl: ssl.SSLContext | None = None
     spec: Any = None  # passed to the server's `sessions` for each connection (coordinator.security's spec)
-    sock: socket.socket | None = None  # already bound (a worker's, bound by its supervisor)
+    # bound already (a worker's, by its supervisor), or by the server at start
+    sock: socket.socket | None = None
     bound_port: int = 0
     # A worker's internal listener: the channel its connections unwrap every request with (Envelopes from the
     # other workers, coordinator.cluster.internal); not counted against the connection limits.
@@ -121,8 +122,12 @@ class Server:
     async def start(self) -> None:
         for part in self.parts:
             await part.start()
+        # Every listener is bound (its port known) before any serves: an answer that names another listener (the
+        # front's FindCoordinator and Metadata name one per upstream broker) never names one not bound yet, port 0.
         for listener in self.listeners:
-            await self._listen(listener)
+            await self._bind(listener)
+        for listener in self.listeners:  # (with any a part added meanwhile)
+            await self._accept_on(listener)
         self.listening = True
         if self.config["connections.max.idle.ms"] >= 0:
             self._idle_sweeper = asyncio.create_task(self._sweep_idle())
@@ -132,24 +137,26 @@ class Server:
         may add listeners while it starts: the front's one per upstream broker, coordinator.front)."""
         self.listeners.append(listener)
         if self.listening:
-            await self._listen(listener)
+            await self._accept_on(listener)
 
-    async def _listen(self, listener: KafkaListener) -> None:
-        sock = listener.sock
-        if sock is None:
-            sock = await asyncio.to_thread(bind_listener, listener.host, listener.port)
+    async def _bind(self, listener: KafkaListener) -> socket.socket:
+        if listener.sock is None:
+            listener.sock = await asyncio.to_thread(bind_listener, listener.host, listener.port)
+        listener.bound_port = listener.sock.getsockname()[1]
+        return listener.sock
+
+    async def _accept_on(self, listener: KafkaListener) -> None:
         # backlog: asyncio listens again on a given socket, with 100 unless told (500 clients connecting at
         # once overflowed that and got resets)
         self._servers.append(
             await asyncio.start_server(
                 functools.partial(self._accept, listener=listener),
-                sock=sock,
+                sock=await self._bind(listener),
                 backlog=LISTEN_BACKLOG,
                 limit=2**20,
                 ssl=listener.ssl,
             )
         )
-        listener.bound_port = sock.getsockname()[1]
 
     @property
     def ready(self) -> bool:

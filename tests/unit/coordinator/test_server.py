@@ -277,3 +277,42 @@ def test_cancel_and_wait_stops_a_task_that_swallows_a_cancellation():
         assert await cancel_and_wait([stubborn], "test", 1.0)
 
     asyncio.run(main())
+
+
+def test_every_listener_is_bound_before_any_serves():
+    """A part may add listeners while it starts (the front: one per upstream broker) and its answers name them
+    (FindCoordinator, Metadata): when the first listener takes connections, every other one has its port."""
+    from coordinator.server.listener import KafkaListener, Server
+
+    class AddsListeners:
+        def __init__(self, server: Server) -> None:
+            self.server = server
+
+        def register(self, table) -> None:
+            pass
+
+        async def start(self) -> None:
+            for _ in range(3):
+                await self.server.add_listener(KafkaListener("PLAINTEXT", "127.0.0.1", 0))
+
+        async def close(self) -> None:
+            pass
+
+    seen: list[list[int]] = []
+
+    def setup(server: Server) -> None:
+        server.add_part(AddsListeners(server))
+        accept_on = server._accept_on
+
+        async def recording(listener) -> None:
+            seen.append([other.bound_port for other in server.listeners])
+            await accept_on(listener)
+
+        server._accept_on = recording
+
+    with running(setup) as server:
+        assert len(server.listeners) == 4
+        assert len(seen) == 4 and all(port > 0 for ports in seen for port in ports), seen
+        for listener in server.listeners:  # each takes connections
+            with WireClient("127.0.0.1", listener.bound_port) as c:
+                assert c.call(ApiVersionsRequestV0()).error_code == ErrorCode.none
