@@ -289,8 +289,7 @@ class FrontDataPlane:
     def broker(self, node: int) -> Broker:
         """Node `node` as the current client reaches it here."""
         listener = self.listeners[node]
-        # (the configured port until it is bound: a listener added while the server starts is bound with the rest)
-        host, port = client_address(listener.host, listener.bound_port or listener.port, listener.advertised)
+        host, port = client_address(listener.host, listener.bound_port, listener.advertised)
         return Broker(node, host, port)
 
     async def readdress(self, entries: Iterable[Any], id_field: str = "node_id") -> tuple[Any, ...]:

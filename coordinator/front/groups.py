@@ -264,19 +264,20 @@ class FrontGroups:
             require_stable = bool(getattr(request, "require_stable", False))
             if ctx.api_version >= 8:
                 refused = await self._fetch_refused(inner, ctx, request)
-                found = await asyncio.gather(
-                    *(
-                        self.cluster_offsets(g.group_id, g.topics, require_stable)
-                        for g in request.groups
-                        if g.group_id not in refused
-                    )
-                )
-                answers = iter(found)
-                groups = []
-                for g in request.groups:
-                    code, topics = (refused[g.group_id], ()) if g.group_id in refused else next(answers)
-                    groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
-                return {"throttle_time": 0, "groups": groups}
+
+                async def offsets(group: Any) -> tuple[ErrorCode, Any]:
+                    if group.group_id in refused:
+                        return refused[group.group_id], ()
+                    return await self.cluster_offsets(group.group_id, group.topics, require_stable)
+
+                found = await asyncio.gather(*(offsets(g) for g in request.groups))
+                return {
+                    "throttle_time": 0,
+                    "groups": [
+                        {"group_id": g.group_id, "topics": topics, "error_code": code}
+                        for g, (code, topics) in zip(request.groups, found, strict=True)
+                    ],
+                }
             topics = request.topics
             code, found_topics = await self.cluster_offsets(
                 request.group_id,

@@ -126,16 +126,18 @@ class Server:
         # front's FindCoordinator and Metadata name one per upstream broker) never names one not bound yet, port 0.
         for listener in self.listeners:
             await self._bind(listener)
-        for listener in self.listeners:  # (with any a part added meanwhile)
+        for listener in self.listeners:
             await self._accept_on(listener)
         self.listening = True
         if self.config["connections.max.idle.ms"] >= 0:
             self._idle_sweeper = asyncio.create_task(self._sweep_idle())
 
     async def add_listener(self, listener: KafkaListener) -> None:
-        """One more listener: bound now when the server listens already, else with the others at start (a part
-        may add listeners while it starts: the front's one per upstream broker, coordinator.front)."""
+        """One more listener, bound now (its port known once this returns); it takes connections now when the
+        server listens already, else with the others at start (a part may add listeners while it starts: the
+        front's one per upstream broker, coordinator.front)."""
         self.listeners.append(listener)
+        await self._bind(listener)
         if self.listening:
             await self._accept_on(listener)
 
