@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 import functools
+import gc
 import logging
 import os
 import signal
@@ -370,8 +371,19 @@ def _still_closing(after_s: float) -> None:
     )
 
 
+# The cyclic collector's thresholds while serving (Python's are 700, 10, 10). A request in flight is a few
+# coroutines, futures and records that live until its answer, so with thousands in flight (pipelined commits
+# waiting for their fsync) most young objects survive a young collection: each one walked them and promoted them
+# into older generations that were walked again, and the full collections walked every object made since the
+# load. Measured at 1,000 connections x 8 pipelined commits: a third of a worker's CPU in the collector
+# (`perf`), 16 full collections of ~110 ms each in a 15 s run; with these, one, and 65% more commits per
+# second at the same CPU. Heartbeats did not change. Reference cycles wait for 50,000 allocations at most.
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
 def run(app: App, notify_fd: int | None = None) -> None:
     import uvloop
 
+    gc.set_threshold(*GC_THRESHOLDS)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(serve(app, notify_fd))
