@@ -795,8 +795,31 @@ def new_offset_commit_record(
     commit_timestamp_ms: int,
     expire_timestamp_ms: int = -1,
 ) -> CoordinatorRecord:
+    if expire_timestamp_ms == -1:  # every commit but a v1-v4 one with a retention time: what encode_* write
+        g, t, m = group_id.encode("utf-8"), topic.encode("utf-8"), metadata.encode("utf-8")
+        if len(g) <= 0x7FFF and len(t) <= 0x7FFF and len(m) <= 0x7FFF:
+            return CoordinatorRecord(
+                b"".join(
+                    (_COMMIT_KEY_VERSION, _I16.pack(len(g)), g, _I16.pack(len(t)), t, _I32.pack(partition))
+                ),
+                b"".join(
+                    (
+                        _COMMIT_VALUE_HEAD.pack(
+                            OFFSET_COMMIT_VALUE_WRITE_VERSION, offset, leader_epoch, len(m)
+                        ),
+                        m,
+                        _I64.pack(commit_timestamp_ms),
+                    )
+                ),
+            )
     value = OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp_ms, expire_timestamp_ms)
     return CoordinatorRecord(encode_key(OffsetCommitKey(group_id, topic, partition)), encode_value(value))
+
+
+# The fast path of new_offset_commit_record: a key of version 1 and a value of version 3 (offset, leader epoch,
+# metadata, commit timestamp), as encode_key and encode_value write them, without a _Writer per record.
+_COMMIT_KEY_VERSION = _I16.pack(OFFSET_COMMIT_KEY_VERSION)
+_COMMIT_VALUE_HEAD = struct.Struct(">hqih")
 
 
 def new_offset_commit_tombstone(group_id: str, topic: str, partition: int) -> CoordinatorRecord:

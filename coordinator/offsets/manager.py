@@ -96,7 +96,11 @@ class OffsetMetadataManager:
             response_partitions = []
             for partition in topic.partitions:
                 metadata = partition.committed_metadata
-                if metadata is not None and _metadata_length(metadata) > self.offset_metadata_max_bytes:
+                if (
+                    metadata  # at most 2 UTF-16 code units per character: only a long one needs counting
+                    and 2 * len(metadata) > self.offset_metadata_max_bytes
+                    and _metadata_length(metadata) > self.offset_metadata_max_bytes
+                ):
                     partition_error = ErrorCode.offset_metadata_too_large
                 else:
                     partition_error = ErrorCode.none

@@ -422,3 +422,26 @@ def test_record_classes_keep_their_dataclass_constructors():
         OffsetCommitKey("g", "t")  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         OffsetCommitValue(1, bogus=2)  # type: ignore[call-arg]
+
+
+@given(offset_commit_keys, offset_commit_values, st.booleans())
+def test_offset_commit_records_are_the_bytes_of_encode_key_and_encode_value(key, value, with_expiry):
+    """new_offset_commit_record's fast path (no expire timestamp) writes exactly what the general encoders do."""
+    expire = value.expire_timestamp_ms if with_expiry else -1
+    record = new_offset_commit_record(
+        key.group,
+        key.topic,
+        key.partition,
+        value.offset,
+        leader_epoch=value.leader_epoch,
+        metadata=value.metadata,
+        commit_timestamp_ms=value.commit_timestamp_ms,
+        expire_timestamp_ms=expire,
+    )
+    expected = dataclasses.replace(value, expire_timestamp_ms=expire)
+    assert record == CoordinatorRecord(encode_key(key), encode_value(expected))
+
+
+def test_offset_commit_records_of_long_strings_are_refused_as_before():
+    with pytest.raises(ValueError, match="too long"):
+        new_offset_commit_record("g", "t", 0, 1, metadata="m" * 0x8000, commit_timestamp_ms=1)
