@@ -12,11 +12,16 @@ registered here by the admin listener (`add_collector`).
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from protocol.api_keys import api_name
 from protocol.build import entity_array_fields
@@ -56,19 +61,11 @@ class ServerMetrics:
         self.connections = Gauge(
             "kafka_group_coordinator_connections", "Open client connections.", registry=self.registry
         )
-        self.requests = Counter(
-            "kafka_group_coordinator_requests",
-            "Requests answered, by API, version and error code.",
-            ["api", "version", "error"],
-            registry=self.registry,
-        )
-        self.request_duration = Histogram(
-            "kafka_group_coordinator_request_duration_seconds",
-            "Time from reading a request to writing its answer, by API, version and error code.",
-            ["api", "version", "error"],
-            buckets=REQUEST_BUCKETS_S,
-            registry=self.registry,
-        )
+        self._request_series = _RequestSeries(REQUEST_BUCKETS_S)
+        self.requests = _RequestCount(self._request_series)
+        self.request_duration = _RequestDuration(self._request_series)
+        self.registry.register(self.requests)
+        self.registry.register(self.request_duration)
         self.protocol_errors = Counter(
             "kafka_group_coordinator_protocol_errors",
             "Connections closed for malformed frames, headers or unknown API keys.",
@@ -87,7 +84,6 @@ class ServerMetrics:
             registry=self.registry,
         )
         self._collectors: list[Collector] = []
-        self._children: dict[tuple[int, int, int], tuple[Any, Any]] = {}
 
     def add_collector(self, collector: Collector) -> None:
         self.registry.register(collector)
@@ -99,16 +95,71 @@ class ServerMetrics:
         self._collectors.clear()
 
     def observe_request(self, api_key: int, api_version: int, response: Any, seconds: float) -> None:
+        series = self._request_series
         key = (api_key, api_version, response_error(response))
-        children = self._children.get(key)
-        if children is None:  # labels() costs a lock and a dict walk per call: once per label set is enough
-            labels = (api_name(api_key), str(api_version), error_name(key[2]))
-            children = self._children[key] = (
-                self.requests.labels(*labels),
-                self.request_duration.labels(*labels),
+        counts = series.by_key.get(key)
+        if counts is None:
+            counts = series.by_key[key] = [0] * (len(series.bounds) + 1)
+            series.sums[key] = 0.0
+        counts[bisect.bisect_left(series.bounds, seconds)] += 1
+        series.sums[key] += seconds
+
+
+class _RequestSeries:
+    """The request counter and latency histogram of every (API, version, error) as plain numbers, turned into
+    Prometheus families when scraped. Only the event loop writes them, and the scrape runs on it too, so they
+    need none of the three locks and the walk of the buckets that prometheus_client's Counter.inc and
+    Histogram.observe cost per request (5% of a heartbeat's CPU in a profile)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        # per series: answers per bucket (index i: at most bounds[i], not above bounds[i-1]; the last: above
+        # every bound), and their seconds in all
+        self.by_key: dict[tuple[int, int, int], list[int]] = {}
+        self.sums: dict[tuple[int, int, int], float] = {}
+
+    def labelled(self) -> list[tuple[list[str], list[int], float]]:
+        return [
+            ([api_name(key[0]), str(key[1]), error_name(key[2])], counts, self.sums[key])
+            for key, counts in self.by_key.items()
+        ]
+
+
+_REQUEST_LABELS = ["api", "version", "error"]
+
+
+class _RequestCount(Collector):
+    def __init__(self, series: _RequestSeries) -> None:
+        self._series = series
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(
+            "kafka_group_coordinator_requests",
+            "Requests answered, by API, version and error code.",
+            labels=_REQUEST_LABELS,
+        )
+        for labels, counts, _ in self._series.labelled():
+            family.add_metric(labels, float(sum(counts)))
+        yield family
+
+
+class _RequestDuration(Collector):
+    def __init__(self, series: _RequestSeries) -> None:
+        self._series = series
+
+    def collect(self) -> Iterable[Metric]:
+        family = HistogramMetricFamily(
+            "kafka_group_coordinator_request_duration_seconds",
+            "Time from reading a request to writing its answer, by API, version and error code.",
+            labels=_REQUEST_LABELS,
+        )
+        bounds = [floatToGoString(b) for b in self._series.bounds] + ["+Inf"]
+        for labels, counts, seconds in self._series.labelled():
+            cumulative = list(itertools.accumulate(counts))
+            family.add_metric(
+                labels, [(b, float(n)) for b, n in zip(bounds, cumulative, strict=True)], seconds
             )
-        children[0].inc()
-        children[1].observe(seconds)
+        yield family
 
 
 @functools.cache
