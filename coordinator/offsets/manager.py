@@ -20,6 +20,11 @@ from kio.schema.offset_commit.v9.response import (
 from kio.schema.offset_delete.v0.response import OffsetDeleteResponse
 from kio.schema.offset_fetch.v7.response import OffsetFetchResponse as OffsetFetchResponseV7
 from kio.schema.offset_fetch.v9.response import OffsetFetchResponse as OffsetFetchResponseV9
+from kio.schema.offset_fetch.v9.response import (
+    OffsetFetchResponseGroup,
+    OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopics,
+)
 
 from coordinator.clock import Clock
 from coordinator.consumer.manager import ConsumerGroupManager
@@ -159,10 +164,9 @@ class OffsetMetadataManager:
                 )
                 for g in request.groups
             ]
-            if api_version >= 8:
-                return CoordinatorResult(
-                    responses=[(token, build(OffsetFetchResponseV9, {"groups": groups}))]
-                )
+            if api_version >= 8:  # made directly, not with build(): every consumer's fetch at start-up
+                answer_v9 = OffsetFetchResponseV9(throttle_time=_NO_THROTTLE, groups=tuple(groups))
+                return CoordinatorResult(responses=[(token, answer_v9)])
             answer = groups[0] if groups else {"topics": [], "error_code": ErrorCode.none}
         else:
             answer = self._fetch_group(request.group_id, _requested_topics(request.topics), require_stable)
@@ -175,12 +179,13 @@ class OffsetMetadataManager:
         require_stable: bool,
         member_id: str | None = None,
         member_epoch: int = -1,
-    ) -> dict[str, Any]:
+    ) -> Any:
+        """The group's entry of a v8+ answer, an OffsetFetchResponseGroup (converted, the whole of an older one)."""
         consumer_group = self._consumer.groups.get(group_id)
         if consumer_group is not None:
             error = self._consumer.validate_offset_fetch(consumer_group, member_id, member_epoch)
             if error != ErrorCode.none:
-                return {"group_id": group_id, "topics": [], "error_code": error}
+                return _FetchGroup(group_id=group_id, topics=(), error_code=error)
         allowed = self.is_offset_fetch_allowed(group_id)
         response_topics = []
         if topics is None:  # all committed offsets of the group
@@ -208,16 +213,16 @@ class OffsetMetadataManager:
                     response_partitions.append(_unknown_partition(partition, ErrorCode.none))
                 else:
                     response_partitions.append(
-                        {
-                            "partition_index": partition,
-                            "committed_offset": offset.committed_offset,
-                            "committed_leader_epoch": offset.leader_epoch,
-                            "metadata": offset.metadata,
-                            "error_code": ErrorCode.none,
-                        }
+                        _FetchPartition(
+                            partition_index=partition,
+                            committed_offset=offset.committed_offset,
+                            committed_leader_epoch=offset.leader_epoch,
+                            metadata=offset.metadata,
+                            error_code=ErrorCode.none,
+                        )
                     )
-            response_topics.append({"name": topic, "partitions": response_partitions})
-        return {"group_id": group_id, "topics": response_topics, "error_code": ErrorCode.none}
+            response_topics.append(_FetchTopic(name=topic, partitions=tuple(response_partitions)))
+        return _FetchGroup(group_id=group_id, topics=tuple(response_topics), error_code=ErrorCode.none)
 
     # -- OffsetDelete ----------------------------------------------------------------------------------------
 
@@ -382,17 +387,23 @@ def _requested_topics(topics: Iterable[Any] | None) -> list[tuple[str, list[int]
     return [(t.name, [int(p) for p in t.partition_indexes]) for t in topics]
 
 
-def _unknown_partition(partition: int, error: ErrorCode) -> dict[str, Any]:
-    return {
-        "partition_index": partition,
-        "committed_offset": NO_OFFSET,
-        "committed_leader_epoch": NO_LEADER_EPOCH,
-        "metadata": NO_METADATA,
-        "error_code": error,
-    }
+def _unknown_partition(partition: int, error: ErrorCode) -> Any:
+    return _FetchPartition(
+        partition_index=partition,
+        committed_offset=NO_OFFSET,
+        committed_leader_epoch=NO_LEADER_EPOCH,
+        metadata=NO_METADATA,
+        error_code=error,
+    )
 
 
 _NO_THROTTLE = build(OffsetCommitResponse, {"topics": ()}).throttle_time
+
+# The entries of an OffsetFetch v8+ answer, made directly: kio types their fields as phantoms (i32, i64, GroupId),
+# and the values here come from the request and the store, already in range.
+_FetchGroup: Any = OffsetFetchResponseGroup
+_FetchTopic: Any = OffsetFetchResponseTopics
+_FetchPartition: Any = OffsetFetchResponsePartitions
 
 
 def _commit_error_response(topics: Iterable[Any], error: ErrorCode) -> OffsetCommitResponse:

@@ -277,6 +277,10 @@ class GroupCoordinatorService:
         `error_entry(item, code, version)`: the answer to one item of the request whose shard cannot take it."""
 
         async def handle(ctx: RequestContext, request: Any) -> Any:
+            def failed(exc: ShardAborted | ShardUnavailable, chosen: list[Any]) -> list[Any]:
+                code = exc.code if isinstance(exc, ShardUnavailable) else ErrorCode.coordinator_not_available
+                return [error_entry(item, code, ctx.api_version) for item in chosen]
+
             items = list(getattr(request, field))
             by_shard: dict[int, list[int]] = {}
             by_owner: dict[int, list[int]] = {}
@@ -292,6 +296,17 @@ class GroupCoordinatorService:
                 else:
                     by_shard.setdefault(index, []).append(position)
 
+            if len(by_shard) == 1 and not by_owner and not answers:
+                # Every item in one shard of this server (a consumer's OffsetFetch names its one group): the
+                # request as it came, no task, and the shard's answer as it is.
+                shard = self.shards.by_index[next(iter(by_shard))]
+                try:
+                    return await self._call_shard(
+                        shard, None, operation, ctx.api_version, request, gated=gated
+                    )
+                except (ShardAborted, ShardUnavailable) as exc:
+                    return {"throttle_time": 0, answer_field: failed(exc, items)}
+
             async def one(index: int, positions: list[int]) -> None:
                 sub = dataclasses.replace(request, **{field: tuple(items[p] for p in positions)})
                 try:
@@ -300,10 +315,7 @@ class GroupCoordinatorService:
                     )
                     entries = list(getattr(response, answer_field))
                 except (ShardAborted, ShardUnavailable) as exc:
-                    code = (
-                        exc.code if isinstance(exc, ShardUnavailable) else ErrorCode.coordinator_not_available
-                    )
-                    entries = [error_entry(items[p], code, ctx.api_version) for p in positions]
+                    entries = failed(exc, [items[p] for p in positions])
                 for position, entry in zip(positions, entries, strict=True):
                     answers[position] = entry
 
