@@ -16,7 +16,6 @@ is looked up (see `PartitionOffsets`).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -131,7 +130,7 @@ class OffsetStore:
     def __init__(self) -> None:
         # group -> topic -> partition -> packed offset or OffsetAndMetadata (see the module doc)
         self._offsets: dict[str, dict[str, dict[int, int | OffsetAndMetadata]]] = {}
-        self._pending: dict[str, collections.Counter[TopicPartition]] = {}
+        self._pending: dict[str, dict[TopicPartition, int]] = {}  # group -> partition -> commits on their way
         # The partitions dict replay_commit wrote to last, with its group and topic (the very str objects of
         # that key): records come in runs of one group and topic, whose keys share those strings (see
         # coordinator.records._last_key_prefix). Forgotten whenever a dict may be dropped.
@@ -251,21 +250,28 @@ class OffsetStore:
     # -- pending (emitted, not yet durable) ------------------------------------------------------------------
 
     def add_pending(self, group_id: str, topic: str, partition: int) -> None:
-        self._pending.setdefault(group_id, collections.Counter())[(topic, partition)] += 1
+        counts = self._pending.get(group_id)
+        if counts is None:
+            counts = self._pending[group_id] = {}
+        key = (topic, partition)
+        counts[key] = counts.get(key, 0) + 1
 
     def remove_pending(self, group_id: str, topic: str, partition: int) -> None:
-        counter = self._pending.get(group_id)
-        if counter is None or counter[(topic, partition)] <= 0:
+        counts = self._pending.get(group_id)
+        if counts is None:
             return
-        counter[(topic, partition)] -= 1
-        if counter[(topic, partition)] == 0:
-            del counter[(topic, partition)]
-        if not counter:
-            del self._pending[group_id]
+        key = (topic, partition)
+        n = counts.get(key, 0)
+        if n > 1:
+            counts[key] = n - 1
+        elif n == 1:
+            del counts[key]
+            if not counts:
+                del self._pending[group_id]
 
     def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
-        counter = self._pending.get(group_id)
-        return counter is not None and counter[(topic, partition)] > 0
+        counts = self._pending.get(group_id)
+        return counts is not None and counts.get((topic, partition), 0) > 0
 
     def pending_partitions(self, group_id: str) -> list[TopicPartition]:
         return list(self._pending.get(group_id, {}))
