@@ -757,7 +757,9 @@ class GroupCoordinatorShard:
             self.group_settings.replay(key.group, value)
         elif isinstance(key, GroupOfflineKey):
             assert value is None or isinstance(value, GroupOfflineValue)
+            # (a group id is a classic or a consumer group when loading ends: each applies the marks to its own)
             self.classic.replay_group_offline(key.group, value)
+            self.consumer.replay_group_offline(key.group, value)
         else:
             assert isinstance(key, GroupMetadataKey) and (
                 value is None or isinstance(value, GroupMetadataValue)

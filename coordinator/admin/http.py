@@ -675,13 +675,20 @@ def _group_admin_state(shard: Shard, group_id: str) -> dict[str, Any]:
     """What pause and the membership windows hold for a group (coordinator.shard)."""
     machine = shard.machine
     group = machine.groups.get(group_id)
+    consumer = machine.consumer_groups.get(group_id)
+    if group is not None:
+        offline = [m.group_instance_id for m in group.offline_members()]
+    elif (
+        consumer is not None
+    ):  # (a consumer group's joiners are not held back: the next target waits instead)
+        offline = [consumer.members[m].instance_id for m in consumer.offline if m in consumer.members]
+    else:
+        offline = []
     return {
         "paused": machine.pause_state(group_id).to_json(),
         "settings": dict(sorted(machine.group_settings.own(group_id).items())),
         "effective_settings": machine.effective_settings(group_id),
-        "offline_members": [m.group_instance_id for m in group.offline_members()]
-        if group is not None
-        else [],
+        "offline_members": offline,
         "held_back_joiners": list(group.expansion_joiners) if group is not None else [],
     }
 

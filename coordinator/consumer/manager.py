@@ -57,7 +57,7 @@ from coordinator.group.settings import (
     REGISTRATION_TIMEOUT,
 )
 from coordinator.group.state import ClassicGroupState
-from coordinator.records import CoordinatorRecord
+from coordinator.records import CoordinatorRecord, GroupOfflineValue, new_group_offline_record
 from protocol.build import ms
 from protocol.consumer import assignment_partitions
 from protocol.errors import ErrorCode
@@ -288,6 +288,9 @@ class ConsumerGroupManager:
         self._withholds = withholds
         self._group_setting = group_setting
         self._new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
+        # GroupOffline records read while loading: group -> member id -> offline since (wall ms); applied in
+        # on_loaded to the consumer groups loaded (the classic manager applies them to classic groups).
+        self.loaded_offline: dict[str, dict[str, int]] = {}
 
     @property
     def serving(self) -> bool:
@@ -324,6 +327,7 @@ class ConsumerGroupManager:
         snapshot = None if group is None or group.inflight else group.snapshot()
         created = group is None
         state_before = None if group is None else group.state
+        offline_before = 0 if group is None else len(group.offline)
         try:
             self._validate(api_version, request)
             if request.member_epoch in (LEAVE_GROUP_EPOCH, LEAVE_GROUP_STATIC_EPOCH):
@@ -345,6 +349,9 @@ class ConsumerGroupManager:
                 self.groups.pop(request.group_id, None)
             elif group is not None and snapshot is not None and isinstance(exc, PartitionAssignorError):
                 group.restore(snapshot)  # (a HeartbeatError is raised before anything changes)
+        else:
+            if group is not None and len(group.offline) != offline_before:
+                self._write_offline_marks(group)  # an offline member came back, or was replaced or left
         if self.calls.listeners:
             self._emit_if_stable(self.groups.get(request.group_id), state_before)
         self._track(request.group_id, snapshot)
@@ -364,6 +371,9 @@ class ConsumerGroupManager:
         fx = self.calls.fx
         written = sum(1 for r in fx.records if rec.is_consumer_record(r.key))
         downgraded = self._downgraded.pop(group_id, None)
+        if downgraded is not None and downgraded.offline:
+            # a classic group now: its loading would apply the consumer group's offline marks to its members
+            fx.records.append(new_group_offline_record(group_id, {}))
         group = self.groups.get(group_id) or downgraded
         if not written or group is None:
             return
@@ -985,7 +995,7 @@ class ConsumerGroupManager:
         member = group.members[member_id]
         window = self._own(group_id, REGISTRATION_TIMEOUT, self.settings.registration_timeout_ms)
         if member.instance_id is not None and window > 0 and member_id not in group.offline:
-            self._go_offline(group, member, window)
+            self._go_offline(group, member)
             return
         self._expire(
             group,
@@ -995,16 +1005,17 @@ class ConsumerGroupManager:
             RebalanceReason.SESSION_EXPIRY,
         )
 
-    def _go_offline(self, group: ConsumerGroup, member: ConsumerMember, window: int) -> None:
+    def _go_offline(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         """The registration window (ours): a static member whose session expired keeps its place and its
         partitions, as after a leave with epoch -2, so that its instance coming back takes them back with no
         rebalance; when the earliest member still offline has been gone `window` ms, every offline member is
-        removed with one group epoch bump. (Not durable: after a restart the sessions expire again and the
-        window starts over.)"""
+        removed with one group epoch bump. The offline members are written as a GroupOffline record, as a classic
+        group's are, so that after a restart they are offline again and their window goes on."""
         group_id = group.group_id
         snapshot = None if group.inflight else group.snapshot()
         now = self.clock.monotonic_ms()
         group.offline[member.member_id] = now
+        self._write_offline_marks(group)
         if member.member_epoch != LEAVE_GROUP_STATIC_EPOCH:
             offline = dataclasses.replace(
                 member, member_epoch=LEAVE_GROUP_STATIC_EPOCH, pending_revocation={}
@@ -1019,17 +1030,34 @@ class ConsumerGroupManager:
             member.member_id,
             member.instance_id,
         )
-        end = min(group.offline.values()) + window
-        key = registration_key(group_id)
-        self.timer.schedule(key, max(end - now, 0), self.calls.op(self._registration_ended, group_id))
+        self._schedule_registration_end(group)
         self._track(group_id, snapshot)
+
+    def _schedule_registration_end(self, group: ConsumerGroup) -> None:
+        """The registration window ends when the earliest member still offline has been gone its length."""
+        window = self._own(group.group_id, REGISTRATION_TIMEOUT, self.settings.registration_timeout_ms)
+        end = min(group.offline.values()) + window
+        self.timer.schedule(
+            registration_key(group.group_id),
+            max(end - self.clock.monotonic_ms(), 0),
+            self.calls.op(self._registration_ended, group.group_id),
+        )
+
+    def _write_offline_marks(self, group: ConsumerGroup) -> None:
+        """The group's offline static members and since when (wall-clock ms), as a GroupOffline record (none: a
+        tombstone)."""
+        now_mono, now_wall = self.clock.monotonic_ms(), self.clock.wall_ms()
+        since = {member_id: now_wall - (now_mono - mono_ms) for member_id, mono_ms in group.offline.items()}
+        self.calls.fx.records.append(new_group_offline_record(group.group_id, since))
 
     def _registration_ended(self, group_id: str) -> None:
         group = self.groups.get(group_id)
         if group is None:
             return
         gone = [m for m in group.offline if m in group.members]
-        group.offline.clear()
+        if group.offline:
+            group.offline.clear()
+            self._write_offline_marks(group)  # a tombstone
         if not gone:
             return
         snapshot = None if group.inflight else group.snapshot()
@@ -2006,13 +2034,31 @@ class ConsumerGroupManager:
 
     def on_loaded(self) -> None:
         """The log is loaded: owners and static members are rebuilt, session timers start for every member, and
-        rebalance timers for members that owe revocations."""
+        rebalance timers for members that owe revocations. Static members written offline are offline again, with
+        the time their registration window has left, and no session timer."""
+        now_mono, now_wall = self.clock.monotonic_ms(), self.clock.wall_ms()
         for group in self.groups.values():
             group.rebuild_owners()
+            for member_id, since_wall_ms in self.loaded_offline.get(group.group_id, {}).items():
+                member = group.members.get(member_id)
+                if member is not None and member.instance_id is not None:
+                    group.offline[member_id] = now_mono - max(0, now_wall - since_wall_ms)
             for member in group.members.values():
+                if member.member_id in group.offline:
+                    continue  # (its timers were cancelled when it went offline)
                 self._schedule_session_timeout(group.group_id, member.member_id)
                 if member.state == MemberState.UNREVOKED_PARTITIONS:
                     self._schedule_rebalance_timeout(group, member)
+            if group.offline:
+                self._schedule_registration_end(group)
+        self.loaded_offline.clear()
+
+    def replay_group_offline(self, group_id: str, value: GroupOfflineValue | None) -> None:
+        """A GroupOffline record of the log being loaded: applied to the loaded members in on_loaded."""
+        if value is None:
+            self.loaded_offline.pop(group_id, None)
+        else:
+            self.loaded_offline[group_id] = dict(value.members)
 
     def on_unloaded(self) -> None:
         for group in self.groups.values():

@@ -21,6 +21,7 @@ from tests.support.members import (
     produce_batch,
     rolling_migration,
     wait_for,
+    wait_ready,
     wait_split,
 )
 
@@ -207,6 +208,60 @@ def test_consumer_groups_in_the_admin_api_cli_and_metrics(members, server, tmp_p
     status, done = get_json(server, f"/v1/groups/{group}/reset-offsets", "POST", {"to": "earliest"})
     assert status == 200, done
     assert committed_offsets(server, group, topic, PARTITIONS) == dict.fromkeys(range(PARTITIONS), 0)
+
+
+def test_a_static_member_offline_across_a_coordinator_restart_keeps_its_place(
+    members, server_factory, tmp_path
+):
+    """The registration window's offline marks are written: the coordinator restarts while a killed static member
+    is offline, the member is still offline after the restart (its window goes on, no session timer runs out), and
+    its instance started again gets its partitions back with no group epoch bump."""
+    server = server_factory({**SERVER, "group.static.registration.timeout.ms": 60000})
+    group, topic = "kip848-window-restart", "kip848-window-restart-topic"
+    create_topic(server, topic, PARTITIONS)
+    ms = [
+        members.start("ck", f"o{i}", server, group, topic, instance_id=f"{group}-{i}", settings=CONSUMER)
+        for i in range(2)
+    ]
+    split = wait_split(members, ms, PARTITIONS, [3, 3], timeout=40)
+    stayer, victim = ms
+    epoch = _group_epoch(server, group)
+    victim.kill()
+    wait_for(
+        lambda: _described(server, group)["offline_members"] == [f"{group}-1"],
+        SERVER["group.consumer.session.timeout.ms"] / 1000 + 10,
+        "o1 to be marked offline",
+        members.describe,
+    )
+    server = server_factory.restart_on_same_port(server)
+    wait_ready(server)
+    assert _described(server, group)["offline_members"] == [
+        f"{group}-1"
+    ]  # offline still, not a session again
+    time.sleep(SERVER["group.consumer.session.timeout.ms"] / 1000 + 2)
+    after = _described(server, group)
+    assert after["offline_members"] == [f"{group}-1"] and _group_epoch(server, group) == epoch, after
+    placed = produce_batch(server, topic, 60, 858, tmp_path, partitions=PARTITIONS)
+    back = members.start("ck", "o1-again", server, group, topic, instance_id=f"{group}-1", settings=CONSUMER)
+    wait_for(lambda: back.held(), 30, "the static member back with its partitions", members.describe)
+    assert back.held() == split["o1"], members.describe()
+    wait_for(lambda: consumed_all([stayer, back], placed), 30, "the batch consumed", members.describe)
+    assert _group_epoch(server, group) == epoch and _described(server, group)["offline_members"] == []
+    assert stayer.held() == split["o0"], members.describe([stayer])
+    for m in (stayer, back):
+        assert m.close() == 0, members.describe([m])
+
+
+def _described(server, group: str) -> dict:
+    from tests.e2e.observability.obs_support import get_json
+
+    status, described = get_json(server, f"/v1/groups/{group}")
+    assert status == 200, described
+    return described
+
+
+def _group_epoch(server, group: str) -> int:
+    return int(_described(server, group)["group_epoch"])
 
 
 def test_the_group_survives_a_coordinator_restart_without_a_rebalance(members, server_factory, tmp_path):

@@ -16,13 +16,20 @@ from kio.schema.list_groups.v5.request import ListGroupsRequest
 
 from coordinator.consumer import records as rec
 from coordinator.consumer.group import MemberState
-from coordinator.consumer.manager import rebalance_key, session_key
-from coordinator.records import CoordinatorRecord, RecordDecodeError
+from coordinator.consumer.manager import rebalance_key, registration_key, session_key
+from coordinator.records import (
+    CoordinatorRecord,
+    GroupOfflineKey,
+    GroupOfflineValue,
+    RecordDecodeError,
+    decode_record,
+    new_group_offline_record,
+)
 from protocol.build import build
 from protocol.errors import ErrorCode
 from tests.unit.coordinator.group.context import GroupTestContext
 
-from .context import ConsumerContext, FakeTopics, assignment_of, ok, parts, tid
+from .context import ConsumerContext, FakeTopics, assignment_of, heartbeat_request, ok, parts, tid
 
 FOO = tid("foo")
 
@@ -493,6 +500,74 @@ def test_registration_window_end_removes_every_offline_member_at_once():
     assert set(group.offline) == {"s1", "s2"} and group.group_epoch == epoch
     ctx.advance(10000)
     assert not group.members and group.group_epoch == epoch + 1
+
+
+def _offline_marks(records: list[CoordinatorRecord]) -> list[GroupOfflineValue | None]:
+    marks = []
+    for record in records:
+        if record.key == new_group_offline_record("grp", {}).key:
+            key, value = decode_record(record)
+            assert isinstance(key, GroupOfflineKey)
+            marks.append(value)
+    return marks
+
+
+def test_registration_window_is_written_and_goes_on_after_a_restart():
+    ctx = ConsumerContext(registration_timeout_ms=20000, session_timeout_ms=45000)
+    ok(ctx.heartbeat("s1", instance_id="i1"))
+    ok(ctx.heartbeat("s2", instance_id="i2"))
+    ok(ctx.heartbeat("s1", 1, owned=parts(foo=range(6)), instance_id="i1"))
+    ok(ctx.heartbeat("s1", 1, owned=parts(foo=range(3)), instance_id="i1"))  # s1 gave s2's partitions up
+    epoch = ctx.group().group_epoch
+    went_offline_ms = ctx.clock.wall_ms() + 45000
+    results = ctx.advance(45000)  # both sessions expire: offline, in one window
+    written = _offline_marks([r for result in results for r in result.records])
+    assert written[-1] == GroupOfflineValue((("s1", went_offline_ms), ("s2", went_offline_ms)))
+
+    ctx.advance(5000)
+    held = ctx.group().members["s1"].assigned
+    ctx.clock.advance(3000)  # the coordinator is down for 3 s: its timers do not fire
+    loaded = ctx.reload()
+    group = loaded.consumer.groups["grp"]
+    timer = loaded.consumer.timer
+    assert set(group.offline) == {"s1", "s2"} and group.members["s1"].assigned == held
+    assert group.group_epoch == epoch
+    # no session timer: they are offline; the window ends 20 s after they went offline, 8 s ago
+    assert not timer.is_scheduled(session_key("grp", "s1"))
+    assert timer.deadline_ms(registration_key("grp")) == ctx.clock.monotonic_ms() + 12000
+
+    # s1's instance comes back to the reloaded coordinator: its partitions, no rebalance, and s2 alone is written
+    answers: dict[object, object] = {}
+    result = loaded.consumer_group_heartbeat(
+        "t", 1, heartbeat_request("s1-again", instance_id="i1"), client_id="c", client_host="/h"
+    )
+    for token, answer in result.responses:
+        answers[token] = answer
+    assert assignment_of(answers["t"]) == held and group.group_epoch == epoch
+    assert _offline_marks(list(result.records)) == [GroupOfflineValue((("s2", went_offline_ms),))]
+    for record in result.records:
+        loaded.replay(record)
+    ended = timer.advance(12000)  # s2 never comes back
+    assert "s2" not in group.members and group.group_epoch == epoch + 1
+    assert _offline_marks([r for result in ended for r in result.records]) == [None]
+
+
+def test_a_restart_after_the_registration_window_ended_removes_the_offline_members():
+    ctx = ConsumerContext(registration_timeout_ms=10000, session_timeout_ms=45000)
+    ok(ctx.heartbeat("s1", instance_id="i1"))
+    ok(ctx.heartbeat("m2"))
+    epoch = ctx.group().group_epoch
+    ctx.advance(40000)
+    ok(ctx.heartbeat("m2", ctx.group().members["m2"].member_epoch, owned=ctx.group().members["m2"].assigned))
+    ctx.advance(5000)  # s1 offline
+    assert "s1" in ctx.group().offline
+    ctx.clock.advance(60000)  # down for longer than the window
+    loaded = ctx.reload()
+    for result in loaded.consumer.timer.advance(0):
+        for record in result.records:
+            loaded.replay(record)
+    group = loaded.consumer.groups["grp"]
+    assert "s1" not in group.members and group.group_epoch == epoch + 1
 
 
 def test_expansion_window_assigns_joiners_of_a_stable_group_together():
