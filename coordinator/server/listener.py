@@ -141,19 +141,20 @@ class Server:
         if self.listening:
             await self._accept_on(listener)
 
-    async def _bind(self, listener: KafkaListener) -> socket.socket:
+    async def _bind(self, listener: KafkaListener) -> None:
         if listener.sock is None:
             listener.sock = await asyncio.to_thread(bind_listener, listener.host, listener.port)
         listener.bound_port = listener.sock.getsockname()[1]
-        return listener.sock
 
     async def _accept_on(self, listener: KafkaListener) -> None:
+        """Take connections on a listener `_bind` has bound."""
+        assert listener.sock is not None
         # backlog: asyncio listens again on a given socket, with 100 unless told (500 clients connecting at
         # once overflowed that and got resets)
         self._servers.append(
             await asyncio.start_server(
                 functools.partial(self._accept, listener=listener),
-                sock=await self._bind(listener),
+                sock=listener.sock,
                 backlog=LISTEN_BACKLOG,
                 limit=2**20,
                 ssl=listener.ssl,

@@ -95,14 +95,7 @@ class ServerMetrics:
         self._collectors.clear()
 
     def observe_request(self, api_key: int, api_version: int, response: Any, seconds: float) -> None:
-        series = self._request_series
-        key = (api_key, api_version, response_error(response))
-        counts = series.by_key.get(key)
-        if counts is None:
-            counts = series.by_key[key] = [0] * (len(series.bounds) + 1)
-            series.sums[key] = 0.0
-        counts[bisect.bisect_left(series.bounds, seconds)] += 1
-        series.sums[key] += seconds
+        self._request_series.observe((api_key, api_version, response_error(response)), seconds)
 
 
 class _RequestSeries:
@@ -117,6 +110,14 @@ class _RequestSeries:
         # every bound), and their seconds in all
         self.by_key: dict[tuple[int, int, int], list[int]] = {}
         self.sums: dict[tuple[int, int, int], float] = {}
+
+    def observe(self, key: tuple[int, int, int], seconds: float) -> None:
+        counts = self.by_key.get(key)
+        if counts is None:
+            counts = self.by_key[key] = [0] * (len(self.bounds) + 1)
+            self.sums[key] = 0.0
+        counts[bisect.bisect_left(self.bounds, seconds)] += 1
+        self.sums[key] += seconds
 
     def labelled(self) -> list[tuple[list[str], list[int], float]]:
         return [
