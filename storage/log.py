@@ -49,6 +49,16 @@ Either way the valid prefix is kept, and `Log.recovery` says what was cut (`Trun
 is not beyond the last sequence number already read is the leftover of a compaction merge that crashed before
 removing its inputs (their entries are in the merged file), and is removed too.
 
+Clean shutdown. `Log.close` writes the file ``clean-shutdown``: every segment's name and size, the entry count
+and the next sequence number. If `open` finds it and the directory holds exactly those segments at exactly
+those sizes, nothing can have been torn or left over (the log only ever appends, and a compaction that ran
+since changes the names or sizes), so it skips the scan; the CRCs of those segments are checked by the first
+replay instead, in the same pass that reads them (one pass where there were two). `open` removes the file, so
+a log that is not closed cleanly again is scanned in full next time. This is Kafka's clean-shutdown file and
+recovery point, for a log that fsyncs every append. A checksum that fails in that first replay (the disk
+changed the bytes since the clean close) raises StorageCorruptError; reopening the log then scans it and cuts
+it at the damage, as a crash's recovery would.
+
 Appends and group commit. `Log.append` queues entries and returns a `concurrent.futures.Future` at once; a
 single writer thread does all writes. When it is idle, a lone append is written and fsynced at once. Appends
 that arrive while a flush is in progress queue up; the next flush takes all of them (after waiting at most
@@ -73,14 +83,16 @@ value map (an entry is dropped only once every older entry for its key already i
 Replay. `Log.replay` yields every durable entry in order from a snapshot taken when iteration starts: it opens
 all segment files at once, so a concurrent compaction that renames or removes them does not disturb it.
 Segments are read in large chunks and parsed with struct; the progress callback gets (bytes_done, bytes_total,
-entries). Replay trusts the CRCs: the bytes it reads were all checked by recovery, written by this Log or
-copied by compaction from checked entries, so checking them again would only double the cost of loading (it
-still checks the framing and the headers, and raises StorageCorruptError if a file no longer parses).
+entries). Replay trusts the CRCs that were checked: by recovery, as this Log wrote the bytes, or as compaction copied
+them from checked entries, so checking them again would only double the cost of loading (it still checks the
+framing and the headers, and raises StorageCorruptError if a file no longer parses). The segments of a cleanly
+closed log, which open did not read, are checked on their first replay.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import logging
 import os
 import threading
@@ -90,9 +102,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage.format import (
+    CHECKSUM,
+    CLEAN_FILE,
     COPY_CHUNK,
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_SEGMENT_BYTES,
+    FORMAT_VERSION,
     FRAME_SIZE,
     LOCK_FILE,
     MAX_LENGTH,
@@ -144,6 +159,9 @@ class Recovery:
     lost_bytes: int = 0  # bytes in those
     removed_leftovers: tuple[str, ...] = ()  # inputs of an interrupted compaction merge
     removed_temp_files: tuple[str, ...] = ()
+    clean_shutdown: bool = (
+        False  # the log was closed cleanly and still is as it was left: nothing was scanned
+    )
 
     @property
     def clean(self) -> bool:
@@ -282,6 +300,7 @@ class Log:
         self._active_file = active_file
         self._next_seq = next_seq
         self._dirty = False  # the active file may hold bytes past its durable size
+        self._damaged = False  # replay found a segment that no longer parses (set once, by any thread)
 
         # Guarded by _cond: the queue of appends.
         self._cond = threading.Condition(threading.Lock())
@@ -367,16 +386,17 @@ class Log:
         the end. Safe to run while appends and compaction go on.
 
         Replay does not check CRCs again: every durable byte of a segment was checked by `open` (recovery),
-        written by this Log, or copied by compaction from checked entries. It still checks the framing and
-        headers (lengths, version, flags, increasing sequence numbers) and raises StorageCorruptError if a
-        segment no longer parses as it did.
+        written by this Log, or copied by compaction from checked entries; only the segments a clean shutdown
+        let `open` skip are checked, on their first replay (StorageCorruptError on a mismatch). It still checks
+        the framing and headers (lengths, version, flags, increasing sequence numbers) and raises
+        StorageCorruptError if a segment no longer parses as it did.
         """
         with self._lock:
             self._check_open()
-            files: list[tuple[File, int, str]] = []
+            files: list[tuple[File, int, Segment]] = []
             try:
                 for seg in self._segments:
-                    files.append((self._fs.open_read(seg.path), seg.size, seg.name))
+                    files.append((self._fs.open_read(seg.path), seg.size, seg))
             except OSError as exc:
                 for f, _, _ in files:
                     f.close()
@@ -384,27 +404,38 @@ class Log:
         yield from self._replay(files, progress)
 
     def _replay(
-        self, files: list[tuple[File, int, str]], progress: ProgressFn | None
+        self, files: list[tuple[File, int, Segment]], progress: ProgressFn | None
     ) -> Generator[Entry, None, None]:
         total = sum(limit for _, limit, _ in files)
         done = 0
         entries = 0
         prev_seq = -1
         try:
-            for f, limit, name in files:
+            for f, limit, seg in files:
                 stop = Stop()
                 report = None
                 if progress is not None:
                     report = reporter(progress, done, total, entries)
+                verify = not seg.checked
                 try:
-                    yield from parse(f, limit, prev_seq, stop, report, verify=False)
+                    yield from parse(f, limit, prev_seq, stop, report, verify=verify)
                 except OSError as exc:
                     raise os_error("replay", exc) from exc
                 if stop.reason is not None:
+                    self._damaged = True
+                    if verify and stop.reason == CHECKSUM:
+                        raise StorageCorruptError(
+                            f"segment {seg.name}: checksum mismatch at offset {stop.valid_end}, found on its "
+                            "first read after a clean shutdown (the bytes changed on disk since); reopening "
+                            "the log recovers it up to there",
+                            op="replay",
+                        )
                     raise StorageCorruptError(
-                        f"segment {name} changed after open: {stop.reason} at offset {stop.valid_end}",
+                        f"segment {seg.name} changed after open: {stop.reason} at offset {stop.valid_end}",
                         op="replay",
                     )
+                if verify:
+                    seg.checked = True
                 prev_seq = stop.last_seq
                 entries += stop.entries
                 done += limit
@@ -815,9 +846,32 @@ class Log:
         if self._compactor is not None:
             self._compactor.shutdown(wait=True)
         self._active_file.close()
+        # Not after a failed truncation (the active file may hold bytes past its durable size) nor after replay
+        # found damage: the next open must scan, and cut them.
+        if not self._dirty and not self._damaged:
+            self._write_clean_shutdown()
         self._dir_lock.close()
         with self._lock:
             self._closed = True
+
+    def _write_clean_shutdown(self) -> None:
+        """The clean-shutdown file (module docstring): written after the writer and compaction stopped, so the
+        segments are final. Best effort: without it the next open scans the log, as after a crash."""
+        with self._lock:
+            marker = {
+                "format": FORMAT_VERSION,
+                "next_seq": self._next_seq,
+                "entries": self._entries,
+                "segments": [[seg.name, seg.size] for seg in self._segments],
+            }
+        try:
+            self._fs.write_atomically(os.path.join(self.directory, CLEAN_FILE), json.dumps(marker).encode())
+        except OSError as exc:
+            log.warning(
+                "log %s: the clean-shutdown file could not be written (%s): the next open scans it",
+                self.directory,
+                exc,
+            )
 
     def abandon(self, compaction_wait_s: float = 1.0) -> None:
         """Give the log up without waiting for its writer, which may be stuck in a hung fsync.
@@ -900,6 +954,28 @@ def _recover(fs: FS, directory: str, progress: ProgressFn | None) -> tuple[list[
     dir_dirty = bool(removed_temp)
     sizes = {name: fs.size(os.path.join(directory, name)) for _, name in found}
     total = sum(sizes.values())
+    clean = _take_clean_shutdown(fs, directory, [(name, sizes[name]) for _, name in found])
+    if clean is not None and clean[0] >= found[-1][0]:
+        next_seq, entries = clean
+        trusted = [
+            Segment(base, name, os.path.join(directory, name), sizes[name], checked=False)
+            for base, name in found
+        ]
+        if progress is not None:
+            progress(total, total, entries)
+        if dir_dirty:
+            fs.fsync_dir(directory)
+        return (
+            trusted,
+            next_seq,
+            Recovery(
+                segments=len(trusted),
+                entries=entries,
+                bytes=total,
+                removed_temp_files=tuple(removed_temp),
+                clean_shutdown=True,
+            ),
+        )
 
     segments: list[Segment] = []
     leftovers: list[str] = []
@@ -972,3 +1048,28 @@ def _recover(fs: FS, directory: str, progress: ProgressFn | None) -> tuple[list[
         removed_temp_files=tuple(removed_temp),
     )
     return segments, next_seq, recovery
+
+
+def _take_clean_shutdown(fs: FS, directory: str, found: list[tuple[str, int]]) -> tuple[int, int] | None:
+    """(next_seq, entries) from the clean-shutdown file if the segments are still exactly the ones it lists
+    (names and sizes), else None; the file is removed either way, so that it is used once (module docstring).
+    Its removal need not be durable: if it comes back after a crash, the sizes no longer match."""
+    path = os.path.join(directory, CLEAN_FILE)
+    if not fs.exists(path):
+        return None
+    try:
+        data = fs.read_file(path)
+        fs.remove(path)
+    except OSError as exc:
+        raise os_error("open", exc) from exc
+    try:
+        marker = json.loads(data)
+        listed = [(str(name), int(size)) for name, size in marker["segments"]]
+        if marker["format"] != FORMAT_VERSION or listed != found or not found:
+            return None
+        next_seq, entries = int(marker["next_seq"]), int(marker["entries"])
+    except (ValueError, KeyError, TypeError):  # a torn or foreign file: scan
+        return None
+    if next_seq < 0 or entries < 0:
+        return None
+    return next_seq, entries

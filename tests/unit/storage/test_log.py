@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import struct
@@ -18,7 +19,7 @@ from storage import (
     StorageFormatError,
 )
 from storage.fakefs import FaultFS, MemFS
-from storage.format import BAD_HEADER, CHECKSUM, FRAME_SIZE, INCOMPLETE, encode_entry
+from storage.format import BAD_HEADER, CHECKSUM, CLEAN_FILE, FRAME_SIZE, INCOMPLETE, encode_entry
 from tests.unit.storage.support import DIR, Logs, entries, kv, pairs, seg_path, segment_names, state
 
 ZERO = "00000000000000000000.log"
@@ -32,10 +33,12 @@ def test_round_trip_on_real_files(logs: Logs, tmp_path: os.PathLike[str]) -> Non
     assert lg.append(written[2:]).result(5) == 4
     assert entries(lg) == [Entry(i, k, v, 1234) for i, (k, v) in enumerate(written)]
     lg.close()
-    assert sorted(os.listdir(d)) == [ZERO, "LOCK"]
+    assert sorted(os.listdir(d)) == [ZERO, "LOCK", CLEAN_FILE]
 
     again = logs.open(d, fs=OsFS())
     assert again.recovery.clean and again.recovery.entries == 5 and again.recovery.truncation is None
+    assert again.recovery.clean_shutdown
+    assert sorted(os.listdir(d)) == [ZERO, "LOCK"]  # used once
     assert pairs(again) == written
     assert state(again) == {b"a": b"2", b"": b"", b"c" * 1000: b"v" * 100_000}
     assert again.append([(b"d", b"4")]).result(5) == 5  # sequence numbers go on
@@ -118,12 +121,14 @@ def test_new_segment_names_are_durable_before_anything_is_acknowledged(logs: Log
 
 
 def _fixture_log(memfs: MemFS, n: int, **kwargs: object) -> tuple[list[tuple[bytes, bytes]], list[int]]:
-    """Write n entries; return them and each one's end offset within its segment."""
+    """Write n entries; return them and each one's end offset within its segment. The log is left as a crash
+    leaves it (no clean-shutdown file), so that the next open scans it."""
     lg = Log.open(DIR, fs=memfs, **kwargs)  # type: ignore[arg-type]
     written = [kv(i) for i in range(n)]
     for item in written:
         lg.append([item]).result(5)
     lg.close()
+    memfs.remove(seg_path(CLEAN_FILE))
     ends, offset = [], 0
     for item in written:
         offset += len(encode_entry(0, *item, 0))
@@ -334,6 +339,9 @@ def test_entries_are_crc_checked_once_by_open_not_again_by_replay(
     checked: list[int] = []
     real_crc = storage.format.checksum
     monkeypatch.setattr(storage.format, "checksum", lambda data: checked.append(1) or real_crc(data))
+    monkeypatch.setattr(
+        storage.format, "_speedups", None
+    )  # counted in the Python loop (the C one has its own)
     lg = logs.open(fs=memfs, segment_bytes=3 * size)
     assert len(checked) == 6
     lg.append([kv(6)]).result(5)
@@ -420,3 +428,114 @@ def test_a_directory_is_open_in_one_log_at_a_time(logs: Logs, tmp_path: os.PathL
         Log.open(d, fs=fs)
     lg.close()
     logs.open(d, fs=fs).append([kv(0)]).result(5)
+
+
+# -- clean shutdown ------------------------------------------------------------------------------------------
+
+
+def _count_checksums(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    import storage.format
+
+    checked: list[int] = []
+    real_crc = storage.format.checksum
+    monkeypatch.setattr(storage.format, "checksum", lambda data: checked.append(1) or real_crc(data))
+    monkeypatch.setattr(
+        storage.format, "_speedups", None
+    )  # counted in the Python loop (the C one has its own)
+    return checked
+
+
+def test_a_cleanly_closed_log_is_not_scanned_by_open_and_checked_once_by_replay(
+    logs: Logs, memfs: MemFS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = len(encode_entry(0, *kv(0), 0))
+    lg = logs.open(fs=memfs, segment_bytes=3 * size)
+    written = [kv(i) for i in range(7)]
+    for item in written:
+        lg.append([item]).result(5)
+    lg.close()
+    checked = _count_checksums(monkeypatch)
+    lg = logs.open(fs=memfs, segment_bytes=3 * size)
+    assert lg.recovery.clean_shutdown and lg.recovery.clean
+    assert (lg.recovery.segments, lg.recovery.entries) == (3, 7)
+    assert checked == []  # open read nothing
+    assert CLEAN_FILE not in memfs.listdir(DIR)  # used once
+    assert pairs(lg) == written
+    assert len(checked) == 7  # the first replay checked every entry
+    assert lg.append([kv(7)]).result(5) == 7  # the sequence goes on where it was
+    assert pairs(lg) == written + [kv(7)]
+    assert len(checked) == 7 + 1  # the append's own CRC; the second replay computed none
+    assert lg.stats().entries == 8
+
+
+def test_a_clean_shutdown_file_that_no_longer_fits_means_a_full_scan(logs: Logs, memfs: MemFS) -> None:
+    lg = logs.open(fs=memfs)
+    written = [kv(i) for i in range(4)]
+    lg.append(written).result(5)
+    lg.close()
+    # Appended after the close (a torn write of a later run that died before it could close): sizes differ.
+    memfs.write_bytes(seg_path(ZERO), memfs.read_bytes(seg_path(ZERO)) + b"\x07torn")
+    lg = logs.open(fs=memfs)
+    assert not lg.recovery.clean_shutdown
+    assert lg.recovery.truncation is not None and lg.recovery.truncation.bytes == 5
+    assert pairs(lg) == written
+    lg.close()
+    # A foreign or torn clean-shutdown file is ignored too.
+    for junk in (b"", b"{", b'{"format": 1}', b'{"format": 1, "next_seq": 0, "entries": 0, "segments": []}'):
+        memfs.write_bytes(seg_path(CLEAN_FILE), junk)
+        lg = logs.open(fs=memfs)
+        assert not lg.recovery.clean_shutdown, junk
+        assert pairs(lg) == written
+        lg.close()
+
+
+def test_a_crash_after_a_clean_open_is_recovered_by_a_scan(logs: Logs, memfs: MemFS) -> None:
+    lg = logs.open(fs=memfs)
+    lg.append([kv(0), kv(1)]).result(5)
+    lg.close()
+    lg = logs.open(fs=memfs)
+    assert lg.recovery.clean_shutdown
+    lg.append([kv(2)]).result(5)
+    after = memfs.crash()  # the file's removal was not made durable: it is back, but the segment grew
+    assert CLEAN_FILE in after.listdir(DIR)
+    again = logs.open(fs=after)
+    assert not again.recovery.clean_shutdown
+    assert pairs(again) == [kv(0), kv(1), kv(2)]
+
+
+def test_damage_after_a_clean_shutdown_is_found_by_the_first_replay_and_cut_by_the_next_open(
+    logs: Logs, memfs: MemFS
+) -> None:
+    lg = logs.open(fs=memfs)
+    written = [kv(i) for i in range(5)]
+    for item in written:
+        lg.append([item]).result(5)
+    lg.close()
+    ends = list(itertools.accumulate(len(encode_entry(0, *item, 0)) for item in written))
+    _flip(memfs, seg_path(ZERO), ends[2] + FRAME_SIZE + 2)  # inside the key of entry 3: same size
+    lg = logs.open(fs=memfs)
+    assert lg.recovery.clean_shutdown
+    replay = lg.replay()
+    assert [(e.key, e.value) for e in itertools.islice(replay, 3)] == written[:3]
+    with pytest.raises(StorageCorruptError, match=f"checksum mismatch at offset {ends[2]}"):
+        next(replay)
+    lg = logs.reopen(lg, memfs)
+    assert not lg.recovery.clean_shutdown
+    assert lg.recovery.truncation is not None and lg.recovery.truncation.reason == CHECKSUM
+    assert pairs(lg) == written[:3]
+
+
+def test_a_log_closed_with_a_failed_truncation_pending_writes_no_clean_shutdown_file(logs: Logs) -> None:
+    fs = FaultFS(MemFS())
+    lg = logs.open(fs=fs)
+    lg.append([kv(0)]).result(5)
+    fs.fail_writes(errno.EIO, keep_bytes=7, times=1)  # a torn write...
+    fs.fail_op("truncate", errno.EIO, times=1)  # ...that cannot be cut off
+    with pytest.raises(StorageError):
+        lg.append([kv(1)]).result(5)
+    lg.close()
+    assert CLEAN_FILE not in fs.inner.listdir(DIR)
+    again = logs.open(fs=fs)
+    assert not again.recovery.clean_shutdown
+    assert again.recovery.truncation is not None and again.recovery.truncation.bytes == 7
+    assert pairs(again) == [kv(0)]
