@@ -7,7 +7,7 @@ SERVE_ARGS ?=
 
 .PHONY: serve test install install-test system-deps unit e2e bench bench-compare lint clean spark example
 
-$(VENV)/.runtime: pyproject.toml setup.py storage/_speedups.c
+$(VENV)/.runtime: pyproject.toml setup.py storage/_speedups.c coordinator/_speedups.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e .
@@ -66,4 +66,4 @@ bench-compare: $(VENV)/.bench
 	$(PY) bench/compare.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .hypothesis build storage/*.so
+	rm -rf $(VENV) data .pytest_cache .hypothesis build storage/*.so coordinator/*.so

@@ -733,7 +733,7 @@ def _decode_value(key: RecordKey, data: bytes) -> RecordValue:
     return value
 
 
-def simple_offset_commit(key: bytes, value: bytes) -> tuple[str, str, int, int, int, int] | None:
+def _simple_offset_commit(key: bytes, value: bytes) -> tuple[str, str, int, int, int, int] | None:
     """(group, topic, partition, offset, leader epoch, commit timestamp) of an OffsetCommit record whose value is
     v3 without metadata (what this coordinator writes for a client that sends none: nearly every record of a
     big log), read without building key and value objects; None for any other record (use decode_record).
@@ -752,6 +752,12 @@ def simple_offset_commit(key: bytes, value: bytes) -> tuple[str, str, int, int, 
     if decoded is None:
         return None
     return decoded.group, decoded.topic, decoded.partition, offset, leader_epoch, commit_timestamp_ms
+
+
+try:  # the same function compiled (coordinator/_speedups.c); optional, built where the install had a C compiler
+    from coordinator._speedups import simple_offset_commit
+except ImportError:  # pragma: no cover
+    simple_offset_commit = _simple_offset_commit
 
 
 def decode_record(record: CoordinatorRecord) -> tuple[RecordKey, RecordValue | None]:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import coordinator.records as records_module
 from coordinator.records import (
     CoordinatorRecord,
     GroupMetadataKey,
@@ -445,3 +446,64 @@ def test_offset_commit_records_are_the_bytes_of_encode_key_and_encode_value(key,
 def test_offset_commit_records_of_long_strings_are_refused_as_before():
     with pytest.raises(ValueError, match="too long"):
         new_offset_commit_record("g", "t", 0, 1, metadata="m" * 0x8000, commit_timestamp_ms=1)
+
+
+_simple_values = st.builds(
+    lambda offset, epoch, ts: (
+        new_offset_commit_record("g", "t", 0, offset, leader_epoch=epoch, commit_timestamp_ms=ts).value
+    ),
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+)
+_simple_keys = st.builds(
+    lambda version, group, topic, partition: (
+        struct.pack(">h", version) + encode_key(OffsetCommitKey(group, topic, partition))[2:]
+    ),
+    st.sampled_from([1, 1, 0, 2, 3, -1]),  # the key version: 0 and 1 are offset commits
+    st.sampled_from(["g", "group-0", "grouq-0", "\u00e9t\u00e9", ""]),
+    st.sampled_from(["t", "topic", "\u6587"]),
+    st.integers(-(2**31), 2**31 - 1),
+)
+
+
+@settings(max_examples=400)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(_simple_keys, _damaged(_simple_keys), _any_key_bytes),
+            st.one_of(_simple_values, _damaged(_simple_values), _any_offset_value_bytes),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_the_compiled_simple_offset_commit_answers_as_the_python_one(records):
+    # In sequence, as in a log: each remembers the last key's group and topic (a run of keys reuses them).
+    if records_module.simple_offset_commit is records_module._simple_offset_commit:
+        pytest.fail("coordinator._speedups is not built (pip install -e . builds it where gcc is installed)")
+    for key, value in records:
+        compiled = records_module.simple_offset_commit(key, value)
+        assert compiled == records_module._simple_offset_commit(key, value)
+        if compiled is not None:  # and it is what the general decoder reads
+            k, v = decode_record(CoordinatorRecord(bytearray(key), bytearray(value)))  # type: ignore[arg-type]
+            assert isinstance(k, OffsetCommitKey) and isinstance(v, OffsetCommitValue)
+            assert (v.metadata, v.expire_timestamp_ms) == ("", -1)
+            assert compiled == (
+                k.group,
+                k.topic,
+                k.partition,
+                v.offset,
+                v.leader_epoch,
+                v.commit_timestamp_ms,
+            )
+
+
+def test_the_compiled_simple_offset_commit_shares_a_run_s_strings():
+    first = new_offset_commit_record("group", "topic", 0, 5, commit_timestamp_ms=1)
+    second = new_offset_commit_record("group", "topic", 1, 6, commit_timestamp_ms=1)
+    a = records_module.simple_offset_commit(first.key, first.value)
+    b = records_module.simple_offset_commit(second.key, second.value)
+    assert a is not None and b is not None
+    assert a[0] is b[0] and a[1] is b[1]  # one group and one topic string for the whole run
+    assert b == ("group", "topic", 1, 6, -1, 1)

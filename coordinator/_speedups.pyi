@@ -1,0 +1,3 @@
+"""Types of the compiled module coordinator._speedups (coordinator/_speedups.c)."""
+
+def simple_offset_commit(key: bytes, value: bytes) -> tuple[str, str, int, int, int, int] | None: ...
