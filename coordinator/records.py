@@ -755,9 +755,13 @@ def _simple_offset_commit(key: bytes, value: bytes) -> tuple[str, str, int, int,
 
 
 try:  # the same function compiled (coordinator/_speedups.c); optional, built where the install had a C compiler
-    from coordinator._speedups import simple_offset_commit
+    from coordinator._speedups import simple_offset_commit as _compiled_simple_offset_commit
 except ImportError:  # pragma: no cover
-    simple_offset_commit = _simple_offset_commit
+    _compiled_simple_offset_commit = None  # type: ignore[assignment]
+
+simple_offset_commit: Callable[[bytes, bytes], tuple[str, str, int, int, int, int] | None] = (
+    _compiled_simple_offset_commit if _compiled_simple_offset_commit is not None else _simple_offset_commit
+)
 
 
 def decode_record(record: CoordinatorRecord) -> tuple[RecordKey, RecordValue | None]:
