@@ -245,12 +245,7 @@ def new_manager() -> GroupCoordinatorShard:
 
 def replay_into(manager: GroupCoordinatorShard, log: Log) -> int:
     """What the server's Shard._replay_all does."""
-    replay = manager.replay_entry
-    n = 0
-    for _seq, key, value, _timestamp_ms in log.replay():
-        replay(key, value)
-        n += 1
-    return n
+    return manager.replay_entries(log.replay())
 
 
 class _AllShards:

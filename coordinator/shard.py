@@ -734,6 +734,26 @@ class GroupCoordinatorShard:
                 return
         self.replay(CoordinatorRecord(key, value))
 
+    def replay_entries(self, entries: Iterable[tuple[int, bytes, bytes | None, int]]) -> int:
+        """`replay_entry` of each (seq, key, value, timestamp) of a log, in order; returns how many. Loading
+        calls this once for the whole log, so the lookups replay_entry makes per record are made once."""
+        groups = self.classic.groups
+        consumer_groups = self.consumer.groups
+        create_group = self.classic.create_group
+        replay_simple = self.offsets.store.replay_simple
+        count = 0
+        for _seq, key, value, _timestamp_ms in entries:
+            count += 1
+            if value is not None:
+                fields = simple_offset_commit(key, value)
+                if fields is not None:
+                    if fields[0] not in groups and fields[0] not in consumer_groups:
+                        create_group(fields[0])
+                    replay_simple(*fields)
+                    continue
+            self.replay(CoordinatorRecord(key, value))
+        return count
+
     def replay(self, record: CoordinatorRecord) -> None:
         """Apply a durable record (see the module doc)."""
         if consumer_records.is_consumer_record(record.key):

@@ -156,12 +156,7 @@ class Shard:
                     entries / (now - started),
                 )
 
-        count = 0
-        replay = self.machine.replay_entry
-        for _seq, key, value, _timestamp_ms in the_log.replay(progress=progress):
-            replay(key, value)
-            count += 1
-        return count
+        return self.machine.replay_entries(the_log.replay(progress=progress))
 
     def _schedule_offset_expiration(self) -> None:
         interval = self.config["offsets.retention.check.interval.ms"]
