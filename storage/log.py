@@ -83,10 +83,12 @@ value map (an entry is dropped only once every older entry for its key already i
 Replay. `Log.replay` yields every durable entry in order from a snapshot taken when iteration starts: it opens
 all segment files at once, so a concurrent compaction that renames or removes them does not disturb it.
 Segments are read in large chunks and parsed with struct; the progress callback gets (bytes_done, bytes_total,
-entries). Replay trusts the CRCs that were checked: by recovery, as this Log wrote the bytes, or as compaction copied
-them from checked entries, so checking them again would only double the cost of loading (it still checks the
-framing and the headers, and raises StorageCorruptError if a file no longer parses). The segments of a cleanly
-closed log, which open did not read, are checked on their first replay.
+entries). Replay trusts the CRCs that were checked: by recovery, as this Log wrote the bytes, or as compaction
+copied them from checked entries, so checking them again would only double the cost of loading (it still checks
+the framing and the headers, and raises StorageCorruptError if a file no longer parses). The segments of a
+cleanly closed log, which open did not read, are checked on their first replay. Where the compiled module
+storage._speedups is built (storage/_speedups.c, by an install with a C compiler), its loop parses the
+entries; the pure-Python loop beside it does the same, and the tests run both.
 """
 
 from __future__ import annotations
@@ -159,9 +161,8 @@ class Recovery:
     lost_bytes: int = 0  # bytes in those
     removed_leftovers: tuple[str, ...] = ()  # inputs of an interrupted compaction merge
     removed_temp_files: tuple[str, ...] = ()
-    clean_shutdown: bool = (
-        False  # the log was closed cleanly and still is as it was left: nothing was scanned
-    )
+    # The log was closed cleanly and is still as it was left: nothing was scanned (the first replay checks it).
+    clean_shutdown: bool = False
 
     @property
     def clean(self) -> bool:
@@ -332,8 +333,8 @@ class Log:
     ) -> Log:
         """Open (creating if needed) the log in `directory`, recover it, and start its writer thread.
 
-        Recovery (see the module docstring) reads every segment; `progress(bytes_done, bytes_total, entries)`
-        reports on it. `wall_ms` gives the append time stored in entries that are appended without one.
+        Recovery (see the module docstring) reads every segment, unless the log was closed cleanly and is still
+        as it was left; `progress(bytes_done, bytes_total, entries)` reports on it. `wall_ms` gives the append time stored in entries that are appended without one.
         `settled(futures)`, called in the writer thread, gets the append futures each flush completed (or
         failed), in append order, once they all are: one call per flush, for a caller that would rather not
         be woken once per future (an event loop: one thread-safe call instead of one per append). Appends made
@@ -422,7 +423,7 @@ class Log:
                 except OSError as exc:
                     raise os_error("replay", exc) from exc
                 if stop.reason is not None:
-                    self._damaged = True
+                    self._found_damage()
                     if verify and stop.reason == CHECKSUM:
                         raise StorageCorruptError(
                             f"segment {seg.name}: checksum mismatch at offset {stop.valid_end}, found on its "
@@ -854,6 +855,15 @@ class Log:
         with self._lock:
             self._closed = True
 
+    def _found_damage(self) -> None:
+        """Replay found a segment that no longer parses: no clean-shutdown file at close, and the one open
+        removed stays removed even after a power cut, so that the next open scans and cuts the damage."""
+        self._damaged = True
+        try:
+            self._fs.fsync_dir(self.directory)
+        except OSError as exc:
+            log.warning("log %s: fsync of the directory failed (%s)", self.directory, exc)
+
     def _write_clean_shutdown(self) -> None:
         """The clean-shutdown file (module docstring): written after the writer and compaction stopped, so the
         segments are final. Best effort: without it the next open scans the log, as after a crash."""
@@ -1053,7 +1063,8 @@ def _recover(fs: FS, directory: str, progress: ProgressFn | None) -> tuple[list[
 def _take_clean_shutdown(fs: FS, directory: str, found: list[tuple[str, int]]) -> tuple[int, int] | None:
     """(next_seq, entries) from the clean-shutdown file if the segments are still exactly the ones it lists
     (names and sizes), else None; the file is removed either way, so that it is used once (module docstring).
-    Its removal need not be durable: if it comes back after a crash, the sizes no longer match."""
+    Its removal is not made durable here: if a power cut brings it back, either the log grew since (the sizes no
+    longer match) or it is still as it was closed; a replay that finds damage makes it durable (_found_damage)."""
     path = os.path.join(directory, CLEAN_FILE)
     if not fs.exists(path):
         return None

@@ -519,6 +519,7 @@ def test_damage_after_a_clean_shutdown_is_found_by_the_first_replay_and_cut_by_t
     assert [(e.key, e.value) for e in itertools.islice(replay, 3)] == written[:3]
     with pytest.raises(StorageCorruptError, match=f"checksum mismatch at offset {ends[2]}"):
         next(replay)
+    assert CLEAN_FILE not in memfs.crash().listdir(DIR)  # not even a power cut brings it back now
     lg = logs.reopen(lg, memfs)
     assert not lg.recovery.clean_shutdown
     assert lg.recovery.truncation is not None and lg.recovery.truncation.reason == CHECKSUM
