@@ -40,7 +40,7 @@ from kio.schema.offset_commit.v8.request import (  # noqa: E402
 )
 
 from tests.support.server import start_server  # noqa: E402
-from tests.support.wire import decode_response, encode_request, recv_frame  # noqa: E402
+from tests.support.wire import create_topics, decode_response, encode_request, recv_frame  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 GROUP, TOPIC = "bench-commits", "bench-topic"
@@ -167,6 +167,7 @@ def main() -> int:
             try:
                 host, port = server.host, server.port
                 pid = server.proc.pid
+                create_topics(host, port, {TOPIC: max(1, args.connections)})  # commits name real partitions
                 phases = (
                     (
                         "1 conn, sequential",

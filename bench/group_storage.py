@@ -55,6 +55,7 @@ from coordinator.shard import GroupCoordinatorShard  # noqa: E402
 from coordinator.sharding import shard_of  # noqa: E402
 from storage import Log  # noqa: E402
 from tests.support.server import ServerProcess, readyz, start_server  # noqa: E402
+from tests.support.wire import create_topics  # noqa: E402
 
 GOAL_SECONDS = 3.0
 GOAL_MB = 300.0
@@ -185,7 +186,7 @@ async def _commit_load(host: str, port: int, connections: int, seconds: float) -
         OffsetCommitRequestTopic,
     )
 
-    from tests.support.wire import encode_request
+    from tests.support.wire import decode_response, encode_request
 
     latencies: list[float] = []
     end = time.perf_counter() + seconds
@@ -218,8 +219,11 @@ async def _commit_load(host: str, port: int, connections: int, seconds: float) -
             t0 = time.perf_counter()
             writer.write(frame)
             size = struct.unpack(">i", await reader.readexactly(4))[0]
-            await reader.readexactly(size)
+            payload = await reader.readexactly(size)
             latencies.append(time.perf_counter() - t0)
+            code = decode_response(8, 8, payload)[1].topics[0].partitions[0].error_code
+            if code != 0:  # an answer that is an error was not a durable commit
+                raise RuntimeError(f"commit answered error {code}")
         writer.close()
         await writer.wait_closed()
 
@@ -408,6 +412,9 @@ def main() -> int:
             if i < args.runs - 1:
                 run.stop()
         last = runs[-1]
+        # The commits name partition 0 of topic-00..49, which must exist (the server checks, as Kafka does);
+        # one partition each keeps the data plane's start out of the next recovery measured on this data dir.
+        create_topics(*last.kafka, {f"topic-{t:02d}": 1 for t in range(50)})
         latencies = asyncio.run(_commit_load(*last.kafka, 50, args.commit_seconds))
         rss_after_commits = tree_vm(last.proc.pid, "VmRSS")
         last.stop()

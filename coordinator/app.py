@@ -223,7 +223,7 @@ def build(
     if topology is not None and topology.count > 1:
         relay = PeerRelay(config, topology.address, abort_connection, channel)
         owner_of_shard = functools.partial(worker_of_shard, workers=topology.count)
-    groups = GroupCoordinatorService(shards, relay=relay, owner_of_shard=owner_of_shard)
+    groups = GroupCoordinatorService(shards, relay=relay, owner_of_shard=owner_of_shard, topics=dataplane)
     server.add_part(dataplane)
     if front is not None:
         from coordinator.front.groups import FrontGroups

@@ -11,6 +11,12 @@ Requests naming several groups (DescribeGroups, DeleteGroups, OffsetFetch v8+) a
 merged in request order; ListGroups asks every shard this server owns. A group owned by another coordinator
 (another worker of this machine, coordinator.cluster) is relayed to its owner when a relay is given, else
 answered NOT_COORDINATOR.
+
+OffsetCommit is checked against the data plane's topics first, as Kafka's request handler checks its metadata
+cache before the coordinator sees the request: a partition of a topic that does not exist, or beyond the topic's
+partition count, is answered UNKNOWN_TOPIC_OR_PARTITION and not committed; the rest of the request goes on. A
+data plane that follows another process's topics through a cache (a worker's forwarder, the front) is asked to
+catch up before a topic is called unknown, so a topic created a moment ago is known.
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ from typing import Any, Protocol
 
 from coordinator.consumer.responses import described_group_error, heartbeat_response
 from coordinator.group import configs as group_configs
-from protocol.api import ApiTable, RequestContext
+from protocol.api import ApiTable, Encoded, RequestContext, response_class
 from protocol.api_keys import ApiKey
+from protocol.build import build
 from protocol.errors import ErrorCode
 
 from .runtime import ShardAborted
@@ -60,6 +67,14 @@ class Relay(Protocol):
     def close(self) -> None: ...
 
 
+class Topics(Protocol):
+    """What the group service asks of the data plane's topics (coordinator.dataplane.DataPlane)."""
+
+    def partition_count(self, topic: str) -> int | None: ...
+
+    async def catch_up(self) -> None: ...
+
+
 class ShardUnavailable(Exception):
     """The group's shard cannot take the operation now; `code` is the retriable error Kafka answers."""
 
@@ -78,12 +93,16 @@ class GroupCoordinatorService:
         *,
         relay: Relay | None = None,
         owner_of_shard: Callable[[int], int] | None = None,
+        topics: Topics | None = None,
     ) -> None:
         """`relay` and `owner_of_shard` (which coordinator owns a shard this server does not): given together
-        when groups this server does not own are relayed to their owner."""
+        when groups this server does not own are relayed to their owner. `topics`: the data plane's, which
+        OffsetCommit's partitions must exist in (None: not checked)."""
         self.shards = shards
         self.relay = relay
         self.owner_of_shard = owner_of_shard
+        self.topics = topics
+        self._offset_commit_to_shard = self._one_group(lambda s: s.machine.offset_commit)
 
     # -- the door --------------------------------------------------------------------------------------------
 
@@ -140,7 +159,7 @@ class GroupCoordinatorService:
             ApiKey.SYNC_GROUP: self._one_group(lambda s: s.machine.sync_group),
             ApiKey.HEARTBEAT: self._one_group(lambda s: s.machine.heartbeat),
             ApiKey.LEAVE_GROUP: self._one_group(lambda s: s.machine.leave_group),
-            ApiKey.OFFSET_COMMIT: self._one_group(lambda s: s.machine.offset_commit),
+            ApiKey.OFFSET_COMMIT: self._offset_commit,
             ApiKey.OFFSET_FETCH: self._offset_fetch,
             ApiKey.OFFSET_DELETE: self._one_group(lambda s: s.machine.offset_delete),
             ApiKey.DESCRIBE_GROUPS: self._split(
@@ -232,6 +251,62 @@ class GroupCoordinatorService:
             return await self._serve(ctx, request, operation, gated=True)
 
         return handle
+
+    async def _offset_commit(self, ctx: RequestContext, request: Any) -> Any:
+        if self.topics is None:
+            return await self._offset_commit_to_shard(ctx, request)
+        unknown = self._unknown_partitions(request)
+        if unknown:
+            await (
+                self.topics.catch_up()
+            )  # (a topic created a moment ago, on a process followed through a cache)
+            unknown = self._unknown_partitions(request)
+        if not unknown:
+            return await self._offset_commit_to_shard(ctx, request)
+        errors: list[dict[str, Any]] = []
+        known: list[Any] = []
+        for topic in request.topics:
+            missing = unknown.get(topic.name)
+            if missing is None:
+                known.append(topic)
+                continue
+            errors.append(
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition_index,
+                            "error_code": ErrorCode.unknown_topic_or_partition,
+                        }
+                        for p in topic.partitions
+                        if p.partition_index in missing
+                    ],
+                }
+            )
+            rest = tuple(p for p in topic.partitions if p.partition_index not in missing)
+            if rest:
+                known.append(dataclasses.replace(topic, partitions=rest))
+        if not known:  # (as Kafka: the coordinator is not asked, so the group is not checked either)
+            return {"throttle_time": 0, "topics": errors}
+        answer = await self._offset_commit_to_shard(ctx, dataclasses.replace(request, topics=tuple(known)))
+        if isinstance(answer, Encoded):  # a relayed answer
+            answer = answer.decode(ctx.api_key, ctx.api_version)
+        answer = build(response_class(ctx.api_key, ctx.api_version), answer)
+        return dataclasses.replace(
+            answer, topics=tuple(answer.topics) + build(type(answer), {"topics": errors}).topics
+        )
+
+    def _unknown_partitions(self, request: Any) -> dict[str, set[int]]:
+        """The partitions of an OffsetCommit that do not exist, by topic name (empty: all do)."""
+        assert self.topics is not None
+        count = self.topics.partition_count
+        unknown: dict[str, set[int]] = {}
+        for topic in request.topics:
+            partitions = count(topic.name)
+            for p in topic.partitions:
+                if partitions is None or not 0 <= p.partition_index < partitions:
+                    unknown.setdefault(topic.name, set()).add(p.partition_index)
+        return unknown
 
     async def _offset_fetch(self, ctx: RequestContext, request: Any) -> Any:
         if ctx.api_version >= 8:

@@ -31,7 +31,15 @@ from tests.support.members import (  # noqa: E402 - the group e2e helpers live b
     wait_for,
 )
 from tests.support.server import running, worker_pid, worker_pids  # noqa: E402
-from tests.support.wire import WireClient, decode_response, encode_request, make, recv_frame, request_class
+from tests.support.wire import (
+    WireClient,
+    create_topics,
+    decode_response,
+    encode_request,
+    make,
+    recv_frame,
+    request_class,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -202,6 +210,8 @@ def test_group_requests_sent_to_any_worker_are_answered_by_the_owner(server_fact
     remote = group_on(1, "relay-remote")
     local = group_on(0, "relay-local")
     protocols = [{"name": "range", "metadata": b"\x00\x01"}]
+    # Created a moment before worker 1 commits to it: its forwarder catches up instead of calling it unknown.
+    create_topics(server.host, server.port, {"relay-topic": 1})
     with WireClient(server.host, server.port) as c:
         for group in (remote, local):
             join = {

@@ -186,3 +186,24 @@ def make(cls: type, values: dict[str, Any]) -> Any:
             value = i64Timedelta.parse(datetime.timedelta(milliseconds=value))
         kwargs[f.name] = value
     return cls(**kwargs)
+
+
+def create_topics(host: str, port: int, topics: dict[str, int]) -> None:
+    """Create topics (name -> partition count) with CreateTopics v5; one that exists already is fine. For the
+    benches, which commit offsets to partitions that must exist (as in Kafka)."""
+    body = make(
+        request_class(19, 5),
+        {
+            "topics": [
+                {"name": n, "num_partitions": p, "replication_factor": 1, "assignments": [], "configs": []}
+                for n, p in topics.items()
+            ],
+            "timeout": 30_000,
+            "validate_only": False,
+        },
+    )
+    with WireClient(host, port, timeout=60) as client:
+        answer = client.call(body)
+    failed = [(t.name, t.error_code) for t in answer.topics if t.error_code not in (0, 36)]  # 36: exists
+    if failed:
+        raise RuntimeError(f"CreateTopics failed: {failed}")

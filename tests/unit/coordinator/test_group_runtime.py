@@ -301,6 +301,55 @@ P0, P1 = ("t", 0), ("t", 1)
 # OffsetCommit: failed writes, failed fsyncs
 
 
+class Topics:
+    """A data plane's topics (GroupCoordinatorService's `topics`): `later` appear once caught up with, as a
+    topic created on the process a forwarder follows does."""
+
+    def __init__(self, counts: dict[str, int], later: dict[str, int] | None = None) -> None:
+        self.counts = dict(counts)
+        self.later = dict(later or {})
+        self.catch_ups = 0
+
+    def partition_count(self, topic: str) -> int | None:
+        return self.counts.get(topic)
+
+    async def catch_up(self) -> None:
+        self.catch_ups += 1
+        self.counts.update(self.later)
+
+
+async def test_commits_to_partitions_that_do_not_exist_are_unknown_and_not_committed(shard: Shard):
+    topics = shard.part.topics = Topics({"t": 2}, later={"new": 1})
+    answer = await shard.commit("g", {("t", 0): 5, ("t", 1): 6})
+    assert answer == {("t", 0): ErrorCode.none, ("t", 1): ErrorCode.none}
+    assert topics.catch_ups == 0  # every partition known: no catching up
+    answer = await shard.commit("g", {("t", 1): 7, ("t", 2): 8, ("gone", 0): 9, ("new", 0): 10, ("t", -1): 1})
+    assert answer == {
+        ("t", 1): ErrorCode.none,
+        ("t", 2): ErrorCode.unknown_topic_or_partition,  # beyond the partition count
+        ("t", -1): ErrorCode.unknown_topic_or_partition,
+        ("gone", 0): ErrorCode.unknown_topic_or_partition,  # no such topic
+        ("new", 0): ErrorCode.none,  # created a moment ago: known once caught up
+    }
+    assert topics.catch_ups == 1
+    assert await shard.fetch("g", [("t", 0), ("t", 1), ("new", 0)]) == {
+        ("t", 0): 5,
+        ("t", 1): 7,
+        ("new", 0): 10,
+    }
+    assert durable_offset(shard.machine, "g", "t", 2) is None
+    assert durable_offset(shard.machine, "g", "gone", 0) is None
+    # Nothing that exists: the group is not even asked (as Kafka), so an unknown member is not an error here.
+    answer = await shard.commit("g", {("gone", 0): 1}, generation=7, member_id="nobody")
+    assert answer == {("gone", 0): ErrorCode.unknown_topic_or_partition}
+    # What exists is still checked by the group.
+    answer = await shard.commit("g", {("gone", 0): 1, ("t", 0): 1}, generation=7, member_id="nobody")
+    assert answer == {
+        ("gone", 0): ErrorCode.unknown_topic_or_partition,
+        ("t", 0): ErrorCode.unknown_member_id,
+    }
+
+
 @pytest.mark.parametrize("fault", ["enospc-write", "eio-fsync", "torn-write"])
 async def test_failed_append_answers_not_available_and_changes_nothing(shard: Shard, fault: str):
     assert await shard.commit("g", {P0: 10, P1: 20}) == {P0: ErrorCode.none, P1: ErrorCode.none}
@@ -626,6 +675,9 @@ def loading_server(tmp_path) -> Iterator[tuple[Any, GatedFS]]:
 
 def test_loading_answers_load_in_progress_and_not_ready(loading_server):
     server, fs = loading_server
+    # Topic "t" exists (creating it would wait for the gate too): a commit to one that does not is answered
+    # UNKNOWN_TOPIC_OR_PARTITION before its group's shard is asked, loading or not.
+    server.groups.topics = Topics({"t": 100})
     with WireClient(*server.server.bound) as c:
         for _ in range(3):  # stays so for as long as loading takes
             fetch = c.call(
