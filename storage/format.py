@@ -149,6 +149,12 @@ class Stop:
         self.last_seq = -1
         self.entries = 0
 
+    def end(self, valid_end: int, reason: str | None, last_seq: int, entries: int) -> None:
+        self.valid_end = valid_end
+        self.reason = reason
+        self.last_seq = last_seq
+        self.entries = entries
+
 
 def parse(
     f: File,
@@ -209,35 +215,16 @@ def _parse_compiled(
             yield from entries
         if code:
             if code == 3:
-                raise StorageFormatError(
-                    f"entry at offset {base + pos} has format version {buf[pos + 8]}; this code reads up to "
-                    f"{FORMAT_VERSION} (written by a newer release?)",
-                    op="read",
-                )
+                raise _newer_format(base + pos, buf[pos + 8])
             reason = _STOPS[code]
             break
-        n = len(buf)
-        done = base + pos
-        avail = n - pos
-        need = 8 + length if avail >= 30 else 30
-        if done + need > limit:
-            if done < limit:
-                reason = INCOMPLETE
+        more, reason = _refill(f, buf, pos, base, length, limit, chunk)
+        if more is None:
             break
-        read_from = base + n
-        data = f.read_at(read_from, min(max(chunk, need - avail), limit - read_from))
-        if not data:
-            reason = INCOMPLETE  # the file is shorter than we were told
-            break
-        buf = buf[pos:] + data
-        base = done
-        pos = 0
+        buf, base, pos = more, base + pos, 0
         if progress is not None:
             progress(base, count)
-    stop.valid_end = base + pos
-    stop.reason = reason
-    stop.last_seq = last
-    stop.entries = count
+    stop.end(base + pos, reason, last, count)
 
 
 def _parse_python(
@@ -283,11 +270,7 @@ def _parse_python(
                 or (flags and klen != length - 22)
             ):
                 if ver > FORMAT_VERSION and verify:  # unchecked, it may as well be damage
-                    raise StorageFormatError(
-                        f"entry at offset {base + pos} has format version {ver}; this code reads up to "
-                        f"{FORMAT_VERSION} (written by a newer release?)",
-                        op="read",
-                    )
+                    raise _newer_format(base + pos, ver)
                 reason = BAD_HEADER
                 break
             if emit:
@@ -299,27 +282,40 @@ def _parse_python(
             pos = end
         if reason is not None:
             break
-        done = base + pos
-        avail = n - pos
-        need = 8 + length if avail >= 30 else 30
-        if done + need > limit:
-            if done < limit:
-                reason = INCOMPLETE
+        more, reason = _refill(f, buf, pos, base, length, limit, chunk)
+        if more is None:
             break
-        read_from = base + n
-        data = f.read_at(read_from, min(max(chunk, need - avail), limit - read_from))
-        if not data:
-            reason = INCOMPLETE  # the file is shorter than we were told
-            break
-        buf = buf[pos:] + data
-        base = done
-        pos = 0
+        buf, base, pos = more, base + pos, 0
         if progress is not None:
             progress(base, count)
-    stop.valid_end = base + pos
-    stop.reason = reason
-    stop.last_seq = last
-    stop.entries = count
+    stop.end(base + pos, reason, last, count)
+
+
+def _newer_format(offset: int, version: int) -> StorageFormatError:
+    return StorageFormatError(
+        f"entry at offset {offset} has format version {version}; this code reads up to {FORMAT_VERSION} "
+        "(written by a newer release?)",
+        op="read",
+    )
+
+
+def _refill(
+    f: File, buf: bytes, pos: int, base: int, length: int, limit: int, chunk: int
+) -> tuple[bytes | None, str | None]:
+    """Once the complete entries of `buf` (file offset `base`) up to `pos` are parsed: the unparsed rest with the
+    next chunk of the file after it, or None and why parsing stops there (None: the end of `limit`). `length`
+    is the length field of the entry at `pos` when a whole header of it is in `buf`."""
+    n = len(buf)
+    done = base + pos
+    avail = n - pos
+    need = 8 + length if avail >= 30 else 30
+    if done + need > limit:
+        return None, (INCOMPLETE if done < limit else None)
+    read_from = base + n
+    data = f.read_at(read_from, min(max(chunk, need - avail), limit - read_from))
+    if not data:
+        return None, INCOMPLETE  # the file is shorter than we were told
+    return buf[pos:] + data, None
 
 
 def reporter(progress: ProgressFn, done: int, total: int, entries: int) -> Callable[[int, int], None]:

@@ -329,19 +329,23 @@ def test_progress_is_reported_for_open_and_replay(logs: Logs, memfs: MemFS) -> N
     assert [s[2] for s in seen] == sorted(s[2] for s in seen)
 
 
-def test_entries_are_crc_checked_once_by_open_not_again_by_replay(
-    logs: Logs, memfs: MemFS, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _count_checksums(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one per CRC computed, in the Python loop (the compiled one computes its own)."""
     import storage.format
 
-    size = len(encode_entry(0, *kv(0), 0))
-    written, _ = _fixture_log(memfs, 6, segment_bytes=3 * size)
     checked: list[int] = []
     real_crc = storage.format.checksum
     monkeypatch.setattr(storage.format, "checksum", lambda data: checked.append(1) or real_crc(data))
-    monkeypatch.setattr(
-        storage.format, "_speedups", None
-    )  # counted in the Python loop (the C one has its own)
+    monkeypatch.setattr(storage.format, "_speedups", None)
+    return checked
+
+
+def test_entries_are_crc_checked_once_by_open_not_again_by_replay(
+    logs: Logs, memfs: MemFS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = len(encode_entry(0, *kv(0), 0))
+    written, _ = _fixture_log(memfs, 6, segment_bytes=3 * size)
+    checked = _count_checksums(monkeypatch)
     lg = logs.open(fs=memfs, segment_bytes=3 * size)
     assert len(checked) == 6
     lg.append([kv(6)]).result(5)
@@ -431,18 +435,6 @@ def test_a_directory_is_open_in_one_log_at_a_time(logs: Logs, tmp_path: os.PathL
 
 
 # -- clean shutdown ------------------------------------------------------------------------------------------
-
-
-def _count_checksums(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    import storage.format
-
-    checked: list[int] = []
-    real_crc = storage.format.checksum
-    monkeypatch.setattr(storage.format, "checksum", lambda data: checked.append(1) or real_crc(data))
-    monkeypatch.setattr(
-        storage.format, "_speedups", None
-    )  # counted in the Python loop (the C one has its own)
-    return checked
 
 
 def test_a_cleanly_closed_log_is_not_scanned_by_open_and_checked_once_by_replay(
