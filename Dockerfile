@@ -19,8 +19,8 @@ ARG PIP_FIND_LINKS
 WORKDIR /src
 # The install steps live in one script that tests/deploy/test_image_filesystem.py runs too.
 COPY docker/install.sh /usr/local/bin/kgc-install
-# setup.py builds the optional compiled part (storage._speedups); the slim image has no C compiler, so there
-# the install goes on without it and the log is read by its pure-Python loop.
+# setup.py builds the optional compiled parts (storage._speedups, coordinator._speedups); the slim image has no C
+# compiler, so there the install goes on without them and the group log is loaded by their Python twins.
 COPY pyproject.toml setup.py README.md ./
 COPY protocol/ protocol/
 COPY storage/ storage/

@@ -18,7 +18,8 @@ $(VENV)/.test: pyproject.toml $(VENV)/.runtime
 	touch $@
 
 install: $(VENV)/.runtime
-install-test: $(VENV)/.test system-deps
+# system-deps first: it brings the C compiler the install builds the compiled parts with (setup.py)
+install-test: system-deps $(VENV)/.test
 
 system-deps:
 	bash scripts/install-system-deps.sh

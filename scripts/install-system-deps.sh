@@ -4,6 +4,9 @@
 #   prometheus (+ promtool)   the observability e2e tests: a real Prometheus scrapes /metrics, promtool lints it
 #   podman runc debootstrap   tests/deploy/test_container.py builds and runs the image (a base made by debootstrap)
 #   chromium                  tests/e2e/test_e2e_console.py drives the web console in it (headless, via Playwright)
+#   gcc (+ python3-dev)       builds the compiled parts of the install (setup.py: storage/_speedups.c,
+#                             coordinator/_speedups.c), which the unit tests check against their Python twins;
+#                             python3-dev only where the Python has no headers
 # Idempotent: does nothing when every tool is already on PATH.
 set -euo pipefail
 
@@ -13,13 +16,17 @@ command -v kcat >/dev/null 2>&1 || need+=(kcat)
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
     need+=(prometheus)
 fi
-for tool in podman runc debootstrap chromium; do
+for tool in podman runc debootstrap chromium gcc; do
     command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
+python=${PYTHON:-python3}
+if ! "$python" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+    need+=(python3-dev)
+fi
 
 if [ "${#need[@]}" -eq 0 ]; then
-    echo "install-system-deps: nothing to do (kcat, prometheus, promtool, podman, runc, debootstrap, chromium are" \
-        "installed)"
+    echo "install-system-deps: nothing to do (kcat, prometheus, promtool, podman, runc, debootstrap, chromium, gcc" \
+        "and Python's headers are installed)"
     exit 0
 fi
 
@@ -40,6 +47,7 @@ tools=()
 for package in "${need[@]}"; do
     case "$package" in
         prometheus) tools+=(prometheus promtool) ;;
+        python3-dev) ;;
         *) tools+=("$package") ;;
     esac
 done

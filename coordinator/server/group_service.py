@@ -257,9 +257,8 @@ class GroupCoordinatorService:
             return await self._offset_commit_to_shard(ctx, request)
         unknown = self._unknown_partitions(request)
         if unknown:
-            await (
-                self.topics.catch_up()
-            )  # (a topic created a moment ago, on a process followed through a cache)
+            # (a topic created a moment ago on the process whose topics this one follows through a cache)
+            await self.topics.catch_up()
             unknown = self._unknown_partitions(request)
         if not unknown:
             return await self._offset_commit_to_shard(ctx, request)
