@@ -413,7 +413,8 @@ def main() -> int:
                 run.stop()
         last = runs[-1]
         # The commits name partition 0 of topic-00..49, which must exist (the server checks, as Kafka does);
-        # one partition each keeps the data plane's start out of the next recovery measured on this data dir.
+        # one partition each keeps what they add to the data plane's start small for the next recovery measured
+        # on this data dir (with --keep).
         create_topics(*last.kafka, {f"topic-{t:02d}": 1 for t in range(50)})
         latencies = asyncio.run(_commit_load(*last.kafka, 50, args.commit_seconds))
         rss_after_commits = tree_vm(last.proc.pid, "VmRSS")
