@@ -262,38 +262,34 @@ class GroupCoordinatorService:
             unknown = self._unknown_partitions(request)
         if not unknown:
             return await self._offset_commit_to_shard(ctx, request)
-        errors: list[dict[str, Any]] = []
         known: list[Any] = []
+        missing: list[Any] = []
         for topic in request.topics:
-            missing = unknown.get(topic.name)
-            if missing is None:
+            gone = unknown.get(topic.name)
+            if gone is None:
                 known.append(topic)
                 continue
-            errors.append(
-                {
-                    "name": topic.name,
-                    "partitions": [
-                        {
-                            "partition_index": p.partition_index,
-                            "error_code": ErrorCode.unknown_topic_or_partition,
-                        }
-                        for p in topic.partitions
-                        if p.partition_index in missing
-                    ],
-                }
+            missing.append(
+                dataclasses.replace(
+                    topic, partitions=tuple(p for p in topic.partitions if p.partition_index in gone)
+                )
             )
-            rest = tuple(p for p in topic.partitions if p.partition_index not in missing)
+            rest = tuple(p for p in topic.partitions if p.partition_index not in gone)
             if rest:
                 known.append(dataclasses.replace(topic, partitions=rest))
+        errors = error_response(
+            ctx.api_key,
+            ctx.api_version,
+            dataclasses.replace(request, topics=tuple(missing)),
+            ErrorCode.unknown_topic_or_partition,
+        )
         if not known:  # (as Kafka: the coordinator is not asked, so the group is not checked either)
-            return {"throttle_time": 0, "topics": errors}
+            return errors
         answer = await self._offset_commit_to_shard(ctx, dataclasses.replace(request, topics=tuple(known)))
         if isinstance(answer, Encoded):  # a relayed answer
             answer = answer.decode(ctx.api_key, ctx.api_version)
         answer = build(response_class(ctx.api_key, ctx.api_version), answer)
-        return dataclasses.replace(
-            answer, topics=tuple(answer.topics) + build(type(answer), {"topics": errors}).topics
-        )
+        return dataclasses.replace(answer, topics=tuple(answer.topics) + build(type(answer), errors).topics)
 
     def _unknown_partitions(self, request: Any) -> dict[str, set[int]]:
         """The partitions of an OffsetCommit that do not exist, by topic name (empty: all do)."""
