@@ -722,21 +722,14 @@ class GroupCoordinatorShard:
     # -- loading: replay, on_loaded, on_unloaded -------------------------------------------------------------
 
     def replay_entry(self, key: bytes, value: bytes | None) -> None:
-        """`replay(CoordinatorRecord(key, value))`, with a shortcut for the record a big log is made of: an
-        offset commit without metadata is stored from its fields, without building key and value objects
-        (loading a log of 1,000,000 offsets calls this once per entry)."""
-        if value is not None:
-            fields = simple_offset_commit(key, value)
-            if fields is not None:
-                if fields[0] not in self.groups and fields[0] not in self.consumer.groups:
-                    self.classic.create_group(fields[0])
-                self.offsets.store.replay_simple(*fields)
-                return
-        self.replay(CoordinatorRecord(key, value))
+        """`replay(CoordinatorRecord(key, value))`, with replay_entries' shortcut for offset commits."""
+        self.replay_entries(((0, key, value, 0),))
 
     def replay_entries(self, entries: Iterable[tuple[int, bytes, bytes | None, int]]) -> int:
-        """`replay_entry` of each (seq, key, value, timestamp) of a log, in order; returns how many. Loading
-        calls this once for the whole log, so the lookups replay_entry makes per record are made once."""
+        """`replay(CoordinatorRecord(key, value))` of each (seq, key, value, timestamp) of a log, in order (the seq
+        and timestamp are not used); returns how many. The record a big log is made of, an offset commit without
+        metadata, is stored from its fields, without building key and value objects (loading a log of 1,000,000
+        offsets goes through here once per entry, so the lookups are made once per call)."""
         groups = self.classic.groups
         consumer_groups = self.consumer.groups
         create_group = self.classic.create_group

@@ -308,10 +308,9 @@ class ShardRuntime:
         return [last] if last is not None and not last.done() else []
 
     def _deliver(self, result: Any) -> None:
-        replay_entry = getattr(self.machine, "replay_entry", None)
-        if replay_entry is not None:  # a shard: offset commits replayed without decoding objects
-            for record in result.records:
-                replay_entry(record.key, record.value)
+        replay_entries = getattr(self.machine, "replay_entries", None)
+        if replay_entries is not None:  # a shard: offset commits replayed without decoding objects
+            replay_entries([(0, record.key, record.value, 0) for record in result.records])
         else:
             for record in result.records:
                 self.machine.replay(record)
