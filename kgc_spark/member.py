@@ -14,16 +14,28 @@ reader only when it plans a batch, which can be minutes apart with a long trigge
 made from Spark's thread while another thread polls: with confluent-kafka 2.16, get_watermark_offsets() from
 one thread never returns (its timeout included) while a second thread sits in poll().
 
-Spark does not call the reader's stop() when a query stops (the planner process simply ends), so a member
-usually disappears without a LeaveGroup: a static member is then replaced in place when the query restarts
-under the same name, and a dynamic one is removed when its session times out.
+Spark does not call the reader's stop() when a query stops: it ends the planner process with SIGTERM, on
+which the member closes (close_on_sigterm). A dynamic member then leaves the group; a static member of the
+classic protocol sends nothing and is replaced in place when the query restarts under the same name; one of
+the consumer protocol leaves with epoch -2, keeping its partitions for the next member with its instance id.
+A member killed outright leaves nothing: the classic protocol replaces it all the same, the consumer protocol
+refuses its successor (UNRELEASED_INSTANCE_ID) until its session expires, and the successor starts over
+until then (`unreleased_wait_s`).
+
+Rebalances are eager (the classic protocol with an eager assignor: every partition is revoked, then the new
+assignment is given whole) or incremental (`group.protocol=consumer`, KIP-848, or the classic protocol with
+`cooperative-sticky`: only the partitions that move are revoked or added). librdkafka refuses assign() in an
+incremental rebalance, so the member follows the protocol the configuration selects.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import signal
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import TypeVar
@@ -31,6 +43,7 @@ from typing import TypeVar
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 log = logging.getLogger("kgc_spark.member")
+_UNRELEASED = KafkaError(KafkaError.UNRELEASED_INSTANCE_ID).str()
 
 TP = tuple[str, int]
 T = TypeVar("T")
@@ -40,13 +53,24 @@ class GroupMember:
     """A confluent-kafka Consumer in the group, with its assignment kept current by a polling thread."""
 
     def __init__(
-        self, config: Mapping[str, object], topics: Iterable[str], poll_interval_s: float = 0.05
+        self,
+        config: Mapping[str, object],
+        topics: Iterable[str],
+        poll_interval_s: float = 0.05,
+        unreleased_wait_s: float = 0.0,
     ) -> None:
         conf = dict(config)
         conf.setdefault("enable.auto.commit", False)
         conf.setdefault("enable.auto.offset.store", False)
+        self.incremental = incremental_rebalances(conf)
+        self._conf = conf
         self._consumer = Consumer(conf)
         self._topics = list(topics)
+        # KIP-848: a static member whose previous incarnation has not left (a driver that was killed) is refused
+        # with UNRELEASED_INSTANCE_ID, fatal in librdkafka, until the old one's session expires: the member
+        # starts over for this long before it gives up (see _run).
+        self._unreleased_until = time.monotonic() + unreleased_wait_s
+        self.unreleased_retries = 0
         self._poll_interval_s = poll_interval_s
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -57,41 +81,67 @@ class GroupMember:
         self.rebalances = 0
         self.last_error: KafkaError | None = None
         self.fatal_error: KafkaError | None = None  # e.g. FENCED_INSTANCE_ID: another process took our place
-        self._consumer.subscribe(self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self._subscribe()
         self._thread = threading.Thread(target=self._run, name="kgc-spark-group-member", daemon=True)
         self._thread.start()
+
+    def _subscribe(self) -> None:
+        self._consumer.subscribe(self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     # -- rebalance callbacks (run inside poll(), on the polling thread) --------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Assign, then pause at once: this consumer only holds the membership; executors read the data.
-        consumer.assign(partitions)
+        # Incremental: `partitions` are the ones added (perhaps none, when only a revocation was owed).
+        given = frozenset((tp.topic, tp.partition) for tp in partitions)
+        if self.incremental:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
         if partitions:
             consumer.pause(partitions)
         with self._changed:
-            self._assignment = frozenset((tp.topic, tp.partition) for tp in partitions)
+            self._assignment = self._assignment | given if self.incremental else given
             self._assigned_once = True
             self.rebalances += 1
             self._changed.notify_all()
-        log.info("assigned %s", sorted(self._assignment))
+        log.info("assigned %s, holding %s", sorted(given), sorted(self._assignment))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        taken = frozenset((tp.topic, tp.partition) for tp in partitions)
         with self._changed:
-            self._assignment = frozenset()
+            self._assignment = self._assignment - taken if self.incremental else frozenset()
             self._changed.notify_all()
-        consumer.unassign()
-        log.info("revoked %s", sorted((tp.topic, tp.partition) for tp in partitions))
+        if self.incremental:
+            consumer.incremental_unassign(partitions)
+        else:
+            consumer.unassign()
+        log.info("revoked %s", sorted(taken))
 
     def _run(self) -> None:
         while not self._closed:
             self._serve_calls()
             if self._closed:
                 break
-            msg = self._consumer.poll(self._poll_interval_s)
+            try:
+                msg = self._consumer.poll(self._poll_interval_s)
+            except KafkaException as exc:
+                # A rebalance callback failed (librdkafka raises it out of poll): the assignment is no longer
+                # known, so fail the query with the reason rather than let this thread die and the query wait.
+                err = exc.args[0]
+                log.error("group member failed in a rebalance: %s", err)
+                with self._changed:
+                    self.last_error = self.fatal_error = err
+                    self._assignment = frozenset()
+                    self._changed.notify_all()
+                break
             if msg is not None and msg.error() is not None:
                 err = msg.error()
                 self.last_error = err
-                if err.fatal() or err.code() == KafkaError._FATAL:
+                fatal = err.fatal() or err.code() == KafkaError._FATAL
+                if fatal and self._start_over(err):
+                    continue
+                if fatal:
                     # The consumer is unusable (librdkafka's fatal errors): fail every later call, so the
                     # query stops with the reason instead of planning partitions it no longer owns.
                     log.error("group member failed: %s", err)
@@ -103,6 +153,24 @@ class GroupMember:
                 # Other errors are informational (librdkafka retries by itself).
                 log.warning("group member: %s", err)
         self._serve_calls()  # fail whatever is still queued
+
+    def _start_over(self, err: KafkaError) -> bool:
+        """After UNRELEASED_INSTANCE_ID before the first assignment, within the wait: a new consumer with the same
+        instance id, a second later. True if it was made."""
+        if self._assigned_once or time.monotonic() >= self._unreleased_until or _UNRELEASED not in err.str():
+            return False
+        self.unreleased_retries += 1
+        if self.unreleased_retries == 1:
+            log.warning(
+                "group member: %s; retrying until the previous member with this group.instance.id leaves or its"
+                " session times out",
+                err.str(),
+            )
+        self._consumer.close()
+        time.sleep(1.0)
+        self._consumer = Consumer(self._conf)
+        self._subscribe()
+        return True
 
     def _serve_calls(self) -> None:
         while True:
@@ -225,6 +293,40 @@ class GroupMember:
     def _close_now(self) -> None:
         self._closed = True
         self._consumer.close()
+
+    def close_on_sigterm(self, timeout_s: float = 10.0) -> bool:
+        """Close this member when the process gets SIGTERM (how Spark ends a query's planner process, without
+        calling the reader's stop()), then let the signal do what it did before. A closed consumer leaves the
+        group: a dynamic member at once, so the others need not wait for its session to expire; a static one
+        of the consumer protocol with epoch -2, so its partitions wait for its next incarnation, which is then
+        not refused with UNRELEASED_INSTANCE_ID (a static member of the classic protocol sends nothing and
+        keeps its place as before). Only from the main thread (Python's rule for signal handlers); False if
+        not installed."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_sigterm(signum: int, _frame: object) -> None:
+            try:
+                self.close(timeout_s)
+            except Exception:  # noqa: BLE001 - the process is ending either way
+                log.exception("closing the group member on SIGTERM")
+            finally:
+                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+        return True
+
+
+def incremental_rebalances(config: Mapping[str, object]) -> bool:
+    """Whether librdkafka runs this consumer's rebalances incrementally: the consumer group protocol (KIP-848),
+    or the classic protocol with the cooperative-sticky assignor (librdkafka refuses a list that mixes it with
+    eager assignors)."""
+    if str(config.get("group.protocol", "classic")).strip().lower() == "consumer":
+        return True
+    strategies = str(config.get("partition.assignment.strategy", "range,roundrobin"))
+    return "cooperative-sticky" in {s.strip().lower() for s in strategies.split(",")}
 
 
 def topic_partitions(consumer: Consumer, topics: tuple[str, ...], timeout_s: float) -> list[TP]:

@@ -46,7 +46,10 @@ Offsets are JSON {topic: {partition: offset}} (partition as a string key: JSON h
 
 Spark constructs the reader twice (the planner process and the read-function planner) and pickles it to the
 executors, so the consumer is created on first use and is never pickled. Spark does not call stop() when a
-query stops; the driver process ends and a static member keeps its place until its session times out.
+query stops; it ends the planner process with SIGTERM, on which the member is closed
+(GroupMember.close_on_sigterm): a static member of the classic protocol keeps its place as before, one of the
+consumer protocol (`kafka.group.protocol=consumer`) leaves with epoch -2, which keeps its partitions for the
+query's next start.
 """
 
 from __future__ import annotations
@@ -273,7 +276,10 @@ class KgcStreamReader(DataSourceStreamReader):
     @property
     def member(self) -> GroupMember:
         if self._member is None:
-            self._member = GroupMember(self.opts.member_config(), self.opts.topics)
+            self._member = GroupMember(
+                self.opts.member_config(), self.opts.topics, unreleased_wait_s=self.opts.assignment_timeout_s
+            )
+            self._member.close_on_sigterm()
         return self._member
 
     def _starting_positions(self, partitions: frozenset[TP] | set[TP]) -> dict[TP, int]:
