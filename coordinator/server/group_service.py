@@ -103,6 +103,9 @@ class GroupCoordinatorService:
         self.owner_of_shard = owner_of_shard
         self.topics = topics
         self._offset_commit_to_shard = self._one_group(lambda s: s.machine.offset_commit)
+        self._consumer_group_heartbeat_to_shard = self._one_group(
+            lambda s: s.machine.consumer_group_heartbeat, with_client=True
+        )
 
     # -- the door --------------------------------------------------------------------------------------------
 
@@ -180,9 +183,7 @@ class GroupCoordinatorService:
             ),
             ApiKey.LIST_GROUPS: self._list_groups,
             ApiKey.LIST_CONFIG_RESOURCES: self._list_config_resources,
-            ApiKey.CONSUMER_GROUP_HEARTBEAT: self._one_group(
-                lambda s: s.machine.consumer_group_heartbeat, with_client=True
-            ),
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self._consumer_group_heartbeat,
             ApiKey.CONSUMER_GROUP_DESCRIBE: self._split(
                 "group_ids",
                 "groups",
@@ -251,6 +252,22 @@ class GroupCoordinatorService:
             return await self._serve(ctx, request, operation, gated=True)
 
         return handle
+
+    async def _consumer_group_heartbeat(self, ctx: RequestContext, request: Any) -> Any:
+        names = request.subscribed_topic_names
+        topics = self.topics
+        if (
+            names
+            and topics is not None
+            and self.shards.for_group(request.group_id) is not None
+            and any(topics.partition_count(name) is None for name in names)
+        ):
+            # A topic created a moment ago on the process whose topics this one follows through a cache (worker
+            # 0, the upstream cluster) is known before the target assignment is computed: else the members get
+            # nothing until the next refresh and their next heartbeat. (The subscription comes on a join and
+            # when it changes, not on every heartbeat.)
+            await topics.catch_up()
+        return await self._consumer_group_heartbeat_to_shard(ctx, request)
 
     async def _offset_commit(self, ctx: RequestContext, request: Any) -> Any:
         if self.topics is None:

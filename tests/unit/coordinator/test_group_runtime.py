@@ -64,10 +64,12 @@ from storage.fakefs import FaultFS, MemFS
 from tests.support.waits import until
 from tests.support.wire import WireClient
 
+from .consumer.context import FakeTopics, tid
 from .group.context import request, subscription
 from .server_thread import running, running_app
 
 OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, SYNC_GROUP, DESCRIBE_GROUPS = 8, 9, 11, 12, 14, 15
+CONSUMER_GROUP_HEARTBEAT = 68
 NOT_AVAILABLE = ErrorCode.coordinator_not_available
 COMMIT_TIMEOUT_MS = 300
 S = ClassicGroupState
@@ -80,7 +82,7 @@ S = ClassicGroupState
 class Shard:
     """The production group part on the test's loop, its log on `fs` (a FaultFS over a MemFS)."""
 
-    def __init__(self, data_dir: str, fs: FaultFS, **settings: Any) -> None:
+    def __init__(self, data_dir: str, fs: FaultFS, topics: Any = None, **settings: Any) -> None:
         values = {
             "offsets.commit.timeout.ms": COMMIT_TIMEOUT_MS,
             "group.initial.rebalance.delay.ms": 0,
@@ -93,7 +95,10 @@ class Shard:
         self.fs = fs
         self.data_dir = data_dir
         self.directory = os.path.join(data_dir, "groups", "shard-0")
-        self.part = GroupCoordinatorService(Shards(self.config, data_dir, fs=fs))
+        # topics: the data plane's (a TopicImage with catch_up), for consumer groups and OffsetCommit's checks
+        self.part = GroupCoordinatorService(
+            Shards(self.config, data_dir, fs=fs, topics=topics), topics=topics
+        )
         self.table = ApiTable()
         self.part.register(self.table)
         self._correlation = itertools.count(1)
@@ -316,6 +321,54 @@ class Topics:
     async def catch_up(self) -> None:
         self.catch_ups += 1
         self.counts.update(self.later)
+
+
+class LaggingTopics(FakeTopics):
+    """A data plane's topics followed through a cache (a worker's forwarder, the front): `later` are created
+    once caught up with."""
+
+    def __init__(self, later: dict[str, int], **topics: int) -> None:
+        super().__init__(**topics)
+        self.later = dict(later)
+        self.catch_ups = 0
+
+    async def catch_up(self) -> None:
+        self.catch_ups += 1
+        for name, count in self.later.items():
+            self.create(name, count)
+        self.later.clear()
+
+
+async def test_a_consumer_group_join_to_a_topic_created_a_moment_ago_is_assigned_its_partitions(make_shard):
+    # A topic created on worker 0 (or upstream) a moment before a member subscribes to it: the group's worker
+    # catches up before it computes the target, so the first answer assigns its partitions (not the next
+    # heartbeat's, a heartbeat interval later, after the next refresh).
+    topics = LaggingTopics({"fresh": 3}, old=2)
+    shard = await make_shard(topics=topics)
+
+    async def join(group: str, topic: str) -> Any:
+        answer = await shard.call(
+            CONSUMER_GROUP_HEARTBEAT,
+            0,
+            group_id=group,
+            member_id="",
+            member_epoch=0,
+            instance_id=None,
+            rack_id=None,
+            rebalance_timeout=5000,
+            subscribed_topic_names=[topic],
+            server_assignor=None,
+            topic_partitions=[],
+        )
+        assert answer.error_code == ErrorCode.none, answer
+        return {(t.topic_id, p) for t in answer.assignment.topic_partitions for p in t.partitions}
+
+    assert await join("g1", "old") == {(tid("old"), 0), (tid("old"), 1)}
+    assert topics.catch_ups == 0  # every subscribed topic known: no catching up
+    assert await join("g2", "fresh") == {(tid("fresh"), p) for p in range(3)}
+    assert topics.catch_ups == 1
+    assert await join("g3", "missing") == set()  # still unknown once caught up: nothing to assign
+    assert topics.catch_ups == 2
 
 
 async def test_commits_to_partitions_that_do_not_exist_are_unknown_and_not_committed(shard: Shard):
