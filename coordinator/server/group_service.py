@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -75,6 +76,9 @@ class Topics(Protocol):
     async def catch_up(self) -> None: ...
 
 
+log = logging.getLogger(__name__)
+
+
 class ShardUnavailable(Exception):
     """The group's shard cannot take the operation now; `code` is the retriable error Kafka answers."""
 
@@ -106,6 +110,10 @@ class GroupCoordinatorService:
         self._consumer_group_heartbeat_to_shard = self._one_group(
             lambda s: s.machine.consumer_group_heartbeat, with_client=True
         )
+        # A refresh of the data plane's topics that joining members wait for (_learn_topics), and names it did
+        # not find, with the loop time until which they are not asked for again.
+        self._learning: asyncio.Task[None] | None = None
+        self._still_unknown: dict[str, float] = {}
 
     # -- the door --------------------------------------------------------------------------------------------
 
@@ -235,6 +243,8 @@ class GroupCoordinatorService:
     async def close(self) -> None:
         if self.relay is not None:
             self.relay.close()
+        if self._learning is not None:
+            self._learning.cancel()
         await self.shards.close()
 
     # -- handlers --------------------------------------------------------------------------------------------
@@ -256,18 +266,42 @@ class GroupCoordinatorService:
     async def _consumer_group_heartbeat(self, ctx: RequestContext, request: Any) -> Any:
         names = request.subscribed_topic_names
         topics = self.topics
-        if (
-            names
-            and topics is not None
-            and self.shards.for_group(request.group_id) is not None
-            and any(topics.partition_count(name) is None for name in names)
-        ):
-            # A topic created a moment ago on the process whose topics this one follows through a cache (worker
-            # 0, the upstream cluster) is known before the target assignment is computed: else the members get
-            # nothing until the next refresh and their next heartbeat. (The subscription comes on a join and
-            # when it changes, not on every heartbeat.)
-            await topics.catch_up()
+        if names and topics is not None and self.shards.for_group(request.group_id) is not None:
+            unknown = [name for name in names if topics.partition_count(name) is None]
+            if unknown:
+                await self._learn_topics(topics, unknown)
         return await self._consumer_group_heartbeat_to_shard(ctx, request)
+
+    async def _learn_topics(self, topics: Topics, unknown: list[str]) -> None:
+        """A topic created a moment ago on the process whose topics this one follows through a cache (worker 0,
+        the upstream cluster) is known before a member's subscription to it is served: else the group's target
+        leaves it out until the next refresh and the members learn of it a heartbeat interval later. A refresh
+        reads every topic (and its log ends), so the members joining together share one, and a name still
+        unknown after one is not asked for again for a second (the periodic refresh finds it then)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if all(self._still_unknown.get(name, 0.0) > now for name in unknown):
+            return
+        if self._learning is None:
+            self._learning = loop.create_task(topics.catch_up())
+            self._learning.add_done_callback(self._learned)
+        try:
+            await asyncio.shield(self._learning)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - worker 0 restarting, say: serve with what is known
+            log.debug("catching up with the data plane's topics failed: %r", exc)
+        later = loop.time() + 1.0
+        if len(self._still_unknown) > 1000:
+            self._still_unknown = {n: t for n, t in self._still_unknown.items() if t > now}
+        for name in unknown:
+            if topics.partition_count(name) is None:
+                self._still_unknown[name] = later
+
+    def _learned(self, task: asyncio.Task[None]) -> None:
+        self._learning = None
+        if not task.cancelled():
+            task.exception()  # retrieved here as well: every waiter may have gone
 
     async def _offset_commit(self, ctx: RequestContext, request: Any) -> Any:
         if self.topics is None:

@@ -334,6 +334,7 @@ class LaggingTopics(FakeTopics):
 
     async def catch_up(self) -> None:
         self.catch_ups += 1
+        await asyncio.sleep(0)  # a round trip to the process followed
         for name, count in self.later.items():
             self.create(name, count)
         self.later.clear()
@@ -369,6 +370,13 @@ async def test_a_consumer_group_join_to_a_topic_created_a_moment_ago_is_assigned
     assert topics.catch_ups == 1
     assert await join("g3", "missing") == set()  # still unknown once caught up: nothing to assign
     assert topics.catch_ups == 2
+    assert await join("g4", "missing") == set()
+    assert topics.catch_ups == 2  # found missing a moment ago: not asked for again within a second
+    # Members joining together share one catching up (each is a refresh of every topic).
+    topics.later = {"fresh2": 2}
+    both = await asyncio.gather(join("g5", "fresh2"), join("g6", "fresh2"), join("g7", "fresh2"))
+    assert both == [{(tid("fresh2"), 0), (tid("fresh2"), 1)}] * 3
+    assert topics.catch_ups == 3
 
 
 async def test_commits_to_partitions_that_do_not_exist_are_unknown_and_not_committed(shard: Shard):
