@@ -4,7 +4,9 @@ The query's driver holds a real group membership through confluent-kafka, plans 
 assignment, the executors read with assign()-mode consumers, and each completed batch's end offsets are
 committed to the group. Checked from outside with stock tools: DescribeGroups and OffsetFetch through
 confluent-kafka's AdminClient, ListOffsets for the log ends, and the server's admin HTTP API for the group's
-generation.
+generation. The driver's member runs eager rebalances (the classic protocol's default assignors) or incremental
+ones (`kafka.group.protocol=consumer`, KIP-848; or the classic protocol with cooperative-sticky), where
+librdkafka refuses assign().
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from spark_support import (
     admin_post,
     committed_offsets,
     create_topic,
+    describe_group,
     high_watermarks,
     member_assignments,
     produce,
@@ -32,23 +35,46 @@ pytestmark = pytest.mark.spark
 
 PARTITIONS = 3
 PER_PARTITION = 40
+# The driver's group protocol (kgc options) and the group type DescribeGroups then shows.
+PROTOCOLS = {
+    "eager": ({}, "CLASSIC"),
+    "cooperative": ({"kafka.partition.assignment.strategy": "cooperative-sticky"}, "CLASSIC"),
+    "consumer": ({"kafka.group.protocol": "consumer"}, "CONSUMER"),
+}
+# A consumer group's reconciliation steps take a heartbeat interval each: below Kafka's minimums (5 s, 45 s),
+# which the server's configuration allows, so a test does not wait for tens of seconds.
+CONSUMER_GROUP_SETTINGS = {
+    "group.consumer.min.heartbeat.interval.ms": 500,
+    "group.consumer.heartbeat.interval.ms": 500,
+    "group.consumer.min.session.timeout.ms": 6000,
+    "group.consumer.session.timeout.ms": 6000,
+}
+
+
+@pytest.fixture
+def server(server_factory):
+    return server_factory(CONSUMER_GROUP_SETTINGS)
 
 
 def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def _kgc_query(spark, bootstrap, topic, group, query_name, collector, checkpoint=None, spark_name=None):
-    df = (
+def _kgc_query(
+    spark, bootstrap, topic, group, query_name, collector, checkpoint=None, spark_name=None, **options
+):
+    reader = (
         spark.readStream.format(FORMAT)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("kafka.group.id", group)
         .option("queryName", query_name)
-        .load()
     )
+    for key, value in options.items():
+        reader = reader.option(key, value)
     writer = (
-        df.selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
+        reader.load()
+        .selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
         .writeStream.queryName(spark_name or query_name)
         .foreachBatch(collector)
         .trigger(processingTime="500 milliseconds")
@@ -101,24 +127,33 @@ def test_one_query_reads_everything_and_commits_the_log_end(spark, server):
         stop_all(query)
 
 
-def test_two_queries_split_the_partitions_and_read_each_record_once(spark, server):
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+def test_two_queries_split_the_partitions_and_read_each_record_once(spark, server, protocol):
+    options, group_type = PROTOCOLS[protocol]
     topic, group = _name("kgc-two"), _name("kgc-two-group")
     partitions = 4
     create_topic(server.bootstrap, topic, partitions)
+    names = ("two-a-" + group, "two-b-" + group)
     a, b = Collector(), Collector()
     qa = qb = None
+
+    def held_by(*queries):
+        members = member_assignments(server.bootstrap, group)
+        wanted = {instance_id_for(n) for n in queries}
+        return members if set(members) == wanted and all(members.values()) else None
+
     try:
-        qa = _kgc_query(spark, server.bootstrap, topic, group, "two-a-" + group, a)
-        qb = _kgc_query(spark, server.bootstrap, topic, group, "two-b-" + group, b)
-
-        def split():
-            members = member_assignments(server.bootstrap, group)
-            return members if len(members) == 2 and all(members.values()) else None
-
-        members = wait_until(split, "two kgc drivers in the group, each with partitions")
-        owned_a = members[instance_id_for("two-a-" + group)]
-        owned_b = members[instance_id_for("two-b-" + group)]
+        qa = _kgc_query(spark, server.bootstrap, topic, group, names[0], a, **options)
+        wait_until(lambda: held_by(names[0]), "the first driver to hold the partitions")
+        # The second driver's arrival: an eager rebalance takes every partition from the first and deals them
+        # again; an incremental one has the first give up only those that move.
+        qb = _kgc_query(spark, server.bootstrap, topic, group, names[1], b, **options)
+        members = wait_until(lambda: held_by(*names), "two kgc drivers in the group, each with partitions")
+        owned_a, owned_b = members[instance_id_for(names[0])], members[instance_id_for(names[1])]
         assert owned_a.isdisjoint(owned_b) and owned_a | owned_b == {(topic, p) for p in range(partitions)}
+        assert len(owned_a) == len(owned_b) == partitions // 2
+        desc = describe_group(server.bootstrap, group)
+        assert str(desc.type).rsplit(".", 1)[-1] == group_type, desc.type
 
         sent = produce(server.bootstrap, topic, partitions, PER_PARTITION, "split")
         wait_until(
@@ -133,11 +168,14 @@ def test_two_queries_split_the_partitions_and_read_each_record_once(spark, serve
         assert {(topic, p) for p, _o, _v in rows_a} == owned_a
         assert {(topic, p) for p, _o, _v in rows_b} == owned_b
         assert committed == {(topic, p): PER_PARTITION for p in range(partitions)}
+        assert qa.isActive and qb.isActive and qa.exception() is None and qb.exception() is None
     finally:
         stop_all(qa, qb)
 
 
-def test_restarting_a_query_by_name_keeps_its_place_without_a_rebalance(spark, server, tmp_path):
+@pytest.mark.parametrize("protocol", ["eager", "consumer"])
+def test_restarting_a_query_by_name_keeps_its_place_without_a_rebalance(spark, server, tmp_path, protocol):
+    options, group_type = PROTOCOLS[protocol]
     topic, group, name = _name("kgc-restart"), _name("kgc-restart-group"), _name("restart")
     create_topic(server.bootstrap, topic, PARTITIONS)
     checkpoint = tmp_path / "checkpoint"
@@ -145,20 +183,23 @@ def test_restarting_a_query_by_name_keeps_its_place_without_a_rebalance(spark, s
     query = None
     try:
         sent1 = produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "before")
-        query = _kgc_query(spark, server.bootstrap, topic, group, name, first, checkpoint)
+        query = _kgc_query(spark, server.bootstrap, topic, group, name, first, checkpoint, **options)
         wait_until(lambda: len(first.snapshot()) >= len(sent1), "the first run to read its records")
         wait_until(
             lambda: _all_committed(server.bootstrap, group, topic, PARTITIONS), "the first run's commits"
         )
         status, before = admin_get(server.admin_url, f"/v1/groups/{group}")
         assert status == 200 and before["state"] == "Stable", before
+        assert before["type"] == group_type.lower(), before["type"]
         [old_member] = before["members"]
         query.stop()
         query = None
 
-        # The same name: the same group.instance.id. Spark sends no LeaveGroup on stop, so the coordinator
-        # still holds the static member; the new driver takes its place (KIP-345) with no rebalance.
-        query = _kgc_query(spark, server.bootstrap, topic, group, name, second, checkpoint)
+        # The same name: the same group.instance.id. Spark ends the planner process with SIGTERM, on which the
+        # driver closes its member. A classic static member sends no LeaveGroup then, and the new driver takes
+        # its place (KIP-345); a consumer-protocol one leaves with epoch -2, which keeps its partitions for the
+        # new driver. Either way: no rebalance.
+        query = _kgc_query(spark, server.bootstrap, topic, group, name, second, checkpoint, **options)
         sent2 = produce(server.bootstrap, topic, PARTITIONS, PER_PARTITION, "after")
         wait_until(lambda: len(second.snapshot()) >= len(sent2), "the restarted run to read the new records")
         wait_until(
@@ -255,5 +296,46 @@ def test_a_second_query_with_the_same_name_fences_the_first(spark, server):
         assert new_member["group_instance_id"] == instance_id_for(name)
         assert new_member["member_id"] != old_member["member_id"]
         assert new.isActive and new.exception() is None
+    finally:
+        stop_all(old, new)
+
+
+def test_a_second_query_with_the_same_name_on_the_consumer_protocol_is_refused(spark, server):
+    # KIP-848's rule for a duplicate static member is the opposite of KIP-345's (the test above): the member in
+    # place stays, the newcomer is refused (UNRELEASED_INSTANCE_ID) until the old one leaves or its session
+    # expires. The new query retries for assignmentTimeoutMs, then stops with that error; the first reads on.
+    options, _group_type = PROTOCOLS["consumer"]
+    topic, group, name = _name("kgc-dup"), _name("kgc-dup-group"), _name("dup")
+    partitions = 2
+    create_topic(server.bootstrap, topic, partitions)
+    old_rows, new_rows = Collector(), Collector()
+    old = new = None
+    try:
+        sent1 = produce(server.bootstrap, topic, partitions, PER_PARTITION, "old")
+        old = _kgc_query(spark, server.bootstrap, topic, group, name, old_rows, **options)
+        wait_until(lambda: len(old_rows.snapshot()) >= len(sent1), "the first query to read its records")
+
+        new = _kgc_query(
+            spark,
+            server.bootstrap,
+            topic,
+            group,
+            name,
+            new_rows,
+            spark_name=name + "-new",
+            assignmentTimeoutMs=4000,
+            **options,
+        )
+        wait_until(lambda: not new.isActive, "the second query to give up")
+        message = str(new.exception())
+        assert "instance ID is still used by another member" in message, message[-3000:]
+
+        sent2 = produce(server.bootstrap, topic, partitions, PER_PARTITION, "still-old")
+        wait_until(lambda: len(old_rows.snapshot()) >= len(sent1 | sent2), "the first query to read on")
+        assert set(_values(old_rows.snapshot())) == sent1 | sent2 and new_rows.snapshot() == []
+        assert old.isActive and old.exception() is None
+        assert member_assignments(server.bootstrap, group) == {
+            instance_id_for(name): {(topic, p) for p in range(partitions)}
+        }
     finally:
         stop_all(old, new)
