@@ -125,10 +125,13 @@ class GroupMember:
                 break
             try:
                 msg = self._consumer.poll(self._poll_interval_s)
-            except KafkaException as exc:
-                # A rebalance callback failed (librdkafka raises it out of poll): the assignment is no longer
-                # known, so fail the query with the reason rather than let this thread die and the query wait.
-                err = exc.args[0]
+            except Exception as exc:  # noqa: BLE001 - reported as the member's fatal error
+                # A rebalance callback failed (poll raises what it raised): the assignment is no longer known, so
+                # fail the query with the reason rather than let this thread die and the query wait.
+                if isinstance(exc, KafkaException) and isinstance(exc.args[0], KafkaError):
+                    err = exc.args[0]
+                else:
+                    err = KafkaError(KafkaError._FAIL, f"a rebalance callback failed: {exc!r}", fatal=True)
                 log.error("group member failed in a rebalance: %s", err)
                 with self._changed:
                     self.last_error = self.fatal_error = err

@@ -339,3 +339,35 @@ def test_a_second_query_with_the_same_name_on_the_consumer_protocol_is_refused(s
         }
     finally:
         stop_all(old, new)
+
+
+@pytest.mark.parametrize("protocol", ["eager", "consumer"])
+def test_a_failing_rebalance_callback_fails_the_driver_at_once(server, protocol):
+    # Whatever a rebalance callback raises comes out of poll() on the member's thread: it becomes the member's
+    # fatal error, so the query stops with the reason, instead of the thread dying and the query waiting for an
+    # assignment until assignmentTimeoutMs (how assign() in an incremental rebalance used to end). The fault is
+    # injected in the member's own callback; the consumer and the server are real.
+    from confluent_kafka import KafkaException
+
+    from kgc_spark.member import GroupMember
+
+    class Failing(GroupMember):
+        def _on_assign(self, consumer, partitions):
+            raise RuntimeError("injected")
+
+    topic = _name("kgc-failing")
+    create_topic(server.bootstrap, topic, 2)
+    options, _group_type = PROTOCOLS[protocol]
+    config = {k.removeprefix("kafka."): v for k, v in options.items()}
+    member = Failing(
+        {"bootstrap.servers": server.bootstrap, "group.id": _name("kgc-failing"), **config}, [topic]
+    )
+    try:
+        started = time.monotonic()
+        assert member.wait_for_assignment(30) == frozenset()
+        assert time.monotonic() - started < 20
+        assert "injected" in str(member.fatal_error)
+        with pytest.raises(KafkaException, match="injected"):
+            member.committed([(topic, 0)], 5)
+    finally:
+        member.close()
