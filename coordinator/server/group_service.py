@@ -16,7 +16,10 @@ OffsetCommit is checked against the data plane's topics first, as Kafka's reques
 cache before the coordinator sees the request: a partition of a topic that does not exist, or beyond the topic's
 partition count, is answered UNKNOWN_TOPIC_OR_PARTITION and not committed; the rest of the request goes on. A
 data plane that follows another process's topics through a cache (a worker's forwarder, the front) is asked to
-catch up before a topic is called unknown, so a topic created a moment ago is known.
+catch up before a topic is called unknown, so a topic created a moment ago is known. A ConsumerGroupHeartbeat
+whose subscription names a topic such a data plane does not know waits for that catching up too, so that the
+group's target includes the topic from the first answer (members joining together share one; see
+`_learn_topics`).
 """
 
 from __future__ import annotations

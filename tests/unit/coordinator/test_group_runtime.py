@@ -374,8 +374,8 @@ async def test_a_consumer_group_join_to_a_topic_created_a_moment_ago_is_assigned
     assert topics.catch_ups == 2  # found missing a moment ago: not asked for again within a second
     # Members joining together share one catching up (each is a refresh of every topic).
     topics.later = {"fresh2": 2}
-    both = await asyncio.gather(join("g5", "fresh2"), join("g6", "fresh2"), join("g7", "fresh2"))
-    assert both == [{(tid("fresh2"), 0), (tid("fresh2"), 1)}] * 3
+    joined = await asyncio.gather(join("g5", "fresh2"), join("g6", "fresh2"), join("g7", "fresh2"))
+    assert joined == [{(tid("fresh2"), 0), (tid("fresh2"), 1)}] * 3
     assert topics.catch_ups == 3
 
 
