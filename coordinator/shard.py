@@ -721,10 +721,6 @@ class GroupCoordinatorShard:
 
     # -- loading: replay, on_loaded, on_unloaded -------------------------------------------------------------
 
-    def replay_entry(self, key: bytes, value: bytes | None) -> None:
-        """`replay(CoordinatorRecord(key, value))`, with replay_entries' shortcut for offset commits."""
-        self.replay_entries(((0, key, value, 0),))
-
     def replay_entries(self, entries: Iterable[tuple[int, bytes, bytes | None, int]]) -> int:
         """`replay(CoordinatorRecord(key, value))` of each (seq, key, value, timestamp) of a log, in order (the seq
         and timestamp are not used); returns how many. The record a big log is made of, an offset commit without

@@ -1,6 +1,6 @@
-"""GroupCoordinatorShard.replay_entry (the loading shortcut for offset commits without metadata), and
-replay_entries (the same over a whole log), leave exactly the state replay() leaves, whatever the mix of
-records."""
+"""GroupCoordinatorShard.replay_entries (the shortcut for offset commits without metadata), called once per record
+as the runtime calls it per write and once over a whole log as loading calls it, leaves exactly the state
+replay() leaves, whatever the mix of records."""
 
 from __future__ import annotations
 
@@ -61,11 +61,11 @@ def fresh() -> GroupCoordinatorShard:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(records(), max_size=40))
-def test_replay_entry_leaves_the_state_replay_leaves(log: list[CoordinatorRecord]):
+def test_replay_entries_leaves_the_state_replay_leaves(log: list[CoordinatorRecord]):
     slow, fast, whole = fresh(), fresh(), fresh()
     for record in log:
         slow.replay(record)
-        fast.replay_entry(record.key, record.value)
+        fast.replay_entries([(0, record.key, record.value, 0)])
     entries = [(seq, record.key, record.value, 1000 + seq) for seq, record in enumerate(log)]
     assert whole.replay_entries(iter(entries)) == len(log)
     assert state(fast) == state(slow)
