@@ -132,11 +132,7 @@ class GroupMember:
                     err = exc.args[0]
                 else:
                     err = KafkaError(KafkaError._FAIL, f"a rebalance callback failed: {exc!r}", fatal=True)
-                log.error("group member failed in a rebalance: %s", err)
-                with self._changed:
-                    self.last_error = self.fatal_error = err
-                    self._assignment = frozenset()
-                    self._changed.notify_all()
+                self._fail(err, " in a rebalance")
                 break
             if msg is not None and msg.error() is not None:
                 err = msg.error()
@@ -144,18 +140,21 @@ class GroupMember:
                 fatal = err.fatal() or err.code() == KafkaError._FATAL
                 if fatal and self._start_over(err):
                     continue
-                if fatal:
-                    # The consumer is unusable (librdkafka's fatal errors): fail every later call, so the
-                    # query stops with the reason instead of planning partitions it no longer owns.
-                    log.error("group member failed: %s", err)
-                    with self._changed:
-                        self.fatal_error = err
-                        self._assignment = frozenset()
-                        self._changed.notify_all()
+                if fatal:  # librdkafka's fatal errors
+                    self._fail(err, "")
                     break
                 # Other errors are informational (librdkafka retries by itself).
                 log.warning("group member: %s", err)
         self._serve_calls()  # fail whatever is still queued
+
+    def _fail(self, err: KafkaError, where: str) -> None:
+        """The consumer is unusable: every later call fails with `err`, so the query stops with the reason instead
+        of planning partitions it no longer owns."""
+        log.error("group member failed%s: %s", where, err)
+        with self._changed:
+            self.last_error = self.fatal_error = err
+            self._assignment = frozenset()
+            self._changed.notify_all()
 
     def _start_over(self, err: KafkaError) -> bool:
         """After UNRELEASED_INSTANCE_ID before the first assignment, within the wait: a new consumer with the same
