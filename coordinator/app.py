@@ -205,8 +205,11 @@ def build(
         from coordinator.front.state import StateTopic
 
         log_opener = StateTopic(
-            front.cluster, config["coordinator.state.topic"], int(config["offsets.topic.num.partitions"])
-        ).opener()
+            front.cluster,
+            config["coordinator.state.topic"],
+            int(config["offsets.topic.num.partitions"]),
+            config["coordinator.state.lease.ms"],
+        )
     shards = Shards(
         config,
         None if log_opener is not None else data_dir,

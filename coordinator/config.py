@@ -657,6 +657,20 @@ SETTINGS: tuple[Setting, ...] = (
         kafka=False,
     ),
     Setting(
+        "coordinator.state.lease.ms",
+        2000,
+        int,
+        "In front of an upstream cluster: how long a shard may answer after the cluster last confirmed that this "
+        "server still holds its writer (the shard's transactional id on the state topic, at the epoch this server "
+        "has). Confirmed by every write and, when there is none, by a DescribeTransactions; a shard that goes "
+        "unconfirmed this long answers COORDINATOR_NOT_AVAILABLE, and one whose writer another server claimed "
+        "answers NOT_COORDINATOR. A server that claims a shard answers for it only this long after its claim, so "
+        "two servers never answer for one shard at once.",
+        "ms",
+        kafka=False,
+        minimum=100,
+    ),
+    Setting(
         "upstream.offsets.recommit.interval.ms",
         86400000,
         int,

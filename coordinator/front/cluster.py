@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 MAX_ANSWER_BYTES = 1 << 30  # an upstream answer (a Fetch of many partitions) may be far larger than a request
 RETRY_PAUSE_S = 0.1
 BOOTSTRAP = -1  # the key of the connection to a bootstrap address before any node id is known
+GROUP, TRANSACTION = 0, 1  # FindCoordinator's key types
 # Errors that mean "ask again, perhaps elsewhere" for the front's own group requests.
 COORDINATOR_MOVED = frozenset(
     {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress}
@@ -66,7 +67,8 @@ class UpstreamCluster:
         self.cluster_id: str | None = None
         self.stats: dict[int, NodeStats] = {}
         self._own: dict[int, Upstream] = {}
-        self._coordinators: dict[str, int] = {}  # group id -> the cluster's coordinator node for it
+        # (GROUP, group id) or (TRANSACTION, transactional id) -> the cluster's coordinator node for it
+        self._coordinators: dict[tuple[int, str], int] = {}
 
     # -- connections ------------------------------------------------------------------------------------------
 
@@ -116,10 +118,17 @@ class UpstreamCluster:
         return chosen
 
     async def ask_node(
-        self, node: int, api_key: int, version: int, body: Any, client_id: str | None = "kgc-front"
+        self,
+        node: int,
+        api_key: int,
+        version: int,
+        body: Any,
+        client_id: str | None = "kgc-front",
+        decode: Callable[[bytes | memoryview], Any] | None = None,
     ) -> Any:
         """One request (a mapping, or a client's request entity passed on) on this server's own connection to
-        `node`; raises UpstreamError, TimeoutError."""
+        `node`; raises UpstreamError, TimeoutError. `decode(payload)`: the answer read by the caller (from after
+        the correlation id) instead of by kio."""
         upstream = self._own_connection(node)
         started = time.perf_counter()
         stats = self.stats.setdefault(node, NodeStats())
@@ -136,6 +145,8 @@ class UpstreamCluster:
             raise
         stats.last_latency_s = time.perf_counter() - started
         stats.reachable = True
+        if decode is not None:
+            return decode(payload)
         return decode_response(api_key, version, payload)
 
     def _note_error(self, node: int, error: str) -> None:
@@ -249,48 +260,62 @@ class UpstreamCluster:
 
     # -- the cluster's group coordinators (where mirrored offsets live) ---------------------------------------
 
-    async def coordinator_of(self, group_id: str, deadline: float) -> int:
-        node = self._coordinators.get(group_id)
+    async def coordinator_of(self, key: str, deadline: float, key_type: int = GROUP) -> int:
+        """The cluster's coordinator node of group `key` (key_type GROUP) or transactional id `key`
+        (TRANSACTION)."""
+        node = self._coordinators.get((key_type, key))
         if node is not None and node in self.nodes:
             return node
         while True:
             answer = await self.ask_any(
-                ApiKey.FIND_COORDINATOR, 3, {"key": group_id, "key_type": 0}, deadline
+                ApiKey.FIND_COORDINATOR, 3, {"key": key, "key_type": key_type}, deadline
             )
             if answer.error_code == 0 and answer.node_id in self.nodes:
-                self._coordinators[group_id] = answer.node_id
+                self._coordinators[(key_type, key)] = answer.node_id
                 return int(answer.node_id)
             if answer.error_code == 0:  # a node we have not seen yet
                 with contextlib.suppress(UpstreamTimeout):
                     await self.refresh_nodes(deadline)
             if time.monotonic() >= deadline:
+                what = "group" if key_type == GROUP else "transactional id"
                 raise UpstreamTimeout(
-                    f"the upstream cluster has no coordinator for group {group_id!r} "
-                    f"(error {answer.error_code})"
+                    f"the upstream cluster has no coordinator for {what} {key!r} (error {answer.error_code})"
                 )
             await asyncio.sleep(RETRY_PAUSE_S)
 
+    def forget_coordinator(self, key: str, key_type: int = GROUP) -> None:
+        """`key`'s coordinator moved: look it up again next time."""
+        self._coordinators.pop((key_type, key), None)
+
     async def ask_coordinator(
-        self, group_id: str, api_key: int, newest: int, body: Any, exact: bool = False
+        self,
+        key: str,
+        api_key: int,
+        newest: int,
+        body: Any,
+        exact: bool = False,
+        key_type: int = GROUP,
+        deadline: float | None = None,
     ) -> Any:
-        """A request to the cluster's coordinator of `group_id`, asked again (after a new lookup) while it has
-        moved or is loading (`_moved`), until the deadline. `exact`: at version `newest` itself (a client's
-        request entity)."""
-        deadline = time.monotonic() + self.timeout_s
+        """A request to the cluster's coordinator of `key` (a group, or a transactional id), asked again (after a
+        new lookup) while it has moved or is loading (`_moved`), until the deadline (by default the timeout from
+        now). `exact`: at version `newest` itself (a client's request entity)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout_s
         version = newest if exact else self.version(api_key, newest)
         while True:
-            node = await self.coordinator_of(group_id, deadline)
+            node = await self.coordinator_of(key, deadline, key_type)
             try:
                 answer = await self.ask_node(node, api_key, version, body)
             except (TimeoutError, UpstreamError, OSError):
                 answer = None
             if answer is not None and not _moved(answer):
                 return answer
-            self._coordinators.pop(group_id, None)
+            self.forget_coordinator(key, key_type)
             if time.monotonic() >= deadline:
                 if answer is not None:
                     return answer  # its error (COORDINATOR_LOAD_IN_PROGRESS...) is retriable for the client
-                raise UpstreamTimeout(f"the upstream coordinator of group {group_id!r} did not answer")
+                raise UpstreamTimeout(f"the upstream coordinator of {key!r} did not answer")
             await asyncio.sleep(RETRY_PAUSE_S)
 
 

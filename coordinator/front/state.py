@@ -14,30 +14,72 @@ Produce per partition is in flight at a time; appends that come meanwhile go out
 group commit), so a shard's records reach the topic in the order they were made. An append the cluster did not
 acknowledge within upstream.request.timeout.ms fails (the group runtime answers a retriable error). The cluster
 compacts the topic itself.
+
+Each shard's writer is fenced by the cluster, so that two servers on one state topic (a new one started while the
+old one still runs, or one cut off from the cluster) never both write or answer for a shard. The partition is
+written only in transactions of its own transactional id, `<state topic>-<partition>`, as Kafka Streams' tasks
+(EOS v1) and Kafka Connect's leader write theirs:
+- Claiming a shard is InitProducerId for that id: the cluster bumps its epoch, which fences the previous writer
+  (its next transaction gets PRODUCER_FENCED) and ends its open transaction. The shard is then read
+  read_committed, so an aborted write is never replayed.
+- Each group commit of appends is one transaction (AddPartitionsToTxn, Produce, EndTxn), acknowledged when the
+  commit is: acknowledged means in the cluster, and in the next owner's replay.
+- After a failed transaction the writer bumps its own epoch (InitProducerId with its producer id and epoch, which
+  the cluster refuses if another server claimed the id meanwhile) and goes on; a server never claims anew a shard
+  it once held, so it cannot take a shard back from its successor.
+- Reads are fenced by a lease (`coordinator.state.lease.ms`): a shard answers only while the cluster confirmed
+  its writer less than a lease ago (by a transaction, or else by a DescribeTransactions every few hundred ms),
+  and a new owner answers only a lease after its claim. The old owner's last confirmation was asked before the
+  claim, so its lease ends before the new owner's first answer.
+A fenced shard answers NOT_COORDINATOR and is not reloaded; a shard whose lease lapsed (the cluster is slow or out
+of reach) answers COORDINATOR_NOT_AVAILABLE until it is confirmed again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import dataclasses
 import logging
+import struct
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from coordinator.cluster.upstream import UpstreamError
+from coordinator.server.shards import ShardOwnedElsewhere
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from storage.log import CompactionResult, LogStats, Recovery
 
-from .cluster import UpstreamCluster, UpstreamTimeout
-from .records import decode_batches, encode_batch
+from .cluster import TRANSACTION, UpstreamCluster, UpstreamTimeout
+from .records import Aborted, Producer, batches_end, decode_batches, encode_batch
 
 log = logging.getLogger(__name__)
 
 EARLIEST, LATEST = -2, -1
+READ_COMMITTED = 1
 FETCH_MAX_BYTES = 16 << 20
 RETRY_PAUSE_S = 0.1
+# A transaction left open by a server that died is aborted by the cluster after this (a new owner's claim ends it
+# at once).
+TRANSACTION_TIMEOUT_MS = 60000
+# After a commit the cluster writes its markers before the id may begin another transaction: it answers
+# CONCURRENT_TRANSACTIONS meanwhile (a few ms), asked again after these pauses.
+CONCURRENT_PAUSES_S = (0.002, 0.005, 0.01, 0.02, 0.05)
+MAX_SEQUENCE = (1 << 31) - 1
+WARN_INTERVAL_S = 10.0
+RENEW_S = 3600.0  # a shard's transactional id is renewed after this long without a write
+FENCED = frozenset({ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch})
+TRANSACTION_RETRIABLE = frozenset(
+    {
+        ErrorCode.concurrent_transactions,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_not_available,
+    }
+)
 RETRIABLE = frozenset(
     {
         ErrorCode.not_leader_or_follower,
@@ -55,18 +97,80 @@ RETRIABLE = frozenset(
 
 
 class StateTopicError(RuntimeError):
-    """The state topic cannot be used (another partition count, no permission to create it)."""
+    """The state topic cannot be used (another partition count, no permission to create it), or the cluster
+    refused a request about it with `code`."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ShardFenced(ShardOwnedElsewhere, UpstreamError):
+    """Another server claimed the shard's transactional id: this one no longer writes or answers for it."""
+
+
+@dataclasses.dataclass(eq=False)
+class Writer:
+    """This server's hold on one shard: the transactional producer of its partition, and its lease (the module
+    doc). Times are time.monotonic()."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    lease_s: float
+    sequence: int = 0  # of the next record
+    # a transaction may be open, or its sequence is unsure: bump the epoch before the next one
+    dirty: bool = False
+    busy: bool = False  # a transaction or a bump is in flight (it confirms the lease itself)
+    fenced: bool = False
+    closed: bool = False
+    owned_until: float = 0.0
+    serve_from: float = 0.0
+    renewed_at: float = dataclasses.field(
+        default_factory=time.monotonic
+    )  # the id's last claim, bump or commit
+
+    def confirm(self, asked_at: float) -> None:
+        """The cluster took a request of ours at our epoch that was sent at `asked_at`."""
+        if not self.fenced:
+            self.owned_until = max(self.owned_until, asked_at + self.lease_s)
+
+    def refusal(self, now: float) -> ErrorCode | None:
+        """Why the shard may not answer now (None: it may)."""
+        if self.fenced:
+            return ErrorCode.not_coordinator
+        if now < self.serve_from:
+            return ErrorCode.coordinator_load_in_progress
+        if now >= self.owned_until:
+            return ErrorCode.coordinator_not_available
+        return None
 
 
 class StateTopic:
-    def __init__(self, cluster: UpstreamCluster, name: str, partitions: int) -> None:
+    def __init__(self, cluster: UpstreamCluster, name: str, partitions: int, lease_ms: int = 2000) -> None:
         self.cluster = cluster
         self.name = name
         self.partitions = partitions
+        self.lease_s = lease_ms / 1000
         self._leaders: dict[int, int] = {}
+        self._writers: dict[int, Writer] = {}  # the latest writer of each partition this server claimed
+        self._keeper: asyncio.Task[None] | None = None
+        self._warned = -WARN_INTERVAL_S
+        self._ensured = asyncio.Lock()
+        self._ensured_done = False
 
     async def ensure(self) -> None:
-        """Create the topic when it is missing; refuse one with another partition count."""
+        """Create the topic when it is missing; refuse one with another partition count, or a cluster without
+        the transactions the writers need."""
+        for api_key, low, name in (
+            (ApiKey.INIT_PRODUCER_ID, 3, "InitProducerId v3"),
+            (ApiKey.DESCRIBE_TRANSACTIONS, 0, "DescribeTransactions"),
+        ):
+            if self.cluster.versions.get(api_key, (0, -1))[1] < low:
+                raise StateTopicError(
+                    f"the upstream cluster does not serve {name} (Apache Kafka 3.0 or later does), which the "
+                    f"state topic's fenced writers need; set coordinator.state.topic= to keep the state on disk"
+                )
         deadline = time.monotonic() + self.cluster.timeout_s
         count = await self._refresh_leaders(deadline)
         if count is None:
@@ -147,7 +251,8 @@ class StateTopic:
                     return entry
                 if entry.error_code not in RETRIABLE:
                     raise StateTopicError(
-                        f"{self.name}-{partition}: the cluster answered error {entry.error_code} to api {api_key}"
+                        f"{self.name}-{partition}: the cluster answered error {entry.error_code} to api {api_key}",
+                        entry.error_code,
                     )
                 problem: Any = entry.error_code
             except (UpstreamError, OSError, TimeoutError) as exc:
@@ -158,13 +263,15 @@ class StateTopic:
             await asyncio.sleep(RETRY_PAUSE_S)
 
     async def offset(self, partition: int, timestamp: int) -> int:
+        """The partition's log start (EARLIEST) or last stable offset (LATEST: its end for a read_committed
+        reader)."""
         entry = await self._to_leader(
             partition,
             ApiKey.LIST_OFFSETS,
             7,
             {
                 "replica_id": -1,
-                "isolation_level": 0,
+                "isolation_level": READ_COMMITTED,
                 "topics": [
                     {
                         "name": self.name,
@@ -178,9 +285,10 @@ class StateTopic:
         return int(entry.offset)
 
     async def read(self, partition: int) -> list[tuple[int, bytes, bytes | None, int]]:
-        """Every record of the partition now, from its log start to its end."""
+        """Every committed record of the partition now, from its log start to its last stable offset."""
         start, end = await self.offset(partition, EARLIEST), await self.offset(partition, LATEST)
         out: list[tuple[int, bytes, bytes | None, int]] = []
+        aborted = Aborted()
         position = start
         while position < end:
             entry = await self._to_leader(
@@ -192,7 +300,7 @@ class StateTopic:
                     "max_wait": 0,
                     "min_bytes": 0,
                     "max_bytes": FETCH_MAX_BYTES,
-                    "isolation_level": 0,
+                    "isolation_level": READ_COMMITTED,
                     "session_id": 0,
                     "session_epoch": -1,
                     "topics": [
@@ -214,58 +322,369 @@ class StateTopic:
                     "rack_id": "",
                 },
             )
-            moved = False
-            for record in decode_batches(entry.records or b""):
-                if record[0] < position:
-                    continue  # a batch read from its start for a position inside it
-                out.append(record)
-                position = record[0] + 1
-                moved = True
-            if not moved:
-                if entry.records:
+            aborted.add((int(a.producer_id), int(a.first_offset)) for a in entry.aborted_transactions or ())
+            data = entry.records or b""
+            for record in decode_batches(data, aborted):
+                if record[0] >= end:
+                    break  # past the last stable offset when the read began: left for a later read
+                if record[0] >= position:  # (a batch is read from its start for a position inside it)
+                    out.append(record)
+            after = batches_end(data)  # past markers and aborted batches too, which give no record
+            if after is None or after <= position:
+                if data:
                     raise StateTopicError(f"{self.name}-{partition}: no progress at offset {position}")
                 break  # the end moved back (should not happen): take what there is
+            position = after
         return out
 
-    async def append(self, partition: int, entries: Sequence[tuple[bytes, bytes | None]]) -> int:
-        """Write entries with acks=all; the offset of the last one."""
-        batch = encode_batch(entries, int(time.time() * 1000))
-        entry = await self._to_leader(
-            partition,
-            ApiKey.PRODUCE,
-            9,
-            {
-                "transactional_id": None,
-                "acks": -1,
-                "timeout": int(self.cluster.timeout_s * 1000),
-                "topic_data": [
-                    {"name": self.name, "partition_data": [{"index": partition, "records": batch}]}
-                ],
-            },
+    # -- the shards' writers ---------------------------------------------------------------------------------
+
+    def transactional_id(self, partition: int) -> str:
+        return f"{self.name}-{partition}"
+
+    async def claim(self, partition: int) -> Writer:
+        """This server's writer of `partition`: claimed (which fences any other server's), or, when this server
+        held it before (a shard reloaded after a failure), taken on from its last writer by a bump that the
+        cluster refuses with ShardFenced if another server claimed it meanwhile."""
+        previous = self._writers.get(partition)
+        tid = self.transactional_id(partition)
+        if previous is not None and previous.fenced:
+            raise ShardFenced(f"state partition {partition}: another server claimed {tid!r}")
+        deadline = time.monotonic() + self.cluster.timeout_s
+        asked = time.monotonic()
+        if previous is None:
+            pid, epoch = await self._init(tid, -1, -1, deadline)
+            # A previous holder's lease has ended a lease after the claim. Epoch 0 is an id the cluster did not
+            # know: never claimed, or expired (transactional.id.expiration.ms) since its last holder died, as a
+            # live holder renews its id (_keep).
+            serve_from = time.monotonic() + self.lease_s if epoch > 0 else 0.0
+        else:
+            previous.closed = True
+            try:
+                pid, epoch = await self._init(tid, previous.producer_id, previous.epoch, deadline)
+            except ShardFenced:
+                self._fence(previous, partition)
+                raise
+            serve_from = 0.0  # this server held it all along
+        writer = Writer(tid, pid, epoch, self.lease_s, serve_from=serve_from)
+        writer.confirm(asked)
+        self._writers[partition] = writer
+        if self._keeper is None or self._keeper.done():
+            self._keeper = asyncio.get_running_loop().create_task(self._keep())
+        log.debug("state partition %d: writer %s at producer %d epoch %d", partition, tid, pid, epoch)
+        return writer
+
+    async def _init(self, tid: str, producer_id: int, epoch: int, deadline: float) -> tuple[int, int]:
+        """InitProducerId: a claim (producer_id -1) or a bump of our own epoch; (producer id, epoch)."""
+        for attempt in range(1 << 30):
+            answer = await self.cluster.ask_coordinator(
+                tid,
+                ApiKey.INIT_PRODUCER_ID,
+                4,
+                {
+                    "transactional_id": tid,
+                    "transaction_timeout": TRANSACTION_TIMEOUT_MS,
+                    "producer_id": producer_id,
+                    "producer_epoch": epoch,
+                },
+                key_type=TRANSACTION,
+                deadline=deadline,
+            )
+            code = answer.error_code
+            if code == ErrorCode.none:
+                return int(answer.producer_id), int(answer.producer_epoch)
+            if code in FENCED:
+                raise ShardFenced(f"another server claimed {tid!r}")
+            await self._pause_or_fail(tid, "InitProducerId", code, attempt, deadline)
+        raise AssertionError("unreachable")
+
+    async def _pause_or_fail(self, tid: str, what: str, code: int, attempt: int, deadline: float) -> None:
+        if code not in TRANSACTION_RETRIABLE:
+            raise StateTopicError(f"{tid}: the cluster answered error {code} to {what}", code)
+        if time.monotonic() >= deadline:
+            raise UpstreamTimeout(f"{tid}: {what} still answered error {code} at the timeout")
+        await asyncio.sleep(CONCURRENT_PAUSES_S[min(attempt, len(CONCURRENT_PAUSES_S) - 1)])
+
+    def _fence(self, writer: Writer, partition: int) -> None:
+        if not writer.fenced:
+            log.error(
+                "state partition %d: another server claimed %s; this server no longer answers for the shard",
+                partition,
+                writer.transactional_id,
+            )
+        writer.fenced = True
+        writer.owned_until = 0.0
+
+    async def append(
+        self, partition: int, entries: Sequence[tuple[bytes, bytes | None]], writer: Writer
+    ) -> int:
+        """Write entries in one transaction of `writer`, committed with acks=all; the offset of the last one.
+        Raises ShardFenced when another server claimed the shard."""
+        if writer.fenced:
+            raise ShardFenced(
+                f"state partition {partition}: another server claimed {writer.transactional_id!r}"
+            )
+        deadline = time.monotonic() + self.cluster.timeout_s
+        writer.busy = True
+        try:
+            if writer.dirty:
+                await self._bump(writer, deadline)
+            asked = time.monotonic()
+            await self._add_partition(writer, partition, deadline)
+            writer.dirty = True
+            if writer.sequence + len(entries) > MAX_SEQUENCE:
+                raise StateTopicError(f"state partition {partition}: the sequence wraps; bumping the epoch")
+            batch = encode_batch(
+                entries, int(time.time() * 1000), Producer(writer.producer_id, writer.epoch, writer.sequence)
+            )
+            entry = await self._to_leader(
+                partition,
+                ApiKey.PRODUCE,
+                9,
+                {
+                    "transactional_id": writer.transactional_id,
+                    "acks": -1,
+                    "timeout": int(self.cluster.timeout_s * 1000),
+                    "topic_data": [
+                        {"name": self.name, "partition_data": [{"index": partition, "records": batch}]}
+                    ],
+                },
+            )
+            writer.sequence += len(entries)
+            await self._end(writer, deadline)
+            writer.dirty = False
+            writer.confirm(asked)
+            writer.renewed_at = asked
+            return int(entry.base_offset) + len(entries) - 1
+        except ShardFenced:
+            self._fence(writer, partition)
+            raise
+        except StateTopicError as exc:
+            if exc.code in FENCED:
+                self._fence(writer, partition)
+                raise ShardFenced(str(exc)) from exc
+            raise
+        finally:
+            writer.busy = False
+
+    async def _bump(self, writer: Writer, deadline: float) -> None:
+        """Our own epoch bumped: an open transaction of ours aborted, the sequence back to 0."""
+        asked = time.monotonic()
+        writer.producer_id, writer.epoch = await self._init(
+            writer.transactional_id, writer.producer_id, writer.epoch, deadline
         )
-        return int(entry.base_offset) + len(entries) - 1
+        writer.sequence, writer.dirty = 0, False
+        writer.confirm(asked)
+        writer.renewed_at = asked
 
-    def opener(self) -> Callable[[int], Awaitable[TopicLog]]:
-        """`opener(partition)` for coordinator.server.shards: the topic is made sure of before the first log."""
-        ensured = asyncio.Lock()
-        done = [False]
+    async def _renew(self, partition: int, writer: Writer) -> None:
+        """Keep the id of a shard that writes nothing from expiring (the cluster forgets a transactional id
+        unused for transactional.id.expiration.ms, 7 days by default)."""
+        writer.busy = True
+        try:
+            await self._bump(writer, time.monotonic() + self.cluster.timeout_s)
+        except ShardFenced:
+            self._fence(writer, partition)
+        except Exception as exc:  # noqa: BLE001 - tried again at the next round
+            self._warn(exc)
+        finally:
+            writer.busy = False
 
-        async def open_log(partition: int) -> TopicLog:
-            async with ensured:
-                if not done[0]:
-                    await self.ensure()
-                    done[0] = True
-            return await self.open_log(partition)
+    async def _add_partition(self, writer: Writer, partition: int, deadline: float) -> None:
+        for attempt in range(1 << 30):
+            answer = await self.cluster.ask_coordinator(
+                writer.transactional_id,
+                ApiKey.ADD_PARTITIONS_TO_TXN,
+                3,
+                {
+                    "v3_and_below_transactional_id": writer.transactional_id,
+                    "v3_and_below_producer_id": writer.producer_id,
+                    "v3_and_below_producer_epoch": writer.epoch,
+                    "v3_and_below_topics": [{"name": self.name, "partitions": [partition]}],
+                },
+                key_type=TRANSACTION,
+                deadline=deadline,
+            )
+            codes = [
+                p.partition_error_code
+                for t in answer.results_by_topic_v3_and_below
+                for p in t.results_by_partition
+            ]
+            code = (
+                next((c for c in codes if c != ErrorCode.none), ErrorCode.none)
+                if codes
+                else ErrorCode.unknown_server_error
+            )
+            if code == ErrorCode.none:
+                return
+            if code in FENCED:
+                raise ShardFenced(f"another server claimed {writer.transactional_id!r}")
+            await self._pause_or_fail(writer.transactional_id, "AddPartitionsToTxn", code, attempt, deadline)
 
-        return open_log
+    async def _end(self, writer: Writer, deadline: float) -> None:
+        for attempt in range(1 << 30):
+            answer = await self.cluster.ask_coordinator(
+                writer.transactional_id,
+                ApiKey.END_TXN,
+                3,
+                {
+                    "transactional_id": writer.transactional_id,
+                    "producer_id": writer.producer_id,
+                    "producer_epoch": writer.epoch,
+                    "committed": True,
+                },
+                key_type=TRANSACTION,
+                deadline=deadline,
+            )
+            code = answer.error_code
+            if code == ErrorCode.none:
+                return
+            if code in FENCED:
+                raise ShardFenced(f"another server claimed {writer.transactional_id!r}")
+            await self._pause_or_fail(writer.transactional_id, "EndTxn", code, attempt, deadline)
+
+    async def _keep(self) -> None:
+        """Confirm the leases of writers that wrote nothing lately, with one DescribeTransactions per
+        transaction coordinator; a writer whose id has another epoch there was fenced."""
+        while True:
+            await asyncio.sleep(self.lease_s / 8)
+            now = time.monotonic()
+            for partition, writer in list(self._writers.items()):
+                if not (writer.fenced or writer.closed or writer.busy) and now - writer.renewed_at > RENEW_S:
+                    await self._renew(partition, writer)
+            due = {
+                partition: writer
+                for partition, writer in self._writers.items()
+                if not (writer.fenced or writer.closed or writer.busy)
+                and writer.owned_until - now < self.lease_s * 0.7
+            }
+            if not due:
+                continue
+            try:
+                await self._confirm(due)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - unconfirmed leases lapse; the next round asks again
+                self._warn(exc)
+
+    async def _confirm(self, due: dict[int, Writer]) -> None:
+        deadline = time.monotonic() + min(self.cluster.timeout_s, self.lease_s)
+        by_node: dict[int, list[tuple[int, Writer]]] = {}
+        for partition, writer in due.items():
+            node = await self.cluster.coordinator_of(writer.transactional_id, deadline, TRANSACTION)
+            by_node.setdefault(node, []).append((partition, writer))
+
+        async def ask(node: int, writers: list[tuple[int, Writer]]) -> None:
+            asked = time.monotonic()
+            held = {w.transactional_id: (w.producer_id, w.epoch) for _, w in writers}
+            states = await self.cluster.ask_node(
+                node,
+                ApiKey.DESCRIBE_TRANSACTIONS,
+                0,
+                {"transactional_ids": [w.transactional_id for _, w in writers]},
+                decode=_transaction_states,
+            )
+            for partition, writer in writers:
+                state = states.get(writer.transactional_id)
+                ours = (writer.producer_id, writer.epoch)
+                if state is None or writer.busy or writer.closed or ours != held[writer.transactional_id]:
+                    continue  # a bump of our own began meanwhile: its answer decides
+                code, producer_id, epoch = state
+                if code != ErrorCode.none:
+                    self.cluster.forget_coordinator(writer.transactional_id, TRANSACTION)
+                    continue
+                if (producer_id, epoch) == ours:
+                    writer.confirm(asked)
+                else:
+                    self._fence(writer, partition)
+
+        results = await asyncio.gather(*(ask(n, w) for n, w in by_node.items()), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result
+                self._warn(result)
+
+    def _warn(self, exc: BaseException) -> None:
+        """Confirming leases failed (at most one warning each WARN_INTERVAL_S: it is retried every round)."""
+        now = time.monotonic()
+        if now - self._warned >= WARN_INTERVAL_S:
+            self._warned = now
+            log.warning("confirming the state writers' leases failed (retrying): %r", exc)
+
+    async def close(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
+
+    async def __call__(self, partition: int) -> TopicLog:
+        """The log opener of coordinator.server.shards: the topic is made sure of before the first log."""
+        async with self._ensured:
+            if not self._ensured_done:
+                await self.ensure()
+                self._ensured_done = True
+        return await self.open_log(partition)
 
     async def open_log(self, partition: int) -> TopicLog:
+        """Claim the shard (its writer), then read what is committed in it (after the claim: nothing the
+        previous writer committed is missed, and what it left open is aborted)."""
         started = time.monotonic()
+        writer = await self.claim(partition)
         records = await self.read(partition)
         log.debug(
             "state partition %d: %d records in %.2fs", partition, len(records), time.monotonic() - started
         )
-        return TopicLog(self, partition, records)
+        return TopicLog(self, partition, records, writer)
+
+
+def _transaction_states(payload: bytes | memoryview) -> dict[str, tuple[int, int, int]]:
+    """A DescribeTransactions v0 answer (from after the correlation id): transactional id -> (error code,
+    producer id, epoch). Read here rather than by kio, which refuses the answer's start time of -1 (no transaction
+    open), the usual case for an idle shard."""
+    view = memoryview(payload)
+    at = 1 + 4  # the header's empty tagged fields; throttle_time_ms
+
+    def uvarint() -> int:
+        nonlocal at
+        value = shift = 0
+        while True:
+            byte = view[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def string() -> str:
+        nonlocal at
+        size = uvarint() - 1
+        text = bytes(view[at : at + max(size, 0)]).decode()
+        at += max(size, 0)
+        return text
+
+    def skip_tags() -> None:
+        nonlocal at
+        for _ in range(uvarint()):
+            uvarint()
+            at += uvarint()
+
+    out: dict[str, tuple[int, int, int]] = {}
+    for _ in range(uvarint() - 1):
+        (code,) = struct.unpack_from(">h", view, at)
+        at += 2
+        tid = string()
+        string()  # the state's name
+        at += 4 + 8  # timeout, start time
+        producer_id, epoch = struct.unpack_from(">qh", view, at)
+        at += 10
+        for _ in range(uvarint() - 1):  # topics: name, partitions, tags
+            string()
+            at += 4 * (uvarint() - 1)
+            skip_tags()
+        skip_tags()
+        out[tid] = (code, producer_id, epoch)
+    return out
 
 
 def _partition_entry(answer: Any, partition: int) -> Any:
@@ -291,10 +710,15 @@ class TopicLog:
     compacts_itself = True
 
     def __init__(
-        self, topic: StateTopic, partition: int, records: list[tuple[int, bytes, bytes | None, int]]
+        self,
+        topic: StateTopic,
+        partition: int,
+        records: list[tuple[int, bytes, bytes | None, int]],
+        writer: Writer,
     ):
         self._topic = topic
         self._partition = partition
+        self.lease = writer  # coordinator.server.shards asks it whether the shard may answer
         self._records: list[tuple[int, bytes, bytes | None, int]] | None = records
         size = sum(len(k) + len(v or b"") for _, k, v, _ in records)
         self.recovery = Recovery(segments=0, entries=len(records), bytes=size)
@@ -346,7 +770,7 @@ class TopicLog:
                 continue
             batch = [entry for entries, _ in live for entry in entries]
             try:
-                last = await self._topic.append(self._partition, batch)
+                last = await self._topic.append(self._partition, batch, self.lease)
             except asyncio.CancelledError:
                 for _, future in live:
                     if not future.done():
@@ -390,6 +814,7 @@ class TopicLog:
     def close(self, timeout: float | None = None) -> None:
         """Stop writing (any thread: a shard closes its log in a worker thread)."""
         self._closed = True
+        self.lease.closed = True
         self._loop.call_soon_threadsafe(self._writer.cancel)
 
     def abandon(self, compaction_wait_s: float = 1.0) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -125,9 +126,12 @@ class GroupCoordinatorService:
         if shard is None or self.shards.unloaded:
             return ErrorCode.not_coordinator
         if shard.serving:
-            return None
+            lease = shard.lease
+            return None if lease is None else lease.refusal(time.monotonic())
         if shard.state is ShardState.FAILED:
             return ErrorCode.coordinator_not_available
+        if shard.state is ShardState.FENCED:
+            return ErrorCode.not_coordinator
         return ErrorCode.coordinator_load_in_progress
 
     async def call(

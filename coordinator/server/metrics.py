@@ -215,7 +215,7 @@ def _error_in(obj: Any, depth: int, budget: list[int]) -> int | None:
 class ShardCollector(Collector):
     """The group shards' health, read at scrape time (coordinator.server.shards.Shards)."""
 
-    STATES = ("loading", "active", "stalled", "failed")
+    STATES = ("loading", "active", "stalled", "failed", "fenced")
 
     def __init__(self, shards: Any) -> None:
         self._shards = shards
@@ -226,7 +226,7 @@ class ShardCollector(Collector):
         shards = GaugeMetricFamily(
             "kafka_group_coordinator_group_shards",
             "Group shards this server owns, by state (stalled: its log fails or times out; "
-            "failed: given up and reloading).",
+            "failed: given up and reloading; fenced: claimed by another server on the state topic).",
             labels=["state"],
         )
         counts = dict.fromkeys(self.STATES, 0)

@@ -18,6 +18,10 @@ machine is dropped, its log abandoned (the writer may be stuck in a fsync) and t
 on disk, answering COORDINATOR_LOAD_IN_PROGRESS meanwhile. Reloading also makes memory agree with the disk again
 about writes that timed out but landed later.
 
+A shard whose log lives on the upstream cluster's state topic (coordinator.front.state) has a lease there: it answers
+only while its log says so (`lease.refusal`), and once another server has claimed it (ShardOwnedElsewhere, or its
+lease says fenced) it is FENCED: dropped, not reloaded, answering NOT_COORDINATOR.
+
 Shutdown (`unload`) is Kafka's unload of every shard: parked JoinGroup and SyncGroup answers go out at once
 (NOT_COORDINATOR) instead of holding the shutdown until their rebalance ends.
 """
@@ -66,6 +70,11 @@ class ShardState(enum.Enum):
     ACTIVE = "active"
     STALLED = "stalled"  # its log fails or times out; requests get a retriable error
     FAILED = "failed"  # given up; being reloaded from its log
+    FENCED = "fenced"  # another server claimed it; not reloaded
+
+
+class ShardOwnedElsewhere(Exception):
+    """Opening or writing a shard's log found that another server claimed the shard."""
 
 
 class Shard:
@@ -95,10 +104,17 @@ class Shard:
         self.state = ShardState.LOADING
         self.load_stats: dict[str, Any] = {}
         self.compaction: asyncio.Future[Any] | None = None
+        # The log's lease on the shard (a state topic's writer): `.refusal(time.monotonic())` says why the shard
+        # may not answer now, `.fenced` whether another server claimed it. None: the shard is this server's.
+        self.lease: Any = None
 
     @property
     def serving(self) -> bool:
         return self.loaded and self.state in (ShardState.ACTIVE, ShardState.STALLED)
+
+    @property
+    def fenced(self) -> bool:
+        return self.lease is not None and self.lease.fenced
 
     async def load(self) -> None:
         started = time.monotonic()
@@ -110,6 +126,7 @@ class Shard:
                 opened.close()
                 raise
             self.runtime.log = opened
+            self.lease = getattr(opened, "lease", None)
             self.load_stats = {"records": count, "bytes": opened.recovery.bytes}
         elif self.directory is not None:
             directory = self.directory
@@ -260,8 +277,13 @@ class Shards:
     @property
     def ready(self) -> bool:
         # A stalled shard still answers (with retriable errors) and may recover by itself; a failed or loading
-        # one does not answer at all.
-        return self.loaded and all(s.serving for s in self.by_index.values())
+        # one does not answer at all, nor does one claimed a moment ago (its lease begins later) or by another
+        # server.
+        now = time.monotonic()
+        return self.loaded and all(
+            s.serving and (s.lease is None or (not s.lease.fenced and s.lease.serve_from <= now))
+            for s in self.by_index.values()
+        )
 
     def logs(self) -> list[Any]:
         return [s.runtime.log for s in self.by_index.values() if s.runtime.log is not None]
@@ -274,7 +296,9 @@ class Shards:
         self._load_task = asyncio.create_task(self._load())
         # A small log loads in well under a second: wait for it before the listener opens, so a fresh server is
         # ready when it says it is listening. A big one goes on loading while clients get LOAD_IN_PROGRESS.
-        await asyncio.wait({self._load_task}, timeout=QUICK_LOAD_WAIT_S)
+        # Shards held under a lease (a state topic's) also wait for it to begin.
+        lease_s = getattr(self.log_opener, "lease_s", 0.0)
+        await asyncio.wait({self._load_task}, timeout=QUICK_LOAD_WAIT_S + lease_s)
         if self._load_task.done() and self._load_task.exception() is not None:
             raise self._load_task.exception()  # type: ignore[misc]
 
@@ -308,14 +332,28 @@ class Shards:
         tasks = [t for t in (self._load_task, *self._reloads.values(), *self._tasks) if t is not None]
         await cancel_and_wait(tasks, "closing the group shards' loads and compactions")
         await asyncio.gather(
-            *(shard.close() for shard in self.by_index.values() if shard.state is not ShardState.FAILED),
+            *(
+                shard.close()
+                for shard in self.by_index.values()
+                if shard.state not in (ShardState.FAILED, ShardState.FENCED)
+            ),
             return_exceptions=True,
         )
+        close_opener = getattr(self.log_opener, "close", None)  # the state topic's lease keeper
+        if close_opener is not None:
+            await close_opener()
 
     async def _load(self) -> None:
         started = time.monotonic()
-        for shard in self.by_index.values():
-            await shard.load()
+        if self.log_opener is None:
+            for shard in self.by_index.values():
+                await shard.load()
+        else:  # logs on the cluster: their claims and reads are round trips, made side by side
+            await asyncio.gather(*(shard.load() for shard in self.by_index.values()))
+        # Shards claimed from another server answer once that server's lease has ended.
+        begins = max((s.lease.serve_from for s in self.by_index.values() if s.lease is not None), default=0.0)
+        if begins > time.monotonic():
+            await asyncio.sleep(begins - time.monotonic())
         elapsed = time.monotonic() - started
         self.load_stats = {
             "shards": len(self.by_index),
@@ -344,7 +382,10 @@ class Shards:
         while True:
             await asyncio.sleep(MONITOR_INTERVAL_S)
             for index, shard in list(self.by_index.items()):
-                if not shard.loaded or shard.state is ShardState.FAILED:
+                if not shard.loaded or shard.state in (ShardState.FAILED, ShardState.FENCED):
+                    continue
+                if shard.fenced:
+                    self._fence(index)
                     continue
                 stalled_for = shard.runtime.stalled_for()
                 if stalled_for == 0.0:
@@ -372,6 +413,14 @@ class Shards:
         self.by_index[index] = fresh
         self._reloads[index] = asyncio.create_task(self._reload(fresh))
 
+    def _fence(self, index: int) -> None:
+        """Another server claimed the shard: drop it for good (its requests get NOT_COORDINATOR)."""
+        log.error("group shard %d: another server claimed it; no longer answering for its groups", index)
+        self.by_index[index].abandon()
+        fresh = self._new_shard(index)  # empty: what the old one held is no longer this server's to show
+        fresh.state = ShardState.FENCED
+        self.by_index[index] = fresh
+
     async def _reload(self, shard: Shard) -> None:
         try:
             while True:
@@ -381,6 +430,10 @@ class Shards:
                         await shard.load()
                 except asyncio.CancelledError:
                     raise
+                except ShardOwnedElsewhere:
+                    log.error("group shard %d: another server claimed it; not reloading it", shard.index)
+                    shard.state = ShardState.FENCED
+                    return
                 except Exception as exc:
                     shard.state = ShardState.FAILED
                     log.error(

@@ -251,3 +251,81 @@ def test_a_connection_goes_back_to_its_broker_once_that_broker_is_back():
     stand_in.idle = True  # answered: the next request goes to node 2 itself
     own = plane.route(ctx)
     assert own.node == 2 and stand_in.closed and plane.route(ctx) is own
+
+
+def _control_batch(base: int, producer_id: int, abort: bool) -> bytes:
+    """A transaction marker as a broker writes it: a control batch of one record whose key is version 0 and
+    type 0 (abort) or 1 (commit)."""
+    import struct
+
+    from crc32c import crc32c
+
+    from coordinator.front.records import Producer, encode_batch
+
+    key = struct.pack(">hh", 0, 0 if abort else 1)
+    batch = bytearray(encode_batch([(key, b"\x00\x00\x00\x00\x00\x00")], 0, Producer(producer_id, 0, -1)))
+    batch[0:8] = base.to_bytes(8, "big")
+    struct.pack_into(">h", batch, 21, 0x30)  # transactional, control
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[21:]))
+    return bytes(batch)
+
+
+def _at(batch: bytes, base: int) -> bytes:
+    return base.to_bytes(8, "big") + batch[8:]
+
+
+def test_a_read_committed_read_leaves_out_aborted_transactions():
+    """Records of aborted transactions are left out from the transaction's first offset to its producer's abort
+    marker (as listed by Fetch answers, across several), committed ones are kept, markers give no record, and
+    batches_end steps past all of them."""
+    from coordinator.front.records import Aborted, Producer, batches_end, decode_batches, encode_batch
+
+    def txn(base: int, pid: int, key: bytes) -> bytes:
+        return _at(encode_batch([(key, b"v")], 5, Producer(pid, 0, 0)), base)
+
+    first = txn(0, 7, b"committed") + _control_batch(1, 7, abort=False) + txn(2, 8, b"aborted")
+    second = (
+        txn(3, 7, b"committed-2")
+        + _control_batch(4, 8, abort=True)
+        + _control_batch(5, 7, abort=False)
+        + txn(6, 8, b"after-abort")
+    )
+    aborted = Aborted()
+    aborted.add([(8, 2)])
+    keys = [r[1] for r in decode_batches(first, aborted)]
+    aborted.add([(8, 2)])  # listed again by the next Fetch: not twice
+    keys += [r[1] for r in decode_batches(second, aborted)]
+    assert keys == [b"committed", b"committed-2", b"after-abort"]
+    assert batches_end(first) == 3 and batches_end(second) == 7
+    assert batches_end(first[:20]) is None
+    # A transaction compacted down to its marker ends there: the producer's next one is not left out.
+    aborted = Aborted()
+    aborted.add([(8, 0)])
+    compacted = _control_batch(1, 8, abort=True) + txn(2, 8, b"next")
+    assert [r[1] for r in decode_batches(compacted, aborted)] == [b"next"]
+
+
+def test_describe_transactions_answer_with_no_transaction_open():
+    """DescribeTransactions v0 as a broker answers it for an idle id (start time -1, which kio refuses)."""
+    import struct
+
+    from coordinator.front.state import _transaction_states
+
+    def string(text: str) -> bytes:
+        return bytes([len(text) + 1]) + text.encode()
+
+    state = (
+        struct.pack(">h", 0)
+        + string("state-3")
+        + string("Empty")
+        + struct.pack(">iqqh", 60000, -1, 1004, 7)
+        + bytes([2])  # one topic
+        + string("t")
+        + bytes([3])
+        + struct.pack(">ii", 0, 1)
+        + b"\x00"  # topic's tags
+        + b"\x00"  # state's tags
+    )
+    fenced = struct.pack(">h", 105) + string("state-4") + string("") + struct.pack(">iqqh", 0, -1, -1, -1)
+    payload = b"\x00" + struct.pack(">i", 0) + bytes([3]) + state + fenced + b"\x01\x00" + b"\x00"
+    assert _transaction_states(payload) == {"state-3": (0, 1004, 7), "state-4": (105, -1, -1)}

@@ -220,3 +220,102 @@ async def test_a_group_waits_only_for_its_own_group_metadata_writes(make):
     assert time.monotonic() - t0 < COMMIT_TIMEOUT_MS / 1000 / 2  # not held until the other write times out
     h.fs.release_fsyncs()
     await asyncio.wait_for(joining, COMMIT_TIMEOUT_MS / 1000 + 2)
+
+
+class _LeasedLog:
+    """A shard log held under a lease, as a state topic's TopicLog is (coordinator.front.state): in memory, every
+    append acknowledged at once."""
+
+    compacts_itself = True
+
+    def __init__(self, lease: Any) -> None:
+        from storage.log import Recovery
+
+        self.lease = lease
+        self.recovery = Recovery(segments=0, entries=0, bytes=0)
+        self.entries: list[tuple[bytes, bytes | None]] = []
+
+    def replay(self, progress: Any = None) -> Any:
+        return iter(())
+
+    def append(self, entries: Any, timestamp_ms: int | None = None) -> asyncio.Future[int]:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.entries.extend(entries)
+        future.set_result(len(self.entries) - 1)
+        return future
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+    def abandon(self, compaction_wait_s: float = 1.0) -> None:
+        pass
+
+
+async def test_a_shard_on_a_lease_answers_only_inside_it_and_not_at_all_once_fenced():
+    """A shard whose log is held under a lease (a state topic's writer): it answers from the lease's start, not
+    after it lapses (COORDINATOR_NOT_AVAILABLE, until confirmed again), and once another server claimed it, never:
+    NOT_COORDINATOR, not ready, its groups no longer shown; the other shards go on."""
+    from coordinator.front.state import ShardFenced, Writer
+
+    lease_s = 0.3
+    writers: dict[int, Writer] = {}
+    claims: list[int] = []
+
+    async def opener(index: int) -> _LeasedLog:
+        claims.append(index)
+        if index in writers and writers[index].fenced:
+            raise ShardFenced("claimed elsewhere")
+        now = time.monotonic()
+        writer = Writer(f"state-{index}", 1, 0, lease_s, serve_from=now + lease_s)
+        writer.confirm(now)
+        writers[index] = writer
+        return _LeasedLog(writer)
+
+    h = Shard("", FaultFS(MemFS()), **{"offsets.topic.num.partitions": 2})
+    h.part = GroupCoordinatorService(Shards(h.config, None, log_opener=opener))
+    h.table = type(h.table)()
+    h.part.register(h.table)
+    started = time.monotonic()
+    await h.start()
+    try:
+        fenced_group, other_group = groups_in(0, 2)[0], groups_in(1, 2)[0]
+        # Loading ends once the lease begins: the previous holder's has ended by then.
+        assert time.monotonic() - started >= lease_s and h.part.ready
+        writers[0].serve_from = time.monotonic() + 60
+        assert await h.commit(fenced_group, {P0: 1}) == {P0: ErrorCode.coordinator_load_in_progress}
+        assert not h.part.ready
+        writers[0].serve_from = 0.0
+        for writer in writers.values():
+            writer.confirm(time.monotonic())
+        assert h.part.ready
+        assert await h.commit(fenced_group, {P0: 1}) == {P0: ErrorCode.none}
+        assert await h.commit(other_group, {P0: 2}) == {P0: ErrorCode.none}
+        assert fenced_group in h.part.shards.view.groups
+
+        # Unconfirmed past the lease: no answer, reads included, until the cluster confirms it again.
+        writers[0].owned_until = time.monotonic()
+        described = await h.call(
+            DESCRIBE_GROUPS, 5, groups=[fenced_group], include_authorized_operations=False
+        )
+        assert described.groups[0].error_code == ErrorCode.coordinator_not_available
+        writers[0].confirm(time.monotonic())
+        described = await h.call(
+            DESCRIBE_GROUPS, 5, groups=[fenced_group], include_authorized_operations=False
+        )
+        assert described.groups[0].error_code == ErrorCode.none
+
+        # Claimed by another server: NOT_COORDINATOR at once, then dropped for good (not reloaded).
+        writers[0].fenced = True
+        assert await h.commit(fenced_group, {P0: 3}) == {P0: ErrorCode.not_coordinator}
+        await _wait_for(lambda: h.part.shards.status().get("fenced") == [0], 2, "the shard to be fenced")
+        assert not h.part.ready
+        assert fenced_group not in h.part.shards.view.groups
+        described = await h.call(
+            DESCRIBE_GROUPS, 5, groups=[fenced_group, other_group], include_authorized_operations=False
+        )
+        assert [g.error_code for g in described.groups] == [ErrorCode.not_coordinator, ErrorCode.none]
+        assert await h.commit(other_group, {P0: 4}) == {P0: ErrorCode.none}
+        await asyncio.sleep(0.5)
+        assert claims == [0, 1]  # never reloaded
+    finally:
+        await h.part.close()
