@@ -8,9 +8,15 @@ from a shard's memory), nothing it acknowledged is lost, and it says it is not r
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
 import time
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +126,152 @@ def test_a_second_server_on_the_state_topic_fences_the_first(server_factory, kaf
         time.sleep(0.2)
     assert "another server claimed" in old.output()
     assert [_offsets(new, g) for g in groups] == [{(topic, 0): 200 + i} for i in range(len(groups))]
+
+
+CUT_UID = (
+    54321  # the old server runs as this user, so that iptables can cut it (only it) off from the cluster
+)
+
+
+class _Cut:
+    """iptables rules that drop what processes of CUT_UID send to the cluster's brokers (a network partition of
+    one server from the cluster, its clients still reaching it); removed on exit."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.rules = [
+            [
+                "OUTPUT",
+                "-m",
+                "owner",
+                "--uid-owner",
+                str(CUT_UID),
+                "-p",
+                "tcp",
+                "-d",
+                "127.0.0.1",
+                "--dport",
+                str(p),
+            ]
+            + ["-j", "DROP"]
+            for p in ports
+        ]
+        self.active = False
+
+    def cut(self) -> None:
+        for rule in self.rules:
+            subprocess.run(["iptables", "-A", *rule], check=True, capture_output=True)
+        self.active = True
+
+    def heal(self) -> None:
+        if self.active:
+            for rule in self.rules:
+                subprocess.run(["iptables", "-D", *rule], check=False, capture_output=True)
+        self.active = False
+
+
+def _can_cut() -> str | None:
+    if os.geteuid() != 0:
+        return "not root"
+    if shutil.which("iptables") is None or shutil.which("setpriv") is None:
+        return "no iptables or setpriv"
+    probe = ["OUTPUT", "-m", "owner", "--uid-owner", str(CUT_UID), "-p", "tcp", "--dport", "1", "-j", "DROP"]
+    added = subprocess.run(["iptables", "-A", *probe], capture_output=True, text=True)
+    if added.returncode != 0:
+        return f"iptables refuses an owner rule: {added.stderr.strip()}"
+    subprocess.run(["iptables", "-D", *probe], capture_output=True)
+    return None
+
+
+def test_a_server_cut_off_from_the_cluster_stops_answering_before_its_successor_starts(
+    server_factory, kafka_cluster, tmp_path, request
+):
+    """A network partition of the old server from the cluster (its clients still reach it): its lease lapses, so
+    it stops answering (reads included) before the new server, started meanwhile on the same state topic, answers
+    at all; healed, it finds out that it was fenced and stays out (NOT_COORDINATOR, not ready), and the new server
+    goes on with everything acknowledged."""
+    why = _can_cut()
+    if why is not None:
+        pytest.skip(f"cannot cut one process off from the cluster here: {why}")
+    from tests.support.kafka_cluster import NODE_IDS
+    from tests.support.server import start_server
+
+    state_topic = f"kgc-partition-{uuid.uuid4().hex[:8]}"
+    settings = {
+        "upstream.bootstrap.servers": kafka_cluster.bootstrap,
+        "coordinator.state.topic": state_topic,
+        "offsets.topic.num.partitions": SHARDS,
+        "coordinator.state.lease.ms": 1500,
+        "upstream.request.timeout.ms": 3000,
+    }
+    data_dir = Path(tempfile.mkdtemp(prefix="kgc-cut-"))  # pytest's own tmp is root's alone
+    os.chown(data_dir, CUT_UID, CUT_UID)
+    old = start_server(
+        tmp_path / "old",
+        settings,
+        data_dir=data_dir,
+        prefix=["setpriv", f"--reuid={CUT_UID}", f"--regid={CUT_UID}", "--clear-groups"],
+    )
+    server_factory.started.append(old)
+    request.addfinalizer(lambda: shutil.rmtree(data_dir, ignore_errors=True))
+    _wait_ready(old)
+    topic = f"front-partition-{uuid.uuid4().hex[:6]}"
+    create_replicated_topic(old.bootstrap, topic, 1)
+    groups = [f"front-partition-{i}" for i in range(12)]
+    with _client(old) as c:
+        for i, group in enumerate(groups):
+            assert _commit(c, group, topic, 100 + i) == 0, old.output()
+
+    cut = _Cut([kafka_cluster.ports[n] for n in NODE_IDS])
+    # The old server's answers, watched from the cut on: (time, every group answered).
+    answered: list[tuple[float, bool]] = []
+    watching = threading.Event()
+
+    def watch() -> None:
+        with _client(old) as c:
+            while not watching.is_set():
+                codes = [code for code, _ in _describe(c, groups)]
+                answered.append((time.monotonic(), any(code == 0 for code in codes)))
+                time.sleep(0.05)
+
+    try:
+        cut.cut()
+        cut_at = time.monotonic()
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        new = server_factory(settings)
+        with _client(new) as c:
+            while True:  # the new server's first answer
+                described = _describe(c, groups)
+                if all(code == 0 for code, _ in described):
+                    first_answer = time.monotonic()
+                    break
+                assert all(code in REFUSED for code, _ in described), described
+                assert time.monotonic() - cut_at < 60, new.output()
+                time.sleep(0.02)
+            assert described == [(0, "Empty")] * len(groups)
+            assert [_offsets(new, g) for g in groups] == [{(topic, 0): 100 + i} for i in range(len(groups))]
+        time.sleep(0.5)
+        watching.set()
+        watcher.join(10)
+        last_answer = max((at for at, ok in answered if ok), default=cut_at)
+        print(
+            f"\nold server last answered {last_answer - cut_at:.2f}s after the cut; new first answered {first_answer - cut_at:.2f}s after it"
+        )
+        assert last_answer < first_answer, (last_answer - cut_at, first_answer - cut_at, old.output())
+        assert last_answer - cut_at < 1.5 + 0.5, "the old server answered for longer than its lease"
+    finally:
+        cut.heal()
+
+    # Healed: the old server learns that it was fenced and stays out; the new one goes on.
+    deadline = time.monotonic() + 30
+    while True:
+        with _client(old) as c:
+            described = _describe(c, groups)
+        if not readyz(old.admin_url) and all(code == NOT_COORDINATOR for code, _ in described):
+            break
+        assert time.monotonic() < deadline, (described, old.output())
+        time.sleep(0.2)
+    with _client(new) as c:
+        for i, group in enumerate(groups):
+            assert _commit(c, group, topic, 300 + i) == 0
+    assert [_offsets(new, g) for g in groups] == [{(topic, 0): 300 + i} for i in range(len(groups))]

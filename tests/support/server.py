@@ -174,9 +174,11 @@ def start_server(
     data_dir: Path | None = None,
     extra_args: list[str] | None = None,
     ready_timeout: float = READY_TIMEOUT_S,
+    prefix: list[str] | None = None,
 ) -> ServerProcess:
     """Start the server with a fresh data dir under `run_dir` (or the given `data_dir`, e.g. to restart on an
-    existing log); return once it printed its listening line."""
+    existing log); return once it printed its listening line. `prefix`: a command that runs it (e.g. setpriv, to
+    run it as another user)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     data_dir = Path(data_dir) if data_dir is not None else run_dir / "data"
@@ -186,7 +188,7 @@ def start_server(
         if isinstance(value, bool):
             value = "true" if value else "false"
         merged[name] = str(value)
-    cmd = serve_command(0, data_dir, merged) + (extra_args or [])
+    cmd = (prefix or []) + serve_command(0, data_dir, merged) + (extra_args or [])
     stdout_path = run_dir / "server.stdout"
     stderr_path = run_dir / "server.stderr"
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
