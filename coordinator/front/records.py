@@ -76,12 +76,8 @@ def encode_batch(
     count = len(entries)
     pid, epoch, sequence, attributes = -1, -1, -1, 0
     if producer is not None:
-        pid, epoch, sequence, attributes = (
-            producer.producer_id,
-            producer.epoch,
-            producer.sequence,
-            _TRANSACTIONAL,
-        )
+        pid, epoch, sequence = producer.producer_id, producer.epoch, producer.sequence
+        attributes = _TRANSACTIONAL
     header = _HEADER.pack(
         0, _HEADER.size - _LOG_OVERHEAD + len(records), -1, 2, 0, attributes, count - 1, timestamp_ms,
         timestamp_ms, pid, epoch, sequence, count,

@@ -561,7 +561,8 @@ class StateTopic:
             if not due:
                 continue
             try:
-                await self._confirm(due)
+                async with asyncio.timeout(self.lease_s):  # an answer later than that confirms nothing
+                    await self._confirm(due)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - unconfirmed leases lapse; the next round asks again
