@@ -42,7 +42,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import logging
-import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -54,7 +53,7 @@ from protocol.errors import ErrorCode
 from storage.log import CompactionResult, LogStats, Recovery
 
 from .cluster import TRANSACTION, UpstreamCluster, UpstreamTimeout
-from .records import Aborted, Producer, batches_end, decode_batches, encode_batch
+from .records import Aborted, Producer, batches_end, decode_batches, encode_batch, transaction_states
 
 log = logging.getLogger(__name__)
 
@@ -376,34 +375,49 @@ class StateTopic:
 
     async def _init(self, tid: str, producer_id: int, epoch: int, deadline: float) -> tuple[int, int]:
         """InitProducerId: a claim (producer_id -1) or a bump of our own epoch; (producer id, epoch)."""
-        for attempt in range(1 << 30):
+        answer = await self._transaction_request(
+            tid,
+            ApiKey.INIT_PRODUCER_ID,
+            4,
+            {
+                "transactional_id": tid,
+                "transaction_timeout": TRANSACTION_TIMEOUT_MS,
+                "producer_id": producer_id,
+                "producer_epoch": epoch,
+            },
+            lambda answer: answer.error_code,
+            deadline,
+        )
+        return int(answer.producer_id), int(answer.producer_epoch)
+
+    async def _transaction_request(
+        self,
+        tid: str,
+        api_key: int,
+        newest: int,
+        body: dict[str, Any],
+        code_of: Callable[[Any], int],
+        deadline: float,
+    ) -> Any:
+        """A request to `tid`'s transaction coordinator, asked again while it answers a retriable error (the
+        markers of the last commit still being written, a coordinator moving); its answer. Raises ShardFenced,
+        StateTopicError, UpstreamTimeout."""
+        attempt = 0
+        while True:
             answer = await self.cluster.ask_coordinator(
-                tid,
-                ApiKey.INIT_PRODUCER_ID,
-                4,
-                {
-                    "transactional_id": tid,
-                    "transaction_timeout": TRANSACTION_TIMEOUT_MS,
-                    "producer_id": producer_id,
-                    "producer_epoch": epoch,
-                },
-                key_type=TRANSACTION,
-                deadline=deadline,
+                tid, api_key, newest, body, key_type=TRANSACTION, deadline=deadline
             )
-            code = answer.error_code
+            code = code_of(answer)
             if code == ErrorCode.none:
-                return int(answer.producer_id), int(answer.producer_epoch)
+                return answer
             if code in FENCED:
                 raise ShardFenced(f"another server claimed {tid!r}")
-            await self._pause_or_fail(tid, "InitProducerId", code, attempt, deadline)
-        raise AssertionError("unreachable")
-
-    async def _pause_or_fail(self, tid: str, what: str, code: int, attempt: int, deadline: float) -> None:
-        if code not in TRANSACTION_RETRIABLE:
-            raise StateTopicError(f"{tid}: the cluster answered error {code} to {what}", code)
-        if time.monotonic() >= deadline:
-            raise UpstreamTimeout(f"{tid}: {what} still answered error {code} at the timeout")
-        await asyncio.sleep(CONCURRENT_PAUSES_S[min(attempt, len(CONCURRENT_PAUSES_S) - 1)])
+            if code not in TRANSACTION_RETRIABLE:
+                raise StateTopicError(f"{tid}: the cluster answered error {code} to api {api_key}", code)
+            if time.monotonic() >= deadline:
+                raise UpstreamTimeout(f"{tid}: api {api_key} still answered error {code} at the timeout")
+            await asyncio.sleep(CONCURRENT_PAUSES_S[min(attempt, len(CONCURRENT_PAUSES_S) - 1)])
+            attempt += 1
 
     def _fence(self, writer: Writer, partition: int) -> None:
         if not writer.fenced:
@@ -491,57 +505,43 @@ class StateTopic:
             writer.busy = False
 
     async def _add_partition(self, writer: Writer, partition: int, deadline: float) -> None:
-        for attempt in range(1 << 30):
-            answer = await self.cluster.ask_coordinator(
-                writer.transactional_id,
-                ApiKey.ADD_PARTITIONS_TO_TXN,
-                3,
-                {
-                    "v3_and_below_transactional_id": writer.transactional_id,
-                    "v3_and_below_producer_id": writer.producer_id,
-                    "v3_and_below_producer_epoch": writer.epoch,
-                    "v3_and_below_topics": [{"name": self.name, "partitions": [partition]}],
-                },
-                key_type=TRANSACTION,
-                deadline=deadline,
-            )
+        def code_of(answer: Any) -> int:
             codes = [
                 p.partition_error_code
                 for t in answer.results_by_topic_v3_and_below
                 for p in t.results_by_partition
             ]
-            code = (
-                next((c for c in codes if c != ErrorCode.none), ErrorCode.none)
-                if codes
-                else ErrorCode.unknown_server_error
-            )
-            if code == ErrorCode.none:
-                return
-            if code in FENCED:
-                raise ShardFenced(f"another server claimed {writer.transactional_id!r}")
-            await self._pause_or_fail(writer.transactional_id, "AddPartitionsToTxn", code, attempt, deadline)
+            return next((c for c in codes if c != ErrorCode.none), ErrorCode.none if codes else -1)
+
+        await self._transaction_request(
+            writer.transactional_id,
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            3,
+            {
+                "v3_and_below_transactional_id": writer.transactional_id,
+                "v3_and_below_producer_id": writer.producer_id,
+                "v3_and_below_producer_epoch": writer.epoch,
+                "v3_and_below_topics": [{"name": self.name, "partitions": [partition]}],
+            },
+            code_of,
+            deadline,
+        )
 
     async def _end(self, writer: Writer, deadline: float) -> None:
-        for attempt in range(1 << 30):
-            answer = await self.cluster.ask_coordinator(
-                writer.transactional_id,
-                ApiKey.END_TXN,
-                3,
-                {
-                    "transactional_id": writer.transactional_id,
-                    "producer_id": writer.producer_id,
-                    "producer_epoch": writer.epoch,
-                    "committed": True,
-                },
-                key_type=TRANSACTION,
-                deadline=deadline,
-            )
-            code = answer.error_code
-            if code == ErrorCode.none:
-                return
-            if code in FENCED:
-                raise ShardFenced(f"another server claimed {writer.transactional_id!r}")
-            await self._pause_or_fail(writer.transactional_id, "EndTxn", code, attempt, deadline)
+        """EndTxn: our transaction committed."""
+        await self._transaction_request(
+            writer.transactional_id,
+            ApiKey.END_TXN,
+            3,
+            {
+                "transactional_id": writer.transactional_id,
+                "producer_id": writer.producer_id,
+                "producer_epoch": writer.epoch,
+                "committed": True,
+            },
+            lambda answer: answer.error_code,
+            deadline,
+        )
 
     async def _keep(self) -> None:
         """Confirm the leases of writers that wrote nothing lately, with one DescribeTransactions per
@@ -583,7 +583,7 @@ class StateTopic:
                 ApiKey.DESCRIBE_TRANSACTIONS,
                 0,
                 {"transactional_ids": [w.transactional_id for _, w in writers]},
-                decode=_transaction_states,
+                decode=transaction_states,
             )
             for partition, writer in writers:
                 state = states.get(writer.transactional_id)
@@ -637,55 +637,6 @@ class StateTopic:
             "state partition %d: %d records in %.2fs", partition, len(records), time.monotonic() - started
         )
         return TopicLog(self, partition, records, writer)
-
-
-def _transaction_states(payload: bytes | memoryview) -> dict[str, tuple[int, int, int]]:
-    """A DescribeTransactions v0 answer (from after the correlation id): transactional id -> (error code,
-    producer id, epoch). Read here rather than by kio, which refuses the answer's start time of -1 (no transaction
-    open), the usual case for an idle shard."""
-    view = memoryview(payload)
-    at = 1 + 4  # the header's empty tagged fields; throttle_time_ms
-
-    def uvarint() -> int:
-        nonlocal at
-        value = shift = 0
-        while True:
-            byte = view[at]
-            at += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-
-    def string() -> str:
-        nonlocal at
-        size = uvarint() - 1
-        text = bytes(view[at : at + max(size, 0)]).decode()
-        at += max(size, 0)
-        return text
-
-    def skip_tags() -> None:
-        nonlocal at
-        for _ in range(uvarint()):
-            uvarint()
-            at += uvarint()
-
-    out: dict[str, tuple[int, int, int]] = {}
-    for _ in range(uvarint() - 1):
-        (code,) = struct.unpack_from(">h", view, at)
-        at += 2
-        tid = string()
-        string()  # the state's name
-        at += 4 + 8  # timeout, start time
-        producer_id, epoch = struct.unpack_from(">qh", view, at)
-        at += 10
-        for _ in range(uvarint() - 1):  # topics: name, partitions, tags
-            string()
-            at += 4 * (uvarint() - 1)
-            skip_tags()
-        skip_tags()
-        out[tid] = (code, producer_id, epoch)
-    return out
 
 
 def _partition_entry(answer: Any, partition: int) -> Any:

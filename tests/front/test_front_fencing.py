@@ -29,6 +29,7 @@ pytestmark = pytest.mark.e2e
 SHARDS = 3
 REFUSED = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 NOT_COORDINATOR = 16
+LEASE_MS = 1500
 
 
 def _client(server) -> WireClient:
@@ -82,14 +83,33 @@ def _wait_ready(server, timeout: float = 60) -> float:
     return time.monotonic()
 
 
-def test_a_second_server_on_the_state_topic_fences_the_first(server_factory, kafka_cluster):
-    state_topic = f"kgc-fencing-{uuid.uuid4().hex[:8]}"
-    settings = {
+def _settings(kafka_cluster, **extra: object) -> dict[str, object]:
+    """Servers in front of `kafka_cluster` on a state topic of their own (a fresh one per test)."""
+    return {
         "upstream.bootstrap.servers": kafka_cluster.bootstrap,
-        "coordinator.state.topic": state_topic,
+        "coordinator.state.topic": f"kgc-fencing-{uuid.uuid4().hex[:8]}",
         "offsets.topic.num.partitions": SHARDS,
-        "coordinator.state.lease.ms": 1500,
+        "coordinator.state.lease.ms": LEASE_MS,
+        **extra,
     }
+
+
+def _wait_fenced_out(server, groups: list[str], timeout: float) -> None:
+    """Until `server` says that another server claimed its shards: NOT_COORDINATOR for every group, /readyz 503,
+    and why in its log."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with _client(server) as c:
+            described = _describe(c, groups)
+        if not readyz(server.admin_url) and all(code == NOT_COORDINATOR for code, _ in described):
+            break
+        assert time.monotonic() < deadline, (described, server.output())
+        time.sleep(0.2)
+    assert "another server claimed" in server.output()
+
+
+def test_a_second_server_on_the_state_topic_fences_the_first(server_factory, kafka_cluster):
+    settings = _settings(kafka_cluster)
     old = server_factory(settings)
     _wait_ready(old)
     topic = "front-fencing-topic"
@@ -116,15 +136,7 @@ def test_a_second_server_on_the_state_topic_fences_the_first(server_factory, kaf
             assert _commit(c, group, topic, 200 + i) == 0
 
     # The old server finds out that it was fenced (by its next write or its lease check) and says so.
-    deadline = time.monotonic() + 20
-    while True:
-        with _client(old) as c:
-            described = _describe(c, groups)
-        if not readyz(old.admin_url) and all(code == NOT_COORDINATOR for code, _ in described):
-            break
-        assert time.monotonic() < deadline, (described, old.output())
-        time.sleep(0.2)
-    assert "another server claimed" in old.output()
+    _wait_fenced_out(old, groups, 20)
     assert [_offsets(new, g) for g in groups] == [{(topic, 0): 200 + i} for i in range(len(groups))]
 
 
@@ -195,14 +207,7 @@ def test_a_server_cut_off_from_the_cluster_stops_answering_before_its_successor_
     from tests.support.kafka_cluster import NODE_IDS
     from tests.support.server import start_server
 
-    state_topic = f"kgc-partition-{uuid.uuid4().hex[:8]}"
-    settings = {
-        "upstream.bootstrap.servers": kafka_cluster.bootstrap,
-        "coordinator.state.topic": state_topic,
-        "offsets.topic.num.partitions": SHARDS,
-        "coordinator.state.lease.ms": 1500,
-        "upstream.request.timeout.ms": 3000,
-    }
+    settings = _settings(kafka_cluster, **{"upstream.request.timeout.ms": 3000})
     data_dir = Path(tempfile.mkdtemp(prefix="kgc-cut-"))  # pytest's own tmp is root's alone
     os.chown(data_dir, CUT_UID, CUT_UID)
     old = start_server(
@@ -258,19 +263,14 @@ def test_a_server_cut_off_from_the_cluster_stops_answering_before_its_successor_
             f"\nold server last answered {last_answer - cut_at:.2f}s after the cut; new first answered {first_answer - cut_at:.2f}s after it"
         )
         assert last_answer < first_answer, (last_answer - cut_at, first_answer - cut_at, old.output())
-        assert last_answer - cut_at < 1.5 + 0.5, "the old server answered for longer than its lease"
+        assert last_answer - cut_at < LEASE_MS / 1000 + 0.5, (
+            "the old server answered for longer than its lease"
+        )
     finally:
         cut.heal()
 
     # Healed: the old server learns that it was fenced and stays out; the new one goes on.
-    deadline = time.monotonic() + 30
-    while True:
-        with _client(old) as c:
-            described = _describe(c, groups)
-        if not readyz(old.admin_url) and all(code == NOT_COORDINATOR for code, _ in described):
-            break
-        assert time.monotonic() < deadline, (described, old.output())
-        time.sleep(0.2)
+    _wait_fenced_out(old, groups, 30)
     with _client(new) as c:
         for i, group in enumerate(groups):
             assert _commit(c, group, topic, 300 + i) == 0

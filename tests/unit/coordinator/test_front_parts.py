@@ -309,7 +309,7 @@ def test_describe_transactions_answer_with_no_transaction_open():
     """DescribeTransactions v0 as a broker answers it for an idle id (start time -1, which kio refuses)."""
     import struct
 
-    from coordinator.front.state import _transaction_states
+    from coordinator.front.records import transaction_states
 
     def string(text: str) -> bytes:
         return bytes([len(text) + 1]) + text.encode()
@@ -328,4 +328,4 @@ def test_describe_transactions_answer_with_no_transaction_open():
     )
     fenced = struct.pack(">h", 105) + string("state-4") + string("") + struct.pack(">iqqh", 0, -1, -1, -1)
     payload = b"\x00" + struct.pack(">i", 0) + bytes([3]) + state + fenced + b"\x01\x00" + b"\x00"
-    assert _transaction_states(payload) == {"state-3": (0, 1004, 7), "state-4": (105, -1, -1)}
+    assert transaction_states(payload) == {"state-3": (0, 1004, 7), "state-4": (105, -1, -1)}
