@@ -120,7 +120,8 @@ class Writer:
     sequence: int = 0  # of the next record
     # a transaction may be open, or its sequence is unsure: bump the epoch before the next one
     dirty: bool = False
-    busy: bool = False  # a transaction or a bump is in flight (it confirms the lease itself)
+    # Held by a transaction or a bump in flight (which confirms the lease itself): one at a time on the id.
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     fenced: bool = False
     closed: bool = False
     owned_until: float = 0.0
@@ -128,6 +129,10 @@ class Writer:
     renewed_at: float = dataclasses.field(
         default_factory=time.monotonic
     )  # the id's last claim, bump or commit
+
+    @property
+    def busy(self) -> bool:
+        return self.lock.locked()
 
     def confirm(self, asked_at: float) -> None:
         """The cluster took a request of ours at our epoch that was sent at `asked_at`."""
@@ -439,7 +444,12 @@ class StateTopic:
                 f"state partition {partition}: another server claimed {writer.transactional_id!r}"
             )
         deadline = time.monotonic() + self.cluster.timeout_s
-        writer.busy = True
+        async with writer.lock:
+            return await self._transaction(partition, entries, writer, deadline)
+
+    async def _transaction(
+        self, partition: int, entries: Sequence[tuple[bytes, bytes | None]], writer: Writer, deadline: float
+    ) -> int:
         try:
             if writer.dirty:
                 await self._bump(writer, deadline)
@@ -478,8 +488,6 @@ class StateTopic:
                 self._fence(writer, partition)
                 raise ShardFenced(str(exc)) from exc
             raise
-        finally:
-            writer.busy = False
 
     async def _bump(self, writer: Writer, deadline: float) -> None:
         """Our own epoch bumped: an open transaction of ours aborted, the sequence back to 0."""
@@ -494,15 +502,13 @@ class StateTopic:
     async def _renew(self, partition: int, writer: Writer) -> None:
         """Keep the id of a shard that writes nothing from expiring (the cluster forgets a transactional id
         unused for transactional.id.expiration.ms, 7 days by default)."""
-        writer.busy = True
-        try:
-            await self._bump(writer, time.monotonic() + self.cluster.timeout_s)
-        except ShardFenced:
-            self._fence(writer, partition)
-        except Exception as exc:  # noqa: BLE001 - tried again at the next round
-            self._warn(exc)
-        finally:
-            writer.busy = False
+        async with writer.lock:
+            try:
+                await self._bump(writer, time.monotonic() + self.cluster.timeout_s)
+            except ShardFenced:
+                self._fence(writer, partition)
+            except Exception as exc:  # noqa: BLE001 - tried again at the next round
+                self._warn(exc)
 
     async def _add_partition(self, writer: Writer, partition: int, deadline: float) -> None:
         def code_of(answer: Any) -> int:
