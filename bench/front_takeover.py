@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.targets import _e2e_server_module, snapshot  # noqa: E402
 from tests.support.kafka_cluster import KafkaCluster, create_replicated_topic  # noqa: E402
-from tests.support.wire import WireClient, make, request_class  # noqa: E402
+from tests.support.wire import WireClient, make, request_class, simple_commit  # noqa: E402
 
 SAMPLE = 4
 PROBE_S = 0.01
@@ -95,31 +95,7 @@ def fill(server: Any, topic: str, groups: list[str], partitions: int) -> None:
     def commit(chunk: list[str]) -> None:
         with WireClient(host, int(port), timeout=60) as client:
             for group in chunk:
-                answer = client.call(
-                    make(
-                        request_class(8, 8),
-                        {
-                            "group_id": group,
-                            "generation_id_or_member_epoch": -1,
-                            "member_id": "",
-                            "group_instance_id": None,
-                            "topics": [
-                                {
-                                    "name": topic,
-                                    "partitions": [
-                                        {
-                                            "partition_index": p,
-                                            "committed_offset": 7,
-                                            "committed_metadata": "",
-                                        }
-                                        for p in range(partitions)
-                                    ],
-                                }
-                            ],
-                        },
-                    )
-                )
-                codes = {p.error_code for t in answer.topics for p in t.partitions}
+                codes = simple_commit(client, group, topic, dict.fromkeys(range(partitions), 7))
                 assert codes == {0}, (group, codes)
 
     with ThreadPoolExecutor(16) as pool:

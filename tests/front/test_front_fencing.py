@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.kafka_cluster import create_replicated_topic
 from tests.support.server import readyz
-from tests.support.wire import WireClient, make, request_class
+from tests.support.wire import WireClient, make, request_class, simple_commit
 
 pytestmark = pytest.mark.e2e
 
@@ -38,26 +38,8 @@ def _client(server) -> WireClient:
 
 
 def _commit(client: WireClient, group: str, topic: str, offset: int) -> int:
-    answer = client.call(
-        make(
-            request_class(8, 8),
-            {
-                "group_id": group,
-                "generation_id_or_member_epoch": -1,
-                "member_id": "",
-                "group_instance_id": None,
-                "topics": [
-                    {
-                        "name": topic,
-                        "partitions": [
-                            {"partition_index": 0, "committed_offset": offset, "committed_metadata": ""}
-                        ],
-                    }
-                ],
-            },
-        )
-    )
-    return int(answer.topics[0].partitions[0].error_code)
+    (code,) = simple_commit(client, group, topic, {0: offset})
+    return code
 
 
 def _describe(client: WireClient, groups: list[str]) -> list[tuple[int, str]]:

@@ -188,6 +188,32 @@ def make(cls: type, values: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+def simple_commit(client: WireClient, group: str, topic: str, offsets: dict[int, int]) -> set[int]:
+    """OffsetCommit v8 of a group without members (generation -1, no member id), as an admin tool commits:
+    partition -> offset of one topic; the error codes of the answer's partitions."""
+    answer = client.call(
+        make(
+            request_class(8, 8),
+            {
+                "group_id": group,
+                "generation_id_or_member_epoch": -1,
+                "member_id": "",
+                "group_instance_id": None,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {"partition_index": p, "committed_offset": o, "committed_metadata": ""}
+                            for p, o in offsets.items()
+                        ],
+                    }
+                ],
+            },
+        )
+    )
+    return {int(p.error_code) for t in answer.topics for p in t.partitions}
+
+
 def create_topics(host: str, port: int, topics: dict[str, int]) -> None:
     """Create topics (name -> partition count) with CreateTopics v5; one that exists already is fine. For the
     benches, which commit offsets to partitions that must exist (as in Kafka)."""
