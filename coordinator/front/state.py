@@ -584,13 +584,18 @@ class StateTopic:
         async def ask(node: int, writers: list[tuple[int, Writer]]) -> None:
             asked = time.monotonic()
             held = {w.transactional_id: (w.producer_id, w.epoch) for _, w in writers}
-            states = await self.cluster.ask_node(
-                node,
-                ApiKey.DESCRIBE_TRANSACTIONS,
-                0,
-                {"transactional_ids": [w.transactional_id for _, w in writers]},
-                decode=transaction_states,
-            )
+            try:
+                states = await self.cluster.ask_node(
+                    node,
+                    ApiKey.DESCRIBE_TRANSACTIONS,
+                    0,
+                    {"transactional_ids": [w.transactional_id for _, w in writers]},
+                    decode=transaction_states,
+                )
+            except BaseException:
+                for _, writer in writers:  # the broker may be gone: look its ids' coordinators up again
+                    self.cluster.forget_coordinator(writer.transactional_id, TRANSACTION)
+                raise
             for partition, writer in writers:
                 state = states.get(writer.transactional_id)
                 ours = (writer.producer_id, writer.epoch)

@@ -81,6 +81,7 @@ class Topics(Protocol):
 
 
 log = logging.getLogger(__name__)
+LEASE_POLL_S = 0.02  # how often a request waiting for its shard's lease looks again
 
 
 class ShardUnavailable(Exception):
@@ -147,10 +148,24 @@ class GroupCoordinatorService:
         Raises ShardUnavailable, or ShardAborted if the shard is given up while the answer is pending."""
         shard = self.shards.for_group(group_id)
         code = self.unavailable(shard)
+        if code == ErrorCode.coordinator_not_available and shard is not None and shard.lease is not None:
+            code = await self._lease_back(group_id)
+            shard = self.shards.for_group(group_id)
         if code is not None:
             raise ShardUnavailable(code, group_id, shard)
         assert shard is not None
         return await self._call_shard(shard, group_id, operation, *args, gated=gated, **kwargs)
+
+    async def _lease_back(self, group_id: str) -> ErrorCode | None:
+        """A shard whose lease lapsed (its cluster slow, or its transaction coordinator moving; not claimed by
+        another server) waits for the lease to be confirmed again, up to offsets.commit.timeout.ms as a write
+        waits for its log, instead of refusing at once: why it may not answer then (None: it may)."""
+        deadline = time.monotonic() + self.shards.config["offsets.commit.timeout.ms"] / 1000
+        while True:
+            await asyncio.sleep(LEASE_POLL_S)
+            code = self.unavailable(self.shards.for_group(group_id))
+            if code != ErrorCode.coordinator_not_available or time.monotonic() >= deadline:
+                return code
 
     async def _call_shard(
         self,

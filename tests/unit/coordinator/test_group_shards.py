@@ -303,9 +303,21 @@ async def test_a_shard_on_a_lease_answers_only_inside_it_and_not_at_all_once_fen
             DESCRIBE_GROUPS, 5, groups=[fenced_group], include_authorized_operations=False
         )
         assert described.groups[0].error_code == ErrorCode.none
+        # A request about one group waits for the lease to come back (its transaction coordinator moving), up to
+        # offsets.commit.timeout.ms, instead of failing at once; and gives up when the shard is claimed meanwhile.
+        writers[0].owned_until = time.monotonic()
+        waiting = asyncio.create_task(h.commit(fenced_group, {P0: 2}))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        writers[0].confirm(time.monotonic())
+        assert await waiting == {P0: ErrorCode.none}
+        writers[0].owned_until = time.monotonic()
+        waiting = asyncio.create_task(h.commit(fenced_group, {P0: 3}))
+        await asyncio.sleep(0.1)
 
         # Claimed by another server: NOT_COORDINATOR at once, then dropped for good (not reloaded).
         writers[0].fenced = True
+        assert await waiting == {P0: ErrorCode.not_coordinator}
         assert await h.commit(fenced_group, {P0: 3}) == {P0: ErrorCode.not_coordinator}
         await _wait_for(lambda: h.part.shards.status().get("fenced") == [0], 2, "the shard to be fenced")
         assert not h.part.ready
