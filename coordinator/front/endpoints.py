@@ -5,7 +5,8 @@ go around this server. So the answer is walked (without copying or decoding the 
 fields; when there are any, it is decoded, the addresses are rewritten to this server's, and it is encoded again.
 Almost every answer has none and goes on as the broker's bytes.
 
-The same walking reads a raw Produce request's acks (`produce_acks`): with acks=0 no answer comes back."""
+The same walking reads a raw Produce request's acks (`produce_acks`): with acks=0 no answer comes back, and the
+DescribeTransactions answers of the state topic's lease checks (`transaction_states`), which kio refuses."""
 
 from __future__ import annotations
 
@@ -103,3 +104,25 @@ def produce_acks(frame: bytes | memoryview, version: int) -> int:
         offset += 2 + max(length, 0)
     (acks,) = _I16.unpack_from(frame, offset)
     return int(acks)
+
+
+def transaction_states(payload: bytes | memoryview) -> dict[str, tuple[int, int, int]]:
+    """A DescribeTransactions v0 answer (from after the correlation id): transactional id -> (error code,
+    producer id, epoch). Read here rather than by kio, which refuses the answer's start time of -1 (no transaction
+    open), the usual case for a shard's idle writer (coordinator.front.state)."""
+    pos = 1 + 4  # the header's empty tagged fields; throttle_time_ms
+    states, pos = _uvarint(payload, pos)
+    out: dict[str, tuple[int, int, int]] = {}
+    for _ in range(max(states - 1, 0)):
+        (code,) = _I16.unpack_from(payload, pos)
+        length, pos = _uvarint(payload, pos + 2)
+        tid = bytes(payload[pos : pos + length - 1]).decode()
+        pos = _skip_compact(payload, pos + length - 1) + 4 + 8  # the state's name; timeout, start time
+        producer_id, epoch = struct.unpack_from(">qh", payload, pos)
+        topics, pos = _uvarint(payload, pos + 10)
+        for _ in range(max(topics - 1, 0)):
+            partitions, pos = _uvarint(payload, _skip_compact(payload, pos))
+            pos = _skip_tags(payload, pos + 4 * max(partitions - 1, 0))
+        pos = _skip_tags(payload, pos)
+        out[tid] = (code, producer_id, epoch)
+    return out

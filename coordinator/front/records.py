@@ -33,20 +33,15 @@ def _varint(value: int, out: bytearray) -> None:
     out.append(value)
 
 
-def _read_uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         byte = data[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            return value, pos
+            return (value >> 1) ^ -(value & 1), pos
         shift += 7
-
-
-def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    value, pos = _read_uvarint(data, pos)
-    return (value >> 1) ^ -(value & 1), pos  # zigzag
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,46 +187,3 @@ def decode_batches(
             at = record_end  # headers: none of ours
             yield base + offset_delta, key, value, base_ts + ts_delta
         pos = end
-
-
-def transaction_states(payload: bytes | memoryview) -> dict[str, tuple[int, int, int]]:
-    """A DescribeTransactions v0 answer (from after the correlation id): transactional id -> (error code,
-    producer id, epoch). Read here rather than by kio, which refuses the answer's start time of -1 (no transaction
-    open), the usual case for a shard's idle writer."""
-    view = memoryview(payload)
-    at = 1 + 4  # the header's empty tagged fields; throttle_time_ms
-
-    def uvarint() -> int:
-        nonlocal at
-        value, at = _read_uvarint(view, at)
-        return value
-
-    def string() -> str:
-        nonlocal at
-        size = max(uvarint() - 1, 0)  # compact: length + 1
-        text = bytes(view[at : at + size]).decode()
-        at += size
-        return text
-
-    def skip_tags() -> None:
-        nonlocal at
-        for _ in range(uvarint()):
-            uvarint()
-            at += uvarint()
-
-    out: dict[str, tuple[int, int, int]] = {}
-    for _ in range(uvarint() - 1):
-        (code,) = struct.unpack_from(">h", view, at)
-        at += 2
-        tid = string()
-        string()  # the state's name
-        at += 4 + 8  # timeout, start time
-        producer_id, epoch = struct.unpack_from(">qh", view, at)
-        at += 10
-        for _ in range(uvarint() - 1):  # topics: name, partitions, tags
-            string()
-            at += 4 * (uvarint() - 1)
-            skip_tags()
-        skip_tags()
-        out[tid] = (code, producer_id, epoch)
-    return out

@@ -53,7 +53,8 @@ from protocol.errors import ErrorCode
 from storage.log import CompactionResult, LogStats, Recovery
 
 from .cluster import TRANSACTION, UpstreamCluster, UpstreamTimeout
-from .records import Aborted, Producer, batches_end, decode_batches, encode_batch, transaction_states
+from .endpoints import transaction_states
+from .records import Aborted, Producer, batches_end, decode_batches, encode_batch
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +127,8 @@ class Writer:
     closed: bool = False
     owned_until: float = 0.0
     serve_from: float = 0.0
-    renewed_at: float = dataclasses.field(
-        default_factory=time.monotonic
-    )  # the id's last claim, bump or commit
+    # the id's last claim, bump or commit
+    renewed_at: float = dataclasses.field(default_factory=time.monotonic)
 
     @property
     def busy(self) -> bool:

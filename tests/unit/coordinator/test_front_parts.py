@@ -309,7 +309,7 @@ def test_describe_transactions_answer_with_no_transaction_open():
     """DescribeTransactions v0 as a broker answers it for an idle id (start time -1, which kio refuses)."""
     import struct
 
-    from coordinator.front.records import transaction_states
+    from coordinator.front.endpoints import transaction_states
 
     def string(text: str) -> bytes:
         return bytes([len(text) + 1]) + text.encode()
