@@ -8,10 +8,11 @@ topic, so the topic has offsets.topic.num.partitions partitions. It is created w
 default replication and min.insync.replicas and cleanup.policy=compact; an existing topic with another partition
 count is refused at start (groups would land in other shards), as Kafka never repartitions __consumer_offsets.
 
-A `TopicLog` stands in for a shard's storage.Log: at start it reads its partition from the log start to the end,
-and the shard replays that; an append is acknowledged when the cluster acknowledged it with acks=all. One
-Produce per partition is in flight at a time; appends that come meanwhile go out together in the next one (a
-group commit), so a shard's records reach the topic in the order they were made. An append the cluster did not
+A `TopicLog` stands in for a shard's storage.Log: at start it reads its partition (committed records, from the log
+start to the last stable offset), and the shard replays that; an append is acknowledged when its transaction is
+committed (acks=all; below). One transaction per partition is in flight at a time; appends that come meanwhile
+go out together in the next one (a group commit), so a shard's records reach the topic in the order they were
+made. An append the cluster did not
 acknowledge within upstream.request.timeout.ms fails (the group runtime answers a retriable error). The cluster
 compacts the topic itself.
 
