@@ -379,6 +379,13 @@ class StateTopic:
         log.debug("state partition %d: writer %s at producer %d epoch %d", partition, tid, pid, epoch)
         return writer
 
+    def release(self, partition: int) -> None:
+        """This server no longer serves `partition` (given to another instance): its writer is forgotten, so
+        its lease is no longer kept and a later claim of it is a claim anew."""
+        writer = self._writers.pop(partition, None)
+        if writer is not None:
+            writer.closed = True
+
     async def _init(self, tid: str, producer_id: int, epoch: int, deadline: float) -> tuple[int, int]:
         """InitProducerId: a claim (producer_id -1) or a bump of our own epoch; (producer id, epoch)."""
         answer = await self._transaction_request(

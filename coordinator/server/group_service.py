@@ -124,6 +124,8 @@ class GroupCoordinatorService:
 
     def unavailable(self, shard: Shard | None) -> ErrorCode | None:
         """Why a shard cannot take a request now (None: it can)."""
+        if shard is None and not self.shards.assigned and not self.shards.unloaded:
+            return ErrorCode.coordinator_load_in_progress  # which shards are this server's is not known yet
         if shard is None or self.shards.unloaded:
             return ErrorCode.not_coordinator
         if shard.serving:

@@ -29,6 +29,7 @@ Shutdown (`unload`) is Kafka's unload of every shard: parked JoinGroup and SyncG
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import gc
 import json
@@ -219,8 +220,10 @@ class Shards:
         on_compaction: Observer | None = None,
         log_opener: LogOpener | None = None,
         topics: TopicImage | None = None,
+        assigned_later: bool = False,
     ) -> None:
-        """`owned`: the shard indexes to serve (default: all); `on_append` / `on_compaction`: told how long each
+        """`owned`: the shard indexes to serve (default: all); `assigned_later`: none until `assign` says which
+        (the instances of coordinator.front.instances divide them); `on_append` / `on_compaction`: told how long each
         successful append (until durable) and compaction took, in seconds. `log_opener(index)`: each shard's log
         somewhere else than DATA_DIR/groups (the state topic of a server in front of a cluster,
         coordinator.front.state), which compacts itself. `topics`: what consumer groups are assigned from (the
@@ -233,7 +236,8 @@ class Shards:
         self.num_shards: int = config["offsets.topic.num.partitions"]
         self._on_append = on_append
         self._on_compaction = on_compaction
-        indexes = range(self.num_shards) if owned is None else sorted(owned)
+        self.assigned = not assigned_later
+        indexes = () if assigned_later else range(self.num_shards) if owned is None else sorted(owned)
         self.by_index: dict[int, Shard] = {i: self._new_shard(i) for i in indexes}
         self.failure_timeout_s = config["coordinator.shard.failure.timeout.ms"] / 1000
         self.failures = 0
@@ -280,9 +284,13 @@ class Shards:
         # one does not answer at all, nor does one claimed a moment ago (its lease begins later) or by another
         # server.
         now = time.monotonic()
-        return self.loaded and all(
-            s.serving and (s.lease is None or (not s.lease.fenced and s.lease.serve_from <= now))
-            for s in self.by_index.values()
+        return (
+            self.loaded
+            and self.assigned
+            and all(
+                s.serving and (s.lease is None or (not s.lease.fenced and s.lease.serve_from <= now))
+                for s in self.by_index.values()
+            )
         )
 
     def logs(self) -> list[Any]:
@@ -413,6 +421,57 @@ class Shards:
         self.by_index[index] = fresh
         self._reloads[index] = asyncio.create_task(self._reload(fresh))
 
+    # -- shards given and taken (coordinator.front.instances) -------------------------------------------------
+
+    def assign(self, owned: frozenset[int]) -> None:
+        """Serve these shards from now on: the others are unloaded at once (their requests get NOT_COORDINATOR),
+        new ones loaded (claimed from their last owner, which fences it) while they answer LOAD_IN_PROGRESS."""
+        self.assigned = True
+        if self.unloaded:
+            return
+        for index in sorted(set(self.by_index) - owned):
+            self._release(index)
+        release = getattr(self.log_opener, "release", None)
+        for index in sorted(owned):
+            shard = self.by_index.get(index)
+            if shard is not None and shard.state is not ShardState.FENCED:
+                continue
+            if shard is not None and release is not None:
+                release(index)  # claimed elsewhere before this plan: claimed anew, not bumped
+            fresh = self._new_shard(index)
+            for listener in self._listeners:
+                fresh.machine.add_listener(listener)
+            self.by_index[index] = fresh
+            self._reloads[index] = asyncio.create_task(self._reload(fresh))
+
+    def held(self) -> frozenset[int]:
+        """The shards this server serves or is loading (not those another server claimed from it)."""
+        return frozenset(i for i, s in self.by_index.items() if s.state is not ShardState.FENCED)
+
+    def _release(self, index: int) -> None:
+        shard = self.by_index.pop(index)
+        reload = self._reloads.pop(index, None)
+        if reload is not None:
+            reload.cancel()
+        if shard.serving:
+            shard.runtime.apply(shard.machine.on_unloaded())
+        release = getattr(self.log_opener, "release", None)
+        if release is not None:
+            release(index)  # a later claim of it is a claim anew, never a bump of this one
+
+        async def unload() -> None:
+            if reload is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reload
+            if shard.state not in (ShardState.FAILED, ShardState.FENCED):
+                try:
+                    await shard.close()
+                except Exception:  # noqa: BLE001 - the shard is given up either way
+                    log.exception("group shard %d: closing it after it was taken away failed", index)
+            log.info("group shard %d: given up (another instance serves it now)", index)
+
+        self._spawn(unload())
+
     def _fence(self, index: int) -> None:
         """Another server claimed the shard: drop it for good (its requests get NOT_COORDINATOR)."""
         log.error("group shard %d: another server claimed it; no longer answering for its groups", index)
@@ -452,7 +511,8 @@ class Shards:
                 )
                 return
         finally:
-            self._reloads.pop(shard.index, None)
+            if self._reloads.get(shard.index) is asyncio.current_task():
+                del self._reloads[shard.index]
 
     async def _compact_periodically(self) -> None:
         interval_s = self.config["offsets.topic.compaction.interval.ms"] / 1000
