@@ -221,6 +221,8 @@ def build(
         # Consumer groups (KIP-848) are assigned from the data plane's topics: the embedded one's, worker 0's as
         # a worker's forwarder follows them, or the upstream cluster's as the front follows them.
         topics=front.consumer_topics if front is not None else dataplane,
+        # in front of a cluster, the instances of one state topic divide its shards (coordinator.front.instances)
+        assigned_later=log_opener is not None,
     )
     relay, owner_of_shard = None, None
     if topology is not None and topology.count > 1:
@@ -240,6 +242,18 @@ def build(
 
         metrics.registry.register(UpstreamCollector(front, front_groups))
         front.groups = front_groups
+        if log_opener is not None:
+            from coordinator.front.instances import InstanceGroup
+
+            def me() -> tuple[str, str, dict[int, int]]:
+                host, ports = front.announced()
+                configured = primary[0].port or min(ports.values(), default=0)
+                return config["coordinator.instance.id"] or f"{host}:{configured}", host, ports
+
+            front.instances = InstanceGroup(
+                config, front.cluster, shards, config["coordinator.state.topic"], me
+            )
+            server.add_part(front.instances)
     else:
         server.add_part(
             CoordinatorLookup(broker, owner=topology.owner_broker if topology is not None else None)

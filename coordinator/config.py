@@ -671,6 +671,27 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=100,
     ),
     Setting(
+        "coordinator.instance.id",
+        "",
+        str,
+        "In front of an upstream cluster: this instance's name in the group the instances of one state topic form "
+        "on the cluster to divide its shards (an instance that comes back under the same name is given the shards "
+        "it had). Empty: its address.",
+        kafka=False,
+    ),
+    Setting(
+        "coordinator.instance.session.timeout.ms",
+        10000,
+        int,
+        "In front of an upstream cluster: the session timeout of this instance in the instances' group on the "
+        "cluster (at least the cluster's group.min.session.timeout.ms). An instance that dies is noticed at once "
+        "by the others when its process is gone (its connections close); one whose machine or network went away, "
+        "after this long. Its shards then go to the others.",
+        "ms",
+        kafka=False,
+        minimum=1000,
+    ),
+    Setting(
         "upstream.offsets.recommit.interval.ms",
         86400000,
         int,

@@ -125,6 +125,7 @@ class FrontDataPlane:
         self._table: ApiTable | None = None
         self.listeners: dict[int, KafkaListener] = {}  # upstream node id -> its listener here
         self._node_of_port: dict[int, int] = {}
+        self.instances: Any = None  # coordinator.front.instances.InstanceGroup, with a state topic
         self._upstreams: dict[int, Any] = {}  # client connection id -> its upstream connection
         self._route_of: dict[int, int] = {}  # client connection id -> the node its upstream goes to
         self._tasks: list[asyncio.Task[None]] = []
@@ -272,8 +273,18 @@ class FrontDataPlane:
             )
             await self._add_listener(listener)
             self.listeners[node] = listener
-            log.info("upstream broker %d is reached through port %d here", node, listener.port or 0)
+            log.info("upstream broker %d is reached through port %d here", node, listener.bound_port)
         return listener
+
+    def announced(self) -> tuple[str, dict[int, int]]:
+        """This server's host as clients reach it, and its port for each upstream node: what it tells the other
+        instances (coordinator.front.instances)."""
+        ports: dict[int, int] = {}
+        host = ""
+        for node, listener in sorted(self.listeners.items()):
+            if listener.bound_port:
+                host, ports[node] = client_address(listener.host, listener.bound_port, listener.advertised)
+        return host, ports
 
     def node_of_request(self) -> int | None:
         """The upstream node whose listener the current request came in on (None: the bootstrap listener)."""
@@ -287,7 +298,12 @@ class FrontDataPlane:
         return node
 
     def broker(self, node: int) -> Broker:
-        """Node `node` as the current client reaches it here."""
+        """Node `node` as the current client reaches it: here, or at the instance that holds its address when
+        several instances divide the work (coordinator.front.instances)."""
+        if self.instances is not None:
+            elsewhere = self.instances.address_of(node)
+            if elsewhere is not None:
+                return Broker(node, *elsewhere)
         listener = self.listeners[node]
         host, port = client_address(listener.host, listener.bound_port, listener.advertised)
         return Broker(node, host, port)

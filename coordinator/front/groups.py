@@ -130,6 +130,12 @@ class FrontGroups:
     # -- which node coordinates a group -------------------------------------------------------------------------
 
     def node_of_group(self, group_id: str) -> int | None:
+        instances = self.dataplane.instances
+        if instances is not None:  # a node whose address is the owner's
+            shard = self.groups.shards.index_of(group_id)
+            node = instances.node_of_shard(shard)
+            if node is not None and node in self.dataplane.listeners:
+                return int(node)
         nodes = sorted(self.dataplane.listeners)
         if not nodes:
             return None

@@ -1,0 +1,518 @@
+"""Several instances in front of one cluster: the instances of one state topic divide its shards by forming a group
+on the cluster, as Kafka Connect's workers do.
+
+The group. Every instance is a member of the classic group named after the state topic (protocol type
+`kgc-coordinator`), a dynamic member whose metadata says who it is: its name (`coordinator.instance.id`, or its
+address), the address of each of its broker listeners, and the shards it serves now. The leader of each generation
+writes the plan every member gets whole (`plan`):
+* the broker addresses: each of the cluster's brokers is reached at one instance's listener for it, the same in
+  every answer of every instance (Metadata, FindCoordinator), as the brokers are spread over the instances;
+* the shards: spread evenly over the instances that hold a broker address (a group's FindCoordinator answer must
+  name a broker at its owner), each instance keeping what it serves (sticky), so a join or a leave moves only the
+  shards it must.
+
+What an instance does with its part: it serves its shards and only those (coordinator.server.shards `assign`). A
+shard given to it is claimed (its transactional id's epoch bumped, coordinator.front.state), which fences the last
+owner, then read and served a lease after the claim; a shard taken from it is unloaded at once (its requests get
+NOT_COORDINATOR). Between generations every instance goes on serving what it has: the fencing of the state topic,
+not the group, keeps two instances from answering for one shard.
+
+Noticing a dead instance. Each instance keeps a connection open to one listener of every other. When an instance's
+process ends (SIGKILL included) its connections close; the others see that, find its address refusing, and remove
+it from the group at once (LeaveGroup naming its member), so its shards are claimed by the others within a
+rebalance, a lease and a replay, not after the group's session timeout. An instance whose machine or network goes
+away is removed by the cluster after `coordinator.instance.session.timeout.ms`; meanwhile its shards' leases lapse
+and it answers for none of them. A closing instance leaves the group itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.cluster.upstream import Upstream, UpstreamError
+from coordinator.config import Config
+from coordinator.server.shards import Shards
+from coordinator.tasks import cancel_and_wait
+from protocol.api import decode_response, request_class
+from protocol.api_keys import ApiKey
+from protocol.build import build
+from protocol.errors import ErrorCode
+
+from .cluster import COORDINATOR_MOVED, UpstreamCluster, UpstreamTimeout
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_TYPE = "kgc-coordinator"
+PROTOCOL_NAME = "sticky-shards"
+HEARTBEAT_S = 0.3  # how soon a member hears of a rebalance (one small request per member and interval)
+RETRY_S = 0.5
+PROBE_TIMEOUT_S = 1.0  # a peer whose watched connection closed is dead if its address refuses or stays silent
+REJOIN = frozenset({ErrorCode.rebalance_in_progress})
+RESET = frozenset({ErrorCode.unknown_member_id, ErrorCode.illegal_generation, ErrorCode.fenced_instance_id})
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One instance as the group knows it."""
+
+    member_id: str
+    name: str
+    host: str
+    ports: dict[int, int]  # upstream node id -> the port of this instance's listener for it
+    owned: frozenset[int] = frozenset()
+    held: tuple[int, ...] = ()  # the upstream nodes whose address it is now, the longest held first
+
+    def metadata(self) -> bytes:
+        doc = {"name": self.name, "host": self.host, "ports": self.ports, "owned": sorted(self.owned)}
+        return json.dumps({**doc, "held": list(self.held)}).encode()
+
+    @classmethod
+    def from_metadata(cls, member_id: str, data: bytes) -> Member:
+        doc = json.loads(data)
+        return cls(
+            member_id,
+            str(doc["name"]),
+            str(doc["host"]),
+            {int(n): int(p) for n, p in doc["ports"].items()},
+            frozenset(int(s) for s in doc.get("owned", ())),
+            tuple(int(n) for n in doc.get("held", ())),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A generation's division: `owners[shard]` and `holders[node]` are indexes into `members` (-1: nobody);
+    `holders` lists each member's nodes the longest held first."""
+
+    generation: int
+    members: tuple[Member, ...]
+    owners: tuple[int, ...]
+    holders: dict[int, int]
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "generation": self.generation,
+                "members": [
+                    {"member_id": m.member_id, "name": m.name, "host": m.host, "ports": m.ports}
+                    for m in self.members
+                ],
+                "owners": list(self.owners),
+                "holders": list(self.holders.items()),
+            }
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Plan:
+        doc = json.loads(data)
+        members = tuple(
+            Member(m["member_id"], m["name"], m["host"], {int(n): int(p) for n, p in m["ports"].items()})
+            for m in doc["members"]
+        )
+        return cls(
+            int(doc["generation"]),
+            members,
+            tuple(int(o) for o in doc["owners"]),
+            {int(n): int(i) for n, i in doc["holders"]},
+        )
+
+    def shards_of(self, member_id: str) -> frozenset[int]:
+        return frozenset(
+            s for s, i in enumerate(self.owners) if i >= 0 and self.members[i].member_id == member_id
+        )
+
+    def owner(self, shard: int) -> Member | None:
+        index = self.owners[shard] if shard < len(self.owners) else -1
+        return self.members[index] if index >= 0 else None
+
+    def nodes_of(self, member_id: str) -> list[int]:
+        return [n for n, i in self.holders.items() if self.members[i].member_id == member_id]
+
+
+def plan(generation: int, members: list[Member], shards: int, nodes: list[int]) -> Plan:
+    """The division of `shards` shards and the addresses of `nodes` among `members` (see the module doc)."""
+    ordered = tuple(sorted(members, key=lambda m: (m.name, m.member_id)))
+    holders = _holders(ordered, nodes)
+    eligible = sorted(set(holders.values())) or list(range(len(ordered)))
+    owners = [-1] * shards
+    if not eligible:
+        return Plan(generation, ordered, tuple(owners), holders)
+    kept: dict[int, list[int]] = {}
+    for i in eligible:
+        kept[i] = [s for s in sorted(ordered[i].owned) if 0 <= s < shards and owners[s] < 0]
+        for s in kept[i]:
+            owners[s] = i
+    base, extra = divmod(shards, len(eligible))
+    # who may hold one more: those that keep the most (fewest moves), then by order
+    by_kept = sorted(eligible, key=lambda i: (-len(kept[i]), i))
+    quota = {i: base + (1 if rank < extra else 0) for rank, i in enumerate(by_kept)}
+    for i in eligible:
+        for s in kept[i][quota[i] :]:
+            owners[s] = -1
+        kept[i] = kept[i][: quota[i]]
+    free = iter(s for s in range(shards) if owners[s] < 0)
+    for i in eligible:
+        for _ in range(quota[i] - len(kept[i])):
+            owners[next(free)] = i
+    return Plan(generation, ordered, tuple(owners), holders)
+
+
+def _holders(ordered: tuple[Member, ...], nodes: list[int]) -> dict[int, int]:
+    """Which member's listener is each node's address: each keeps what it held (the longest held first) up to an
+    even share, the rest go to those under theirs. A node keeps its address while its holder lives: librdkafka does
+    not follow a group coordinator whose node id stays and whose address changes, so FindCoordinator names an
+    owner's longest-held node, which has never moved (nodes_of's first)."""
+    if not ordered:
+        return {}
+    known = set(nodes)
+    held: list[list[int]] = []
+    taken: set[int] = set()
+    for m in ordered:
+        mine = [n for n in dict.fromkeys(m.held) if n in known and n in m.ports and n not in taken]
+        taken.update(mine)
+        held.append(mine)
+    base, extra = divmod(len(known), len(ordered))
+    by_held = sorted(range(len(ordered)), key=lambda i: (-len(held[i]), i))
+    quota = {i: base + (1 if rank < extra else 0) for rank, i in enumerate(by_held)}
+    for i in range(len(ordered)):
+        del held[i][quota[i] :]  # the latest taken go first
+    placed = {n for mine in held for n in mine}
+    for node in sorted(known - placed):
+        able = [i for i, m in enumerate(ordered) if node in m.ports]
+        if not able:
+            continue
+        under = [i for i in able if len(held[i]) < quota[i]]
+        chosen = under[0] if under else min(able, key=lambda i: (len(held[i]), i))
+        held[chosen].append(node)
+    return {n: i for i, mine in enumerate(held) for n in mine}
+
+
+class InstanceGroup:
+    """This instance's membership (see the module doc): a server part started after the front's data plane (whose
+    broker listeners it announces) and the group service (whose shards it assigns)."""
+
+    def __init__(
+        self,
+        config: Config,
+        cluster: UpstreamCluster,
+        shards: Shards,
+        group_id: str,
+        me: Callable[[], tuple[str, str, dict[int, int]]],
+    ) -> None:
+        """`me()`: this instance's (name, host, ports per upstream node) as it announces them now."""
+        self.config = config
+        self.cluster = cluster
+        self.shards = shards
+        self.group_id = group_id
+        self._me = me
+        self.session_ms = int(config["coordinator.instance.session.timeout.ms"])
+        self.rebalance_ms = self.session_ms
+        self.member_id = ""
+        self.generation = -1
+        self.plan: Plan | None = None
+        self.rebalances = 0
+        self._connection: Upstream | None = None
+        self._node: int | None = None
+        self._rejoin = asyncio.Event()
+        self._run_task: asyncio.Task[None] | None = None
+        self._watches: dict[str, asyncio.Task[None]] = {}  # member id -> its watch
+        self._closing = False
+        self._leaving: asyncio.Task[None] | None = None
+        self._planned = asyncio.Event()
+
+    # -- what the rest of the front asks -------------------------------------------------------------------
+
+    def address_of(self, node: int) -> tuple[str, int] | None:
+        """Where clients reach upstream node `node`: another instance's listener (None: this instance's)."""
+        plan = self.plan
+        if plan is None or node not in plan.holders:
+            return None
+        member = plan.members[plan.holders[node]]
+        if member.member_id == self.member_id or node not in member.ports:
+            return None
+        return member.host, member.ports[node]
+
+    def node_of_shard(self, shard: int) -> int | None:
+        """The node a FindCoordinator for a group of `shard` names: the one the shard's owner has been the address
+        of the longest (see `_holders`); None while the shard has none."""
+        plan = self.plan
+        if plan is None:
+            return None
+        owner = plan.owner(shard)
+        if owner is None:
+            return None
+        nodes = plan.nodes_of(owner.member_id)
+        return nodes[0] if nodes else None
+
+    @property
+    def ready(self) -> bool:
+        return self.plan is not None
+
+    # -- the part ------------------------------------------------------------------------------------------
+
+    def register(self, table: Any) -> None:
+        pass
+
+    async def start(self) -> None:
+        self._run_task = asyncio.create_task(self._run())
+        # the first plan normally comes within a round trip or two (the cluster's group.initial.rebalance.delay.ms
+        # for the first instance of a new group): wait for it, and a small load, before the listener opens
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.cluster.timeout_s + 3.0):
+                await self._planned.wait()
+        lease_s = float(getattr(self.shards.log_opener, "lease_s", 0.0))
+        deadline = time.monotonic() + 1.0 + lease_s
+        while not self.shards.ready and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    def stop_waiting(self) -> None:
+        """Shutdown begins: leave the group now, so that the others take this instance's shards at once."""
+        if self._leaving is None:
+            self._leaving = asyncio.create_task(self._leave_for_good())
+
+    async def _leave_for_good(self) -> None:
+        self._closing = True
+        await cancel_and_wait(
+            [t for t in (self._run_task, *self._watches.values()) if t is not None],
+            "closing the instance group",
+        )
+        if self.member_id:
+            try:
+                async with asyncio.timeout(self.cluster.timeout_s):
+                    await self._leave([self.member_id], "the instance is shutting down")
+            except Exception as exc:  # noqa: BLE001 - the cluster removes it after its session timeout
+                log.warning("instance group %s: leaving failed: %r", self.group_id, exc)
+
+    async def close(self) -> None:
+        self.stop_waiting()
+        assert self._leaving is not None
+        await self._leaving
+        if self._connection is not None:
+            self._connection.close()
+
+    # -- membership ------------------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await self._join()
+                failures = 0
+                await self._heartbeat()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the cluster slow or away: try again; leases keep reads safe
+                failures += 1
+                if failures == 1 or failures % 20 == 0:
+                    log.warning("instance group %s: %r (retrying)", self.group_id, exc)
+                self._drop_connection()
+                await asyncio.sleep(RETRY_S)
+
+    async def _ask(self, api_key: int, newest: int, body: dict[str, Any], timeout_s: float) -> Any:
+        """One request to the group's coordinator on the connection of this group alone (a JoinGroup waits
+        there for the whole join, which would hold up the server's other requests to that broker)."""
+        if self._connection is None:
+            deadline = time.monotonic() + self.cluster.timeout_s
+            self._node = await self.cluster.coordinator_of(self.group_id, deadline)
+            self._connection = self.cluster.connection(self._node, lambda upstream, lost: None)
+        version = self.cluster.version(api_key, newest)
+        future = self._connection.send(
+            api_key, version, "kgc-instance", build(request_class(api_key, version), body)
+        )
+        assert future is not None
+        async with asyncio.timeout(timeout_s):
+            payload = await future
+        answer = decode_response(api_key, version, payload)
+        if answer.error_code in COORDINATOR_MOVED:
+            self._drop_connection()
+            raise UpstreamError(f"the group coordinator moved ({answer.error_code.name})")
+        return answer
+
+    def _drop_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        self.cluster.forget_coordinator(self.group_id)
+
+    async def _join(self) -> None:
+        """Join and sync until a plan is had."""
+        while True:
+            self._rejoin.clear()
+            name, host, ports = self._me()
+            held = tuple(self.plan.nodes_of(self.member_id)) if self.plan is not None else ()
+            me = Member(self.member_id, name, host, ports, self.shards.held(), held)
+            answer = await self._ask(
+                ApiKey.JOIN_GROUP,
+                9,
+                {
+                    "group_id": self.group_id,
+                    "session_timeout": self.session_ms,
+                    "rebalance_timeout": self.rebalance_ms,
+                    "member_id": self.member_id,
+                    "group_instance_id": None,
+                    "protocol_type": PROTOCOL_TYPE,
+                    "protocols": [{"name": PROTOCOL_NAME, "metadata": me.metadata()}],
+                    "reason": "an instance joins",
+                },
+                self.rebalance_ms / 1000 + self.cluster.timeout_s,
+            )
+            if answer.error_code == ErrorCode.member_id_required:
+                self.member_id = answer.member_id
+                continue
+            if answer.error_code in RESET:
+                self._dropped(answer.error_code.name)
+                continue
+            if answer.error_code in REJOIN:
+                continue
+            if answer.error_code != ErrorCode.none:
+                raise UpstreamError(f"JoinGroup of the instance group failed: {answer.error_code.name}")
+            self.member_id = answer.member_id
+            generation = int(answer.generation_id)
+            assignments: list[dict[str, Any]] = []
+            if answer.leader == self.member_id:
+                members = [Member.from_metadata(m.member_id, m.metadata) for m in answer.members]
+                division = plan(generation, members, self.shards.num_shards, sorted(self.cluster.nodes))
+                data = division.encode()
+                assignments = [{"member_id": m.member_id, "assignment": data} for m in members]
+            synced = await self._ask(
+                ApiKey.SYNC_GROUP,
+                5,
+                {
+                    "group_id": self.group_id,
+                    "generation_id": generation,
+                    "member_id": self.member_id,
+                    "group_instance_id": None,
+                    "protocol_type": PROTOCOL_TYPE,
+                    "protocol_name": PROTOCOL_NAME,
+                    "assignments": assignments,
+                },
+                self.rebalance_ms / 1000 + self.cluster.timeout_s,
+            )
+            if synced.error_code in RESET:
+                self._dropped(synced.error_code.name)
+                continue
+            if synced.error_code in REJOIN:
+                continue
+            if synced.error_code != ErrorCode.none:
+                raise UpstreamError(f"SyncGroup of the instance group failed: {synced.error_code.name}")
+            self.generation = generation
+            self._apply(Plan.decode(synced.assignment))
+            return
+
+    def _apply(self, division: Plan) -> None:
+        mine = division.shards_of(self.member_id)
+        before = frozenset(self.shards.by_index)
+        self.plan = division
+        self.rebalances += 1
+        self.shards.assign(mine)
+        log.info(
+            "instance group %s generation %d: %d instances; this one serves %d shards (%d new, %d given up) "
+            "and brokers %s",
+            self.group_id,
+            division.generation,
+            len(division.members),
+            len(mine),
+            len(mine - before),
+            len(before - mine),
+            division.nodes_of(self.member_id),
+        )
+        self._planned.set()
+        others = {m.member_id: m for m in division.members if m.member_id != self.member_id}
+        for member_id in list(self._watches):
+            if member_id not in others:
+                self._watches.pop(member_id).cancel()
+        for member_id, member in others.items():
+            if member_id not in self._watches and member.ports:
+                self._watches[member_id] = asyncio.create_task(self._watch(member))
+
+    async def _heartbeat(self) -> None:
+        """Heartbeat until the group rebalances (or this instance should rejoin)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(HEARTBEAT_S):
+                    await self._rejoin.wait()
+            if self._rejoin.is_set():
+                return
+            answer = await self._ask(
+                ApiKey.HEARTBEAT,
+                4,
+                {
+                    "group_id": self.group_id,
+                    "generation_id": self.generation,
+                    "member_id": self.member_id,
+                    "group_instance_id": None,
+                },
+                self.cluster.timeout_s,
+            )
+            if answer.error_code in REJOIN:
+                return
+            if answer.error_code in RESET:
+                self._dropped(answer.error_code.name)
+                return
+            if answer.error_code != ErrorCode.none:
+                raise UpstreamError(f"Heartbeat in the instance group failed: {answer.error_code.name}")
+
+    def _dropped(self, why: str) -> None:
+        """The cluster no longer counts this instance a member (its session expired while it was cut off, or the
+        others removed it): its shards are someone else's by now, so it gives them up and joins anew."""
+        if self.member_id:
+            log.warning(
+                "instance group %s: the cluster dropped this instance (%s); giving up its shards and joining again",
+                self.group_id,
+                why,
+            )
+            self.shards.assign(frozenset())
+        self.member_id = ""
+
+    async def _leave(self, member_ids: list[str], reason: str) -> None:
+        """LeaveGroup for these members, on the server's own connection to the cluster (the group's may hold a
+        JoinGroup that this leave is to end)."""
+        await self.cluster.ask_coordinator(
+            self.group_id,
+            ApiKey.LEAVE_GROUP,
+            5,
+            {
+                "group_id": self.group_id,
+                "members": [
+                    {"member_id": m, "group_instance_id": None, "reason": reason} for m in member_ids
+                ],
+            },
+        )
+
+    # -- watching the others ---------------------------------------------------------------------------------
+
+    async def _watch(self, member: Member) -> None:
+        """Hold a connection to one of `member`'s listeners; when it closes and the address refuses, remove the
+        member from the group (see the module doc)."""
+        port = member.ports[min(member.ports)]
+        while True:
+            try:
+                async with asyncio.timeout(PROBE_TIMEOUT_S):
+                    reader, writer = await asyncio.open_connection(member.host, port)
+            except (OSError, TimeoutError) as exc:
+                await self._remove(member, f"its listener {member.host}:{port} is gone ({exc!r})")
+                return
+            try:
+                while await reader.read(4096):
+                    pass  # nothing is sent; a server never speaks first
+            except OSError:
+                pass
+            finally:
+                writer.close()
+
+    async def _remove(self, member: Member, why: str) -> None:
+        if self._closing or self.plan is None or member not in self.plan.members:
+            return
+        log.warning("instance group %s: instance %s left without a word: %s", self.group_id, member.name, why)
+        try:
+            await self._leave([member.member_id], f"instance {member.name} is gone: {why}"[:200])
+        except (UpstreamError, UpstreamTimeout, TimeoutError, OSError) as exc:
+            log.warning("instance group %s: removing %s failed: %r", self.group_id, member.name, exc)
+        self._rejoin.set()
