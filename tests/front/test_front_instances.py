@@ -1,0 +1,203 @@
+"""Three instances in front of one cluster on one state topic divide its shards (coordinator.front.instances): every
+instance gives the same broker addresses and names the same owner for a group; a SIGKILLed instance's shards are
+served again by the others within seconds while static and dynamic groups of confluent-kafka consumers consume and
+commit, with no rebalance and no acknowledged commit lost; a graceful stop hands its shards over the same way."""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+
+import pytest
+
+from tests.support.kafka_cluster import create_replicated_topic
+from tests.support.members import (
+    check_exactly_once,
+    committed_offsets,
+    consumed_all,
+    even_sizes,
+    high_watermarks,
+    produce_batch,
+    wait_for,
+    wait_split,
+)
+from tests.support.server import readyz
+from tests.support.wire import WireClient, make, request_class, simple_commit
+
+pytestmark = pytest.mark.e2e
+
+SHARDS = 6
+PARTITIONS = 6
+MEMBER_SETTINGS = {"session.timeout.ms": 45000, "heartbeat.interval.ms": 1000}
+
+
+class Instances:
+    """The instances as one server to the client helpers: a bootstrap list of all of them."""
+
+    def __init__(self, servers: list) -> None:
+        self.servers = servers
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(s.bootstrap.split(",")[0] for s in self.servers)
+
+    def output(self) -> str:
+        return "\n".join(f"--- instance {i} ---\n{s.output()[-6000:]}" for i, s in enumerate(self.servers))
+
+
+def _client(server) -> WireClient:
+    host, port = server.bootstrap.split(",")[0].rsplit(":", 1)
+    return WireClient(host, int(port), timeout=20)
+
+
+def _coordinator(server, group: str) -> tuple[int, int, str, int]:
+    with _client(server) as c:
+        answer = c.call(make(request_class(10, 3), {"key": group, "key_type": 0}))
+    return int(answer.error_code), int(answer.node_id), answer.host, int(answer.port)
+
+
+def _brokers(server) -> list[tuple[int, str, int]]:
+    body = {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+    with _client(server) as c:
+        answer = c.call(make(request_class(3, 12), body))
+    return sorted((int(b.node_id), b.host, int(b.port)) for b in answer.brokers)
+
+
+def _commit_at_owner(server, group: str, topic: str, offset: int) -> int:
+    """OffsetCommit of a simple group where `server`'s FindCoordinator sends it (as a client does)."""
+    code, _, host, port = _coordinator(server, group)
+    if code:
+        return code
+    try:
+        with WireClient(host, port, timeout=20) as c:
+            (code,) = simple_commit(c, group, topic, {0: offset})
+    except OSError:
+        return -1  # the address of an instance that is gone (until the others' plan drops it)
+    return code
+
+
+def _settings(kafka_cluster) -> dict[str, object]:
+    return {
+        "upstream.bootstrap.servers": kafka_cluster.bootstrap,
+        "coordinator.state.topic": f"kgc-instances-{uuid.uuid4().hex[:8]}",
+        "offsets.topic.num.partitions": SHARDS,
+    }
+
+
+def _start(server_factory, kafka_cluster) -> list:
+    settings = _settings(kafka_cluster)
+    servers = [server_factory(settings) for _ in range(3)]
+    wait_for(lambda: all(readyz(s.admin_url) for s in servers), 60, "three ready instances", lambda: "")
+    # every instance has had the plan with all three
+    wait_for(
+        lambda: all("3 instances" in s.stderr_path.read_text() for s in servers),
+        60,
+        "the plan of three",
+        lambda: Instances(servers).output(),
+    )
+    return servers
+
+
+def _served_by(servers: list, group: str) -> int:
+    """The index of the instance whose listener FindCoordinator names for `group`."""
+    _, _, host, port = _coordinator(servers[0], group)
+    for i, s in enumerate(servers):
+        if f"through port {port} here" in s.stderr_path.read_text():
+            return i
+    raise AssertionError(f"no instance listens on {host}:{port}")
+
+
+def test_three_instances_give_one_view_and_divide_the_groups(server_factory, kafka_cluster):
+    servers = _start(server_factory, kafka_cluster)
+    views = [_brokers(s) for s in servers]
+    assert views[0] == views[1] == views[2], views
+    assert len({(h, p) for _, h, p in views[0]}) == len(views[0])  # one address per broker
+    topic = f"instances-{uuid.uuid4().hex[:6]}"
+    create_replicated_topic(servers[0].bootstrap, topic, 1)
+    groups = [f"instances-view-{i}" for i in range(24)]
+    owners = set()
+    for i, group in enumerate(groups):
+        answers = {_coordinator(s, group) for s in servers}
+        assert len(answers) == 1, (group, answers)  # every instance names the same owner
+        assert _commit_at_owner(servers[i % 3], group, topic, 10 + i) == 0
+        owners.add(next(iter(answers))[3])
+    assert len(owners) == 3, owners  # the groups are spread over the three
+
+
+def test_a_killed_instance_is_taken_over_without_a_rebalance_or_a_lost_commit(
+    members, server_factory, kafka_cluster, direct, tmp_path
+):
+    servers = _start(server_factory, kafka_cluster)
+    front = Instances(servers)
+    topic = f"instances-kill-{uuid.uuid4().hex[:6]}"
+    create_replicated_topic(servers[0].bootstrap, topic, PARTITIONS)
+    static, dynamic = f"instances-static-{uuid.uuid4().hex[:6]}", f"instances-dynamic-{uuid.uuid4().hex[:6]}"
+    placed = produce_batch(front, topic, 300, 41, tmp_path)
+    started = [
+        members.start("ck", f"s{i}", front, static, topic, instance_id=f"s{i}", settings=MEMBER_SETTINGS)
+        for i in range(2)
+    ] + [members.start("ck", f"d{i}", front, dynamic, topic, settings=MEMBER_SETTINGS) for i in range(2)]
+    statics, dynamics = started[:2], started[2:]
+    wait_split(members, statics, PARTITIONS, even_sizes(PARTITIONS, 2), timeout=60)
+    wait_split(members, dynamics, PARTITIONS, even_sizes(PARTITIONS, 2), timeout=60)
+    wait_for(lambda: consumed_all(statics, placed), 60, "the static group consumed", members.describe)
+    wait_for(lambda: consumed_all(dynamics, placed), 60, "the dynamic group consumed", members.describe)
+    rebalances = [len(m.rebalance_events()) for m in started]
+
+    victim = _served_by(servers, static)
+    survivors = [s for i, s in enumerate(servers) if i != victim]
+    probes = [g for g in (f"instances-probe-{i}" for i in range(60)) if _served_by(servers, g) == victim][:4]
+    assert probes
+    killed_at = time.monotonic()
+    servers[victim].stopped = True  # on purpose
+    servers[victim].proc.send_signal(signal.SIGKILL)
+    servers[victim].proc.wait(10)
+    served: dict[str, float] = {}
+    while len(served) < len(probes):
+        for group in probes:
+            if group not in served and _commit_at_owner(survivors[0], group, topic, 1) == 0:
+                served[group] = time.monotonic() - killed_at
+        assert time.monotonic() - killed_at < 30, (served, front.output())
+        time.sleep(0.05)
+    print(f"\nthe killed instance's groups were served again after {sorted(served.values())} s")
+
+    placed |= produce_batch(Instances(survivors), topic, 300, 42, tmp_path)
+    wait_for(lambda: consumed_all(statics, placed), 90, "the static group went on", members.describe)
+    wait_for(lambda: consumed_all(dynamics, placed), 90, "the dynamic group went on", members.describe)
+    ends = high_watermarks(placed, PARTITIONS)
+    for group in (static, dynamic):
+        wait_for(
+            lambda g=group: committed_offsets(direct, g, topic, PARTITIONS) == ends,
+            60,
+            f"every commit of {group} in the cluster",
+            members.describe,
+        )
+    assert [len(m.rebalance_events()) for m in started] == rebalances, (
+        [(m.name, m.rebalance_events()) for m in started],
+        members.describe(),
+    )
+    for m in started:
+        assert m.close() == 0, members.describe([m])
+    check_exactly_once(statics, placed)
+    check_exactly_once(dynamics, placed)
+
+
+def test_a_stopped_instance_hands_its_shards_over(server_factory, kafka_cluster):
+    servers = _start(server_factory, kafka_cluster)
+    topic = f"instances-stop-{uuid.uuid4().hex[:6]}"
+    create_replicated_topic(servers[0].bootstrap, topic, 1)
+    groups = [f"instances-stop-{i}" for i in range(12)]
+    for i, group in enumerate(groups):
+        assert _commit_at_owner(servers[0], group, topic, 50 + i) == 0
+    leaving = servers[2]
+    assert leaving.stop() == 0
+    left_at = time.monotonic()
+    for i, group in enumerate(groups):  # every group at one of the two, with what was acknowledged
+        wait_for(
+            lambda g=group, offset=50 + i: _commit_at_owner(servers[0], g, topic, offset) == 0,
+            30,
+            f"{group} served again",
+            lambda: Instances(servers[:2]).output(),
+        )
+    print(f"\nevery group served again {time.monotonic() - left_at:.2f}s after the stop")
