@@ -54,6 +54,8 @@ PROTOCOL_NAME = "sticky-shards"
 HEARTBEAT_S = 0.3  # how soon a member hears of a rebalance (one small request per member and interval)
 RETRY_S = 0.5
 PROBE_TIMEOUT_S = 1.0  # a peer whose watched connection closed is dead if its address refuses or stays silent
+UNREACHED_RETRY_S = 10.0
+BROKERS_CHECK_S = 5.0
 REJOIN = frozenset({ErrorCode.rebalance_in_progress})
 RESET = frozenset({ErrorCode.unknown_member_id, ErrorCode.illegal_generation, ErrorCode.fenced_instance_id})
 
@@ -218,6 +220,8 @@ class InstanceGroup:
         self.generation = -1
         self.plan: Plan | None = None
         self.rebalances = 0
+        self.leader = False
+        self._brokers_checked = 0.0
         self._connection: Upstream | None = None
         self._node: int | None = None
         self._rejoin = asyncio.Event()
@@ -374,9 +378,10 @@ class InstanceGroup:
             if answer.error_code != ErrorCode.none:
                 raise UpstreamError(f"JoinGroup of the instance group failed: {answer.error_code.name}")
             self.member_id = answer.member_id
+            self.leader = answer.leader == self.member_id
             generation = int(answer.generation_id)
             assignments: list[dict[str, Any]] = []
-            if answer.leader == self.member_id:
+            if self.leader:
                 members = [Member.from_metadata(m.member_id, m.metadata) for m in answer.members]
                 division = plan(generation, members, self.shards.num_shards, sorted(self.cluster.nodes))
                 data = division.encode()
@@ -438,7 +443,7 @@ class InstanceGroup:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(HEARTBEAT_S):
                     await self._rejoin.wait()
-            if self._rejoin.is_set():
+            if self._rejoin.is_set() or self._brokers_changed():
                 return
             answer = await self._ask(
                 ApiKey.HEARTBEAT,
@@ -458,6 +463,21 @@ class InstanceGroup:
                 return
             if answer.error_code != ErrorCode.none:
                 raise UpstreamError(f"Heartbeat in the instance group failed: {answer.error_code.name}")
+
+    def _brokers_changed(self) -> bool:
+        """The leader plans again when the cluster's brokers are not the plan's (one joined, one was removed), so
+        that every broker has one address, the same everywhere; at most every BROKERS_CHECK_S."""
+        now = time.monotonic()
+        if not self.leader or self.plan is None or now - self._brokers_checked < BROKERS_CHECK_S:
+            return False
+        self._brokers_checked = now
+        _, _, ports = self._me()
+        nodes = set(self.cluster.nodes)
+        planned = set(self.plan.holders)
+        changed = bool((nodes & set(ports)) - planned or planned - nodes)
+        if changed:
+            log.info("instance group %s: the cluster's brokers changed; planning again", self.group_id)
+        return changed
 
     def _dropped(self, why: str) -> None:
         """The cluster no longer counts this instance a member (its session expired while it was cut off, or the
@@ -489,16 +509,30 @@ class InstanceGroup:
     # -- watching the others ---------------------------------------------------------------------------------
 
     async def _watch(self, member: Member) -> None:
-        """Hold a connection to one of `member`'s listeners; when it closes and the address refuses, remove the
-        member from the group (see the module doc)."""
+        """Hold a connection to one of `member`'s listeners; when it closes and the address then refuses, remove
+        the member from the group (see the module doc). An address never reached (the instance advertises one
+        that only clients reach, e.g. localhost behind a published port) is tried again now and then, and the
+        member left to the cluster's session timeout."""
         port = member.ports[min(member.ports)]
+        reached = False
         while True:
             try:
                 async with asyncio.timeout(PROBE_TIMEOUT_S):
                     reader, writer = await asyncio.open_connection(member.host, port)
             except (OSError, TimeoutError) as exc:
-                await self._remove(member, f"its listener {member.host}:{port} is gone ({exc!r})")
-                return
+                if reached:
+                    await self._remove(member, f"its listener {member.host}:{port} is gone ({exc!r})")
+                    return
+                log.debug(
+                    "instance group %s: %s not reachable at %s:%d",
+                    self.group_id,
+                    member.name,
+                    member.host,
+                    port,
+                )
+                await asyncio.sleep(UNREACHED_RETRY_S)
+                continue
+            reached = True
             try:
                 while await reader.read(4096):
                     pass  # nothing is sent; a server never speaks first
