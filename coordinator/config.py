@@ -675,8 +675,8 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         str,
         "In front of an upstream cluster: this instance's name in the group the instances of one state topic form "
-        "on the cluster to divide its shards (an instance that comes back under the same name is given the shards "
-        "it had). Empty: its address.",
+        "on the cluster to divide its shards (the order of the leader's plan, and what the logs call it). Empty: "
+        "its address.",
         kafka=False,
     ),
     Setting(

@@ -201,3 +201,65 @@ def test_a_stopped_instance_hands_its_shards_over(server_factory, kafka_cluster)
             lambda: Instances(servers[:2]).output(),
         )
     print(f"\nevery group served again {time.monotonic() - left_at:.2f}s after the stop")
+
+
+def test_a_rolling_restart_of_every_instance_rebalances_no_group(
+    members, server_factory, kafka_cluster, direct, tmp_path
+):
+    """Each instance in turn stops (its shards go to the others) and a new one starts in its place (it takes a
+    share back), while a static and a dynamic group consume and commit: no rebalance, no lost commit."""
+    servers = _start(server_factory, kafka_cluster)
+    settings = dict(servers[0].settings)
+    front = Instances(list(servers))
+    topic = f"instances-roll-{uuid.uuid4().hex[:6]}"
+    create_replicated_topic(servers[0].bootstrap, topic, PARTITIONS)
+    static, dynamic = (
+        f"instances-rstatic-{uuid.uuid4().hex[:6]}",
+        f"instances-rdynamic-{uuid.uuid4().hex[:6]}",
+    )
+    placed = produce_batch(front, topic, 300, 51, tmp_path)
+    statics = [
+        members.start("ck", f"s{i}", front, static, topic, instance_id=f"s{i}", settings=MEMBER_SETTINGS)
+        for i in range(2)
+    ]
+    dynamics = [
+        members.start("ck", f"d{i}", front, dynamic, topic, settings=MEMBER_SETTINGS) for i in range(2)
+    ]
+    wait_split(members, statics, PARTITIONS, even_sizes(PARTITIONS, 2), timeout=60)
+    wait_split(members, dynamics, PARTITIONS, even_sizes(PARTITIONS, 2), timeout=60)
+    wait_for(lambda: consumed_all(statics + dynamics, placed), 60, "batch 1 consumed", members.describe)
+    rebalances = [len(m.rebalance_events()) for m in statics + dynamics]
+
+    live = list(servers)
+    for round_ in range(3):
+        assert live[0].stop() == 0
+        live = live[1:]
+        placed |= produce_batch(Instances(live), topic, 60, 60 + round_, tmp_path)
+        live.append(server_factory(settings))
+        front.servers = live
+        wait_for(
+            lambda now=live: (
+                all(readyz(s.admin_url) for s in now) and "3 instances" in now[-1].stderr_path.read_text()
+            ),
+            60,
+            f"round {round_}: three instances again",
+            front.output,
+        )
+    placed |= produce_batch(front, topic, 120, 70, tmp_path)
+    wait_for(lambda: consumed_all(statics + dynamics, placed), 90, "everything consumed", members.describe)
+    ends = high_watermarks(placed, PARTITIONS)
+    for group in (static, dynamic):
+        wait_for(
+            lambda g=group: committed_offsets(direct, g, topic, PARTITIONS) == ends,
+            60,
+            f"every commit of {group} in the cluster",
+            members.describe,
+        )
+    assert [len(m.rebalance_events()) for m in statics + dynamics] == rebalances, (
+        [(m.name, m.rebalance_events()) for m in statics + dynamics],
+        members.describe(),
+    )
+    for m in statics + dynamics:
+        assert m.close() == 0, members.describe([m])
+    check_exactly_once(statics, placed)
+    check_exactly_once(dynamics, placed)

@@ -1,0 +1,319 @@
+#!/usr/bin/env python
+"""Several instances in front of one cluster (coordinator.front.instances): what a SIGKILL costs, under commit load.
+
+Starts a 3-node Apache Kafka 4.x cluster (tests/support/kafka_cluster.py) once and three instances on one state
+topic (--shards partitions). A load of --workers threads commits offsets of --groups simple groups without pause,
+each commit sent where FindCoordinator says (asked again after any error), as a client does. Then --rounds times:
+SIGKILL one instance (in turn), and measure, for a probe group in each of its shards, the time from the kill to
+the first commit that a survivor's owner acknowledges; then start a new instance in its place and wait until the
+three have divided the shards again. Every acknowledged commit is checked at the end: the offset each group holds
+(asked of its owner's admin API) is at least the last one acknowledged for it.
+
+With --scale: instead of the rounds, 1 then 2 instances (instance i pinned to core i with taskset), each under the
+same closed-loop commit load for --seconds: commits/s in all, the instances' CPU seconds (user + system, from
+/proc), and commits per CPU-second; the ratio 2-to-1 of each.
+
+Prints each round, then: the takeover (the slowest shard of each round) median and max over the rounds, the commit
+rate achieved (the load is closed-loop: this is the rate the instances sustain with --workers in flight), errors
+by code, and the lost commits (0 expected).
+
+    .venv/bin/python bench/front_instances.py [--rounds 10] [--workers 48] [--groups 480] [--shards 12]
+    .venv/bin/python bench/front_instances.py --scale [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from coordinator.sharding import shard_of  # noqa: E402
+from tests.support.kafka_cluster import KafkaCluster, create_replicated_topic  # noqa: E402
+from tests.support.server import readyz, start_server  # noqa: E402
+from tests.support.wire import WireClient, make, request_class, simple_commit  # noqa: E402
+
+TOPIC = "bench-instances"
+
+
+def _address(server: Any) -> tuple[str, int]:
+    host, port = server.bootstrap.split(",")[0].rsplit(":", 1)
+    return host, int(port)
+
+
+def _find(server: Any, group: str) -> tuple[int, str, int]:
+    with WireClient(*_address(server), timeout=10) as c:
+        answer = c.call(make(request_class(10, 3), {"key": group, "key_type": 0}))
+    return int(answer.error_code), answer.host, int(answer.port)
+
+
+class Load:
+    """Closed-loop committers: each thread commits its groups' offsets in turn, at their owners."""
+
+    def __init__(self, servers: list[Any], groups: list[str], workers: int) -> None:
+        self.servers = servers
+        self.groups = groups
+        self.acked: dict[str, int] = {}
+        self.commits = 0
+        self.errors: collections.Counter[str] = collections.Counter()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._run, args=(groups[i::workers],), daemon=True)
+            for i in range(workers)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, mine: list[str]) -> None:
+        owners: dict[str, tuple[str, int]] = {}
+        clients: dict[tuple[str, int], WireClient] = {}
+        offset = 0
+        while not self._stop.is_set():
+            offset += 1
+            for group in mine:
+                try:
+                    if group not in owners:
+                        live = [s for s in self.servers if s.proc.poll() is None]
+                        code, host, port = _find(live[offset % len(live)], group)
+                        if code:
+                            self._count(f"find {code}")
+                            continue
+                        owners[group] = (host, port)
+                    address = owners[group]
+                    if address not in clients:
+                        clients[address] = WireClient(*address, timeout=10)
+                    (code,) = simple_commit(clients[address], group, TOPIC, {0: offset})
+                except OSError as exc:
+                    self._count(type(exc).__name__)
+                    gone = owners.pop(group, None)
+                    client = clients.pop(gone, None) if gone is not None else None
+                    if client is not None:
+                        client.close()
+                    time.sleep(0.01)
+                    continue
+                if code == 0:
+                    with self._lock:
+                        self.commits += 1
+                        self.acked[group] = max(self.acked.get(group, 0), offset)
+                else:
+                    self._count(f"commit {code}")
+                    owners.pop(group, None)
+                    time.sleep(0.01)
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self.errors[what] += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(15)
+
+
+def _shards_of(server: Any) -> int:
+    text = server.stderr_path.read_text()
+    marker = "this one serves "
+    at = text.rfind(marker)
+    return int(text[at + len(marker) :].split()[0]) if at >= 0 else -1
+
+
+def _owner_index(servers: list[Any], group: str) -> int:
+    live = [s for s in servers if s.proc.poll() is None]
+    _, _, port = _find(live[0], group)
+    for i, s in enumerate(servers):
+        if f"through port {port} here" in s.stderr_path.read_text():
+            return i
+    return -1
+
+
+def _wait_three(servers: list[Any], timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(readyz(s.admin_url) and "3 instances" in s.stderr_path.read_text() for s in servers):
+        if time.monotonic() > deadline:
+            raise SystemExit("the three instances did not form one coordinator in time")
+        time.sleep(0.2)
+    time.sleep(2.0)  # the last plan's claims and leases
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
+    rows = []
+    for count in (1, 2):
+        settings = {
+            "upstream.bootstrap.servers": cluster.bootstrap,
+            "coordinator.state.topic": f"bench-scale-{uuid.uuid4().hex[:6]}",
+            "offsets.topic.num.partitions": args.shards,
+        }
+        servers = [
+            start_server(
+                run / f"scale-{count}-{i}", settings, prefix=["taskset", "-c", str(i % os.cpu_count())]
+            )
+            for i in range(count)
+        ]
+        try:
+            deadline = time.monotonic() + 90
+            while not all(
+                readyz(s.admin_url) and f"{count} instances" in s.stderr_path.read_text() for s in servers
+            ):
+                if time.monotonic() > deadline:
+                    raise SystemExit("the instances did not form one coordinator in time")
+                time.sleep(0.2)
+            time.sleep(2.0)
+            if count == 1:
+                create_replicated_topic(servers[0].bootstrap, TOPIC, 1)
+            load = Load(servers, [f"bench-scale-{i}" for i in range(args.groups)], args.workers)
+            time.sleep(5.0)  # warm: every group's owner known
+            cpu0 = sum(_cpu_s(s.proc.pid) for s in servers)
+            commits0, started = load.commits, time.monotonic()
+            time.sleep(args.seconds)
+            commits = load.commits - commits0
+            elapsed = time.monotonic() - started
+            cpu = sum(_cpu_s(s.proc.pid) for s in servers) - cpu0
+            load.stop()
+            rows.append((count, commits / elapsed, cpu, commits / cpu))
+            print(
+                f"{count} instance(s): {commits / elapsed:.0f} commits/s, {cpu:.1f} CPU s, {commits / cpu:.0f} commits per CPU-s",
+                flush=True,
+            )
+        finally:
+            for s in servers:
+                s.proc.terminate()
+            for s in servers:
+                s.proc.wait(30)
+    print()
+    print("| instances | commits/s | instances' CPU s | commits per CPU-s |")
+    print("|---|---|---|---|")
+    for count, rate, cpu, per in rows:
+        print(f"| {count} | {rate:.0f} | {cpu:.1f} | {per:.0f} |")
+    print(f"| 2 / 1 | {rows[1][1] / rows[0][1]:.2f}x | | {rows[1][3] / rows[0][3]:.2f}x |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=48)
+    parser.add_argument("--groups", type=int, default=480)
+    parser.add_argument("--shards", type=int, default=12)
+    parser.add_argument("--scale", action="store_true")
+    parser.add_argument("--seconds", type=float, default=30.0)
+    args = parser.parse_args()
+
+    run = Path(tempfile.mkdtemp(prefix="bench-instances-"))
+    (run / "kafka").mkdir()
+    cluster = KafkaCluster(run / "kafka")
+    servers: list[Any] = []
+    if args.scale:
+        try:
+            _scale(cluster, run, args)
+        finally:
+            cluster.close()
+        return
+    try:
+        settings = {
+            "upstream.bootstrap.servers": cluster.bootstrap,
+            "coordinator.state.topic": f"bench-instances-{uuid.uuid4().hex[:6]}",
+            "offsets.topic.num.partitions": args.shards,
+        }
+        for i in range(3):
+            servers.append(start_server(run / f"instance-{i}", settings))
+        _wait_three(servers)
+        create_replicated_topic(servers[0].bootstrap, TOPIC, 1)
+        groups = [f"bench-instances-{i}" for i in range(args.groups)]
+        load = Load(servers, groups, args.workers)
+        time.sleep(5.0)
+        started, commits0 = time.monotonic(), load.commits
+        takeovers: list[float] = []
+        for round_ in range(args.rounds):
+            victim = round_ % 3
+            probes: dict[int, str] = {}
+            for g in (f"bench-probe-{round_}-{i}" for i in range(40 * args.shards)):
+                if _owner_index(servers, g) == victim:
+                    probes.setdefault(shard_of(g, args.shards), g)
+            killed_at = time.monotonic()
+            servers[victim].proc.send_signal(signal.SIGKILL)
+            servers[victim].proc.wait(10)
+            served: dict[int, float] = {}
+            survivor = servers[(victim + 1) % 3]
+            while len(served) < len(probes) and time.monotonic() - killed_at < 60:
+                for shard, group in probes.items():
+                    if shard in served:
+                        continue
+                    try:
+                        code, host, port = _find(survivor, group)
+                        if code == 0:
+                            with WireClient(host, port, timeout=5) as c:
+                                (code,) = simple_commit(c, group, TOPIC, {0: 1})
+                    except OSError:
+                        code = -1
+                    if code == 0:
+                        served[shard] = time.monotonic() - killed_at
+                time.sleep(0.02)
+            slowest = max(served.values(), default=float("nan"))
+            takeovers.append(slowest)
+            print(
+                f"round {round_}: killed instance {victim} ({len(probes)} shards): served again after "
+                f"{min(served.values(), default=float('nan')):.2f}-{slowest:.2f} s"
+                + (
+                    ""
+                    if len(served) == len(probes)
+                    else f"; {len(probes) - len(served)} shards NOT within 60 s"
+                ),
+                flush=True,
+            )
+            servers[victim] = start_server(run / f"instance-{victim}-{round_}", settings)
+            _wait_three(servers)
+        elapsed = time.monotonic() - started
+        rate = (load.commits - commits0) / elapsed
+        load.stop()
+        lost = 0
+        for group, offset in sorted(load.acked.items()):
+            owner = servers[_owner_index(servers, group)]
+            with urllib.request.urlopen(f"{owner.admin_url}/v1/groups/{group}", timeout=10) as answer:
+                held = {o["partition"]: o["committed_offset"] for o in json.load(answer)["offsets"]}
+            if held.get(0, -1) < offset:
+                lost += 1
+        print()
+        print(
+            f"| rounds | takeover median | takeover max | commits/s (closed loop, {args.workers} in flight) | lost |"
+        )
+        print("|---|---|---|---|---|")
+        print(
+            f"| {len(takeovers)} | {statistics.median(takeovers):.2f} s | {max(takeovers):.2f} s | {rate:.0f} | "
+            f"{lost} of {len(load.acked)} groups |"
+        )
+        print(f"errors seen by the load (retried): {dict(load.errors)}")
+        print(f"shards per instance at the end: {[_shards_of(s) for s in servers]}")
+    finally:
+        for s in servers:
+            if s.proc.poll() is None:
+                s.proc.terminate()
+        for s in servers:
+            try:
+                s.proc.wait(20)
+            except Exception:  # noqa: BLE001
+                s.proc.kill()
+        cluster.close()
+
+
+if __name__ == "__main__":
+    main()
