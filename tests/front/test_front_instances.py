@@ -5,6 +5,7 @@ commit, with no rebalance and no acknowledged commit lost; a graceful stop hands
 
 from __future__ import annotations
 
+import functools
 import signal
 import time
 import uuid
@@ -108,6 +109,51 @@ def _served_by(servers: list, group: str) -> int:
     raise AssertionError(f"no instance listens on {host}:{port}")
 
 
+class Groups:
+    """A static and a dynamic group of two confluent-kafka consumers each on one topic, consuming and committing
+    through the instances; what they consumed and how often they rebalanced."""
+
+    def __init__(self, members, front: Instances, tmp_path, label: str) -> None:
+        self.members, self.tmp_path = members, tmp_path
+        self.topic = f"instances-{label}-{uuid.uuid4().hex[:6]}"
+        create_replicated_topic(front.bootstrap.split(",")[0], self.topic, PARTITIONS)
+        self.static = f"instances-{label}-static-{uuid.uuid4().hex[:6]}"
+        self.dynamic = f"instances-{label}-dynamic-{uuid.uuid4().hex[:6]}"
+        self.placed = produce_batch(front, self.topic, 300, 41, tmp_path)
+        start = functools.partial(members.start, "ck", topic=self.topic, settings=MEMBER_SETTINGS)
+        self.statics = [start(f"s{i}", front, self.static, instance_id=f"s{i}") for i in range(2)]
+        self.dynamics = [start(f"d{i}", front, self.dynamic) for i in range(2)]
+        self.all = self.statics + self.dynamics
+        for pair in (self.statics, self.dynamics):
+            wait_split(members, pair, PARTITIONS, even_sizes(PARTITIONS, 2), timeout=60)
+        wait_for(lambda: consumed_all(self.all, self.placed), 60, "batch 1 consumed", members.describe)
+        self.rebalances = [len(m.rebalance_events()) for m in self.all]
+
+    def produce(self, front: Instances, count: int, seed: int) -> None:
+        self.placed |= produce_batch(front, self.topic, count, seed, self.tmp_path)
+
+    def check(self, direct) -> None:
+        """Everything consumed once and committed (as the cluster shows), and no rebalance since the start."""
+        describe = self.members.describe
+        wait_for(lambda: consumed_all(self.all, self.placed), 90, "everything consumed", describe)
+        ends = high_watermarks(self.placed, PARTITIONS)
+        for group in (self.static, self.dynamic):
+            wait_for(
+                lambda g=group: committed_offsets(direct, g, self.topic, PARTITIONS) == ends,
+                60,
+                f"every commit of {group} in the cluster",
+                describe,
+            )
+        assert [len(m.rebalance_events()) for m in self.all] == self.rebalances, (
+            [(m.name, m.rebalance_events()) for m in self.all],
+            describe(),
+        )
+        for m in self.all:
+            assert m.close() == 0, self.members.describe([m])
+        check_exactly_once(self.statics, self.placed)
+        check_exactly_once(self.dynamics, self.placed)
+
+
 def test_three_instances_give_one_view_and_divide_the_groups(server_factory, kafka_cluster):
     servers = _start(server_factory, kafka_cluster)
     views = [_brokers(s) for s in servers]
@@ -129,23 +175,10 @@ def test_a_killed_instance_is_taken_over_without_a_rebalance_or_a_lost_commit(
     members, server_factory, kafka_cluster, direct, tmp_path
 ):
     servers = _start(server_factory, kafka_cluster)
-    front = Instances(servers)
-    topic = f"instances-kill-{uuid.uuid4().hex[:6]}"
-    create_replicated_topic(servers[0].bootstrap, topic, PARTITIONS)
-    static, dynamic = f"instances-static-{uuid.uuid4().hex[:6]}", f"instances-dynamic-{uuid.uuid4().hex[:6]}"
-    placed = produce_batch(front, topic, 300, 41, tmp_path)
-    started = [
-        members.start("ck", f"s{i}", front, static, topic, instance_id=f"s{i}", settings=MEMBER_SETTINGS)
-        for i in range(2)
-    ] + [members.start("ck", f"d{i}", front, dynamic, topic, settings=MEMBER_SETTINGS) for i in range(2)]
-    statics, dynamics = started[:2], started[2:]
-    wait_split(members, statics, PARTITIONS, even_sizes(PARTITIONS, 2), timeout=60)
-    wait_split(members, dynamics, PARTITIONS, even_sizes(PARTITIONS, 2), timeout=60)
-    wait_for(lambda: consumed_all(statics, placed), 60, "the static group consumed", members.describe)
-    wait_for(lambda: consumed_all(dynamics, placed), 60, "the dynamic group consumed", members.describe)
-    rebalances = [len(m.rebalance_events()) for m in started]
+    groups = Groups(members, Instances(servers), tmp_path, "kill")
+    topic, front = groups.topic, Instances(servers)
 
-    victim = _served_by(servers, static)
+    victim = _served_by(servers, groups.static)
     survivors = [s for i, s in enumerate(servers) if i != victim]
     probes = [g for g in (f"instances-probe-{i}" for i in range(60)) if _served_by(servers, g) == victim][:4]
     assert probes
@@ -162,25 +195,8 @@ def test_a_killed_instance_is_taken_over_without_a_rebalance_or_a_lost_commit(
         time.sleep(0.05)
     print(f"\nthe killed instance's groups were served again after {sorted(served.values())} s")
 
-    placed |= produce_batch(Instances(survivors), topic, 300, 42, tmp_path)
-    wait_for(lambda: consumed_all(statics, placed), 90, "the static group went on", members.describe)
-    wait_for(lambda: consumed_all(dynamics, placed), 90, "the dynamic group went on", members.describe)
-    ends = high_watermarks(placed, PARTITIONS)
-    for group in (static, dynamic):
-        wait_for(
-            lambda g=group: committed_offsets(direct, g, topic, PARTITIONS) == ends,
-            60,
-            f"every commit of {group} in the cluster",
-            members.describe,
-        )
-    assert [len(m.rebalance_events()) for m in started] == rebalances, (
-        [(m.name, m.rebalance_events()) for m in started],
-        members.describe(),
-    )
-    for m in started:
-        assert m.close() == 0, members.describe([m])
-    check_exactly_once(statics, placed)
-    check_exactly_once(dynamics, placed)
+    groups.produce(Instances(survivors), 300, 42)
+    groups.check(direct)
 
 
 def test_a_stopped_instance_hands_its_shards_over(server_factory, kafka_cluster):
@@ -211,30 +227,13 @@ def test_a_rolling_restart_of_every_instance_rebalances_no_group(
     servers = _start(server_factory, kafka_cluster)
     settings = dict(servers[0].settings)
     front = Instances(list(servers))
-    topic = f"instances-roll-{uuid.uuid4().hex[:6]}"
-    create_replicated_topic(servers[0].bootstrap, topic, PARTITIONS)
-    static, dynamic = (
-        f"instances-rstatic-{uuid.uuid4().hex[:6]}",
-        f"instances-rdynamic-{uuid.uuid4().hex[:6]}",
-    )
-    placed = produce_batch(front, topic, 300, 51, tmp_path)
-    statics = [
-        members.start("ck", f"s{i}", front, static, topic, instance_id=f"s{i}", settings=MEMBER_SETTINGS)
-        for i in range(2)
-    ]
-    dynamics = [
-        members.start("ck", f"d{i}", front, dynamic, topic, settings=MEMBER_SETTINGS) for i in range(2)
-    ]
-    wait_split(members, statics, PARTITIONS, even_sizes(PARTITIONS, 2), timeout=60)
-    wait_split(members, dynamics, PARTITIONS, even_sizes(PARTITIONS, 2), timeout=60)
-    wait_for(lambda: consumed_all(statics + dynamics, placed), 60, "batch 1 consumed", members.describe)
-    rebalances = [len(m.rebalance_events()) for m in statics + dynamics]
+    groups = Groups(members, front, tmp_path, "roll")
 
     live = list(servers)
     for round_ in range(3):
         assert live[0].stop() == 0
         live = live[1:]
-        placed |= produce_batch(Instances(live), topic, 60, 60 + round_, tmp_path)
+        groups.produce(Instances(live), 60, 60 + round_)
         live.append(server_factory(settings))
         front.servers = live
         wait_for(
@@ -245,21 +244,5 @@ def test_a_rolling_restart_of_every_instance_rebalances_no_group(
             f"round {round_}: three instances again",
             front.output,
         )
-    placed |= produce_batch(front, topic, 120, 70, tmp_path)
-    wait_for(lambda: consumed_all(statics + dynamics, placed), 90, "everything consumed", members.describe)
-    ends = high_watermarks(placed, PARTITIONS)
-    for group in (static, dynamic):
-        wait_for(
-            lambda g=group: committed_offsets(direct, g, topic, PARTITIONS) == ends,
-            60,
-            f"every commit of {group} in the cluster",
-            members.describe,
-        )
-    assert [len(m.rebalance_events()) for m in statics + dynamics] == rebalances, (
-        [(m.name, m.rebalance_events()) for m in statics + dynamics],
-        members.describe(),
-    )
-    for m in statics + dynamics:
-        assert m.close() == 0, members.describe([m])
-    check_exactly_once(statics, placed)
-    check_exactly_once(dynamics, placed)
+    groups.produce(front, 120, 70)
+    groups.check(direct)
