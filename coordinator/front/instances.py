@@ -144,25 +144,14 @@ def plan(generation: int, members: list[Member], shards: int, nodes: list[int]) 
     holders = _holders(ordered, nodes)
     eligible = sorted(set(holders.values())) or list(range(len(ordered)))
     owners = [-1] * shards
-    if not eligible:
-        return Plan(generation, ordered, tuple(owners), holders)
+    taken: set[int] = set()
     kept: dict[int, list[int]] = {}
     for i in eligible:
-        kept[i] = [s for s in sorted(ordered[i].owned) if 0 <= s < shards and owners[s] < 0]
-        for s in kept[i]:
+        kept[i] = [s for s in sorted(ordered[i].owned) if 0 <= s < shards and s not in taken]
+        taken.update(kept[i])
+    for i, mine in _share(kept, list(range(shards)), lambda shard: eligible).items():
+        for s in mine:
             owners[s] = i
-    base, extra = divmod(shards, len(eligible))
-    # who may hold one more: those that keep the most (fewest moves), then by order
-    by_kept = sorted(eligible, key=lambda i: (-len(kept[i]), i))
-    quota = {i: base + (1 if rank < extra else 0) for rank, i in enumerate(by_kept)}
-    for i in eligible:
-        for s in kept[i][quota[i] :]:
-            owners[s] = -1
-        kept[i] = kept[i][: quota[i]]
-    free = iter(s for s in range(shards) if owners[s] < 0)
-    for i in eligible:
-        for _ in range(quota[i] - len(kept[i])):
-            owners[next(free)] = i
     return Plan(generation, ordered, tuple(owners), holders)
 
 
@@ -171,29 +160,37 @@ def _holders(ordered: tuple[Member, ...], nodes: list[int]) -> dict[int, int]:
     even share, the rest go to those under theirs. A node keeps its address while its holder lives: librdkafka does
     not follow a group coordinator whose node id stays and whose address changes, so FindCoordinator names an
     owner's longest-held node, which has never moved (nodes_of's first)."""
-    if not ordered:
-        return {}
-    known = set(nodes)
-    held: list[list[int]] = []
+    known = sorted(set(nodes))
     taken: set[int] = set()
-    for m in ordered:
-        mine = [n for n in dict.fromkeys(m.held) if n in known and n in m.ports and n not in taken]
-        taken.update(mine)
-        held.append(mine)
-    base, extra = divmod(len(known), len(ordered))
-    by_held = sorted(range(len(ordered)), key=lambda i: (-len(held[i]), i))
-    quota = {i: base + (1 if rank < extra else 0) for rank, i in enumerate(by_held)}
-    for i in range(len(ordered)):
-        del held[i][quota[i] :]  # the latest taken go first
-    placed = {n for mine in held for n in mine}
-    for node in sorted(known - placed):
-        able = [i for i, m in enumerate(ordered) if node in m.ports]
-        if not able:
-            continue
-        under = [i for i in able if len(held[i]) < quota[i]]
-        chosen = under[0] if under else min(able, key=lambda i: (len(held[i]), i))
-        held[chosen].append(node)
-    return {n: i for i, mine in enumerate(held) for n in mine}
+    kept: dict[int, list[int]] = {}
+    for i, m in enumerate(ordered):
+        kept[i] = [n for n in dict.fromkeys(m.held) if n in known and n in m.ports and n not in taken]
+        taken.update(kept[i])
+    shared = _share(kept, known, lambda node: [i for i, m in enumerate(ordered) if node in m.ports])
+    return {n: i for i, mine in shared.items() for n in mine}
+
+
+def _share(
+    kept: dict[int, list[int]], items: list[int], able: Callable[[int], list[int]]
+) -> dict[int, list[int]]:
+    """A sticky even split of `items` among the members of `kept` (member -> what it holds now, in the order to
+    keep it; no item twice): each keeps its first ones up to an even share (those that keep the most may hold one
+    more: the fewest moves), and every other item goes, in order, to the first member of `able(item)` under its
+    share, else to the least loaded of them (an item no member is able to take is left out)."""
+    if not kept:
+        return {}
+    base, extra = divmod(len(items), len(kept))
+    by_kept = sorted(kept, key=lambda i: (-len(kept[i]), i))
+    quota = {i: base + (1 if rank < extra else 0) for rank, i in enumerate(by_kept)}
+    out = {i: kept[i][: quota[i]] for i in kept}
+    placed = {item for mine in out.values() for item in mine}
+    for item in items:
+        candidates = [] if item in placed else able(item)
+        if candidates:
+            under = [i for i in candidates if len(out[i]) < quota[i]]
+            chosen = under[0] if under else min(candidates, key=lambda i: (len(out[i]), i))
+            out[chosen].append(item)
+    return out
 
 
 class InstanceGroup:
@@ -209,7 +206,6 @@ class InstanceGroup:
         me: Callable[[], tuple[str, str, dict[int, int]]],
     ) -> None:
         """`me()`: this instance's (name, host, ports per upstream node) as it announces them now."""
-        self.config = config
         self.cluster = cluster
         self.shards = shards
         self.group_id = group_id
@@ -217,13 +213,10 @@ class InstanceGroup:
         self.session_ms = int(config["coordinator.instance.session.timeout.ms"])
         self.rebalance_ms = self.session_ms
         self.member_id = ""
-        self.generation = -1
         self.plan: Plan | None = None
-        self.rebalances = 0
         self.leader = False
         self._brokers_checked = 0.0
         self._connection: Upstream | None = None
-        self._node: int | None = None
         self._rejoin = asyncio.Event()
         self._run_task: asyncio.Task[None] | None = None
         self._watches: dict[str, asyncio.Task[None]] = {}  # member id -> its watch
@@ -324,8 +317,8 @@ class InstanceGroup:
         there for the whole join, which would hold up the server's other requests to that broker)."""
         if self._connection is None:
             deadline = time.monotonic() + self.cluster.timeout_s
-            self._node = await self.cluster.coordinator_of(self.group_id, deadline)
-            self._connection = self.cluster.connection(self._node, lambda upstream, lost: None)
+            node = await self.cluster.coordinator_of(self.group_id, deadline)
+            self._connection = self.cluster.connection(node, lambda upstream, lost: None)
         version = self.cluster.version(api_key, newest)
         future = self._connection.send(
             api_key, version, "kgc-instance", build(request_class(api_key, version), body)
@@ -370,13 +363,8 @@ class InstanceGroup:
             if answer.error_code == ErrorCode.member_id_required:
                 self.member_id = answer.member_id
                 continue
-            if answer.error_code in RESET:
-                self._dropped(answer.error_code.name)
+            if not self._stands(answer.error_code, "JoinGroup"):
                 continue
-            if answer.error_code in REJOIN:
-                continue
-            if answer.error_code != ErrorCode.none:
-                raise UpstreamError(f"JoinGroup of the instance group failed: {answer.error_code.name}")
             self.member_id = answer.member_id
             self.leader = answer.leader == self.member_id
             generation = int(answer.generation_id)
@@ -400,22 +388,26 @@ class InstanceGroup:
                 },
                 self.rebalance_ms / 1000 + self.cluster.timeout_s,
             )
-            if synced.error_code in RESET:
-                self._dropped(synced.error_code.name)
+            if not self._stands(synced.error_code, "SyncGroup"):
                 continue
-            if synced.error_code in REJOIN:
-                continue
-            if synced.error_code != ErrorCode.none:
-                raise UpstreamError(f"SyncGroup of the instance group failed: {synced.error_code.name}")
-            self.generation = generation
             self._apply(Plan.decode(synced.assignment))
             return
+
+    def _stands(self, code: ErrorCode, what: str) -> bool:
+        """Whether a JoinGroup's or SyncGroup's answer stands (False: join again); raises when refused."""
+        if code in RESET:
+            self._dropped(code.name)
+            return False
+        if code in REJOIN:
+            return False
+        if code != ErrorCode.none:
+            raise UpstreamError(f"{what} of the instance group failed: {code.name}")
+        return True
 
     def _apply(self, division: Plan) -> None:
         mine = division.shards_of(self.member_id)
         before = frozenset(self.shards.by_index)
         self.plan = division
-        self.rebalances += 1
         self.shards.assign(mine)
         log.info(
             "instance group %s generation %d: %d instances; this one serves %d shards (%d new, %d given up) "
@@ -438,7 +430,10 @@ class InstanceGroup:
                 self._watches[member_id] = asyncio.create_task(self._watch(member))
 
     async def _heartbeat(self) -> None:
-        """Heartbeat until the group rebalances (or this instance should rejoin)."""
+        """Heartbeat (at the generation of the plan `_join` just applied) until the group rebalances, or this
+        instance should rejoin."""
+        assert self.plan is not None
+        generation = self.plan.generation
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(HEARTBEAT_S):
@@ -450,7 +445,7 @@ class InstanceGroup:
                 4,
                 {
                     "group_id": self.group_id,
-                    "generation_id": self.generation,
+                    "generation_id": generation,
                     "member_id": self.member_id,
                     "group_instance_id": None,
                 },
