@@ -12,9 +12,8 @@ A `TopicLog` stands in for a shard's storage.Log: at start it reads its partitio
 start to the last stable offset), and the shard replays that; an append is acknowledged when its transaction is
 committed (acks=all; below). One transaction per partition is in flight at a time; appends that come meanwhile
 go out together in the next one (a group commit), so a shard's records reach the topic in the order they were
-made. An append the cluster did not
-acknowledge within upstream.request.timeout.ms fails (the group runtime answers a retriable error). The cluster
-compacts the topic itself.
+made. An append the cluster did not acknowledge within upstream.request.timeout.ms fails (the group runtime
+answers a retriable error). The cluster compacts the topic itself.
 
 Each shard's writer is fenced by the cluster, so that two servers on one state topic (a new one started while the
 old one still runs, or one cut off from the cluster) never both write or answer for a shard. The partition is

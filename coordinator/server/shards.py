@@ -431,18 +431,22 @@ class Shards:
             return
         for index in sorted(set(self.by_index) - owned):
             self._release(index)
-        release = getattr(self.log_opener, "release", None)
         for index in sorted(owned):
             shard = self.by_index.get(index)
             if shard is not None and shard.state is not ShardState.FENCED:
                 continue
-            if shard is not None and release is not None:
-                release(index)  # claimed elsewhere before this plan: claimed anew, not bumped
+            if shard is not None:
+                self._forget_writer(index)  # claimed elsewhere before this plan: claimed anew, not bumped
             fresh = self._new_shard(index)
             for listener in self._listeners:
                 fresh.machine.add_listener(listener)
             self.by_index[index] = fresh
             self._reloads[index] = asyncio.create_task(self._reload(fresh))
+
+    def _forget_writer(self, index: int) -> None:
+        release = getattr(self.log_opener, "release", None)  # the state topic's (coordinator.front.state)
+        if release is not None:
+            release(index)
 
     def held(self) -> frozenset[int]:
         """The shards this server serves or is loading (not those another server claimed from it)."""
@@ -455,9 +459,7 @@ class Shards:
             reload.cancel()
         if shard.serving:
             shard.runtime.apply(shard.machine.on_unloaded())
-        release = getattr(self.log_opener, "release", None)
-        if release is not None:
-            release(index)  # a later claim of it is a claim anew, never a bump of this one
+        self._forget_writer(index)  # a later claim of it is a claim anew, never a bump of this one
 
         async def unload() -> None:
             if reload is not None:
