@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 MAX_ANSWER_BYTES = 1 << 30  # an upstream answer (a Fetch of many partitions) may be far larger than a request
 RETRY_PAUSE_S = 0.1
 BOOTSTRAP = -1  # the key of the connection to a bootstrap address before any node id is known
+# A broker answers the requests of one connection one at a time, in order (it reads the next only once it has
+# answered the last), so the front's own requests to a broker (shard transactions, mirrored commits of many groups)
+# are spread over up to this many connections to it: a new one is opened while every open one has a request
+# waiting.
+OWN_CONNECTIONS = 8
 GROUP, TRANSACTION = 0, 1  # FindCoordinator's key types
 # Errors that mean "ask again, perhaps elsewhere" for the front's own group requests.
 COORDINATOR_MOVED = frozenset(
@@ -66,7 +71,7 @@ class UpstreamCluster:
         self.versions: dict[int, tuple[int, int]] = {}
         self.cluster_id: str | None = None
         self.stats: dict[int, NodeStats] = {}
-        self._own: dict[int, Upstream] = {}
+        self._own: dict[int, list[Upstream]] = {}  # node -> this server's own connections to it
         # (GROUP, group id) or (TRANSACTION, transactional id) -> the cluster's coordinator node for it
         self._coordinators: dict[tuple[int, str], int] = {}
 
@@ -84,27 +89,35 @@ class UpstreamCluster:
         )
 
     def _own_connection(self, node: int) -> Upstream:
-        upstream = self._own.get(node)
-        if upstream is None:
+        """The least busy of this server's own connections to `node`; a new one while all are busy (up to
+        OWN_CONNECTIONS)."""
+        pool = self._own.setdefault(node, [])
+        upstream = min(pool, key=lambda u: u.pending, default=None)
+        if upstream is None or (upstream.pending and len(pool) < OWN_CONNECTIONS):
             upstream = self.connection(node, functools.partial(self._own_broken, node))
-            self._own[node] = upstream
+            pool.append(upstream)
         return upstream
 
     def _own_broken(self, node: int, upstream: Upstream, lost: bool) -> None:
-        if self._own.get(node) is upstream:
-            del self._own[node]
+        pool = self._own.get(node)
+        if pool is not None and upstream in pool:
+            pool.remove(upstream)
+            if not pool:
+                del self._own[node]
 
     def sweep(self, now: float) -> None:
         """Fail the front's own connections with a request older than the timeout."""
-        for node, upstream in list(self._own.items()):
-            if upstream.overdue(now, self.timeout_s):
-                log.warning("upstream broker %d did not answer within %.0f s", node, self.timeout_s)
-                self._note_error(node, "timed out")
-                upstream.fail("upstream.request.timeout.ms passed")
+        for node, pool in list(self._own.items()):
+            for upstream in list(pool):
+                if upstream.overdue(now, self.timeout_s):
+                    log.warning("upstream broker %d did not answer within %.0f s", node, self.timeout_s)
+                    self._note_error(node, "timed out")
+                    upstream.fail("upstream.request.timeout.ms passed")
 
     def close(self) -> None:
-        for upstream in self._own.values():
-            upstream.close()
+        for pool in self._own.values():
+            for upstream in pool:
+                upstream.close()
         self._own.clear()
 
     # -- requests of the front's own -----------------------------------------------------------------------------
@@ -221,8 +234,7 @@ class UpstreamCluster:
             await asyncio.sleep(1.0)
 
     def _drop_own(self, node: int) -> None:
-        upstream = self._own.pop(node, None)
-        if upstream is not None:
+        for upstream in self._own.pop(node, []):
             upstream.close()
 
     async def metadata(self, topics: list[str] | None, deadline: float) -> Any:

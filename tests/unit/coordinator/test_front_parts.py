@@ -3,6 +3,8 @@ from a raw frame, undecoded (raw) requests in the API table, and the `upstream.`
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from coordinator.config import Config, ConfigError
@@ -329,3 +331,56 @@ def test_describe_transactions_answer_with_no_transaction_open():
     fenced = struct.pack(">h", 105) + string("state-4") + string("") + struct.pack(">iqqh", 0, -1, -1, -1)
     payload = b"\x00" + struct.pack(">i", 0) + bytes([3]) + state + fenced + b"\x01\x00" + b"\x00"
     assert transaction_states(payload) == {"state-3": (0, 1004, 7), "state-4": (105, -1, -1)}
+
+
+def test_the_fronts_own_requests_to_a_broker_are_spread_over_several_connections():
+    """A broker answers one request of a connection at a time (here: after 50 ms each), so requests of the
+    front's own that wait at the same time go out on up to OWN_CONNECTIONS connections, and one at a time reuse
+    the one that is free."""
+    import asyncio
+    import struct
+    import time
+
+    from coordinator.front.cluster import OWN_CONNECTIONS, UpstreamCluster
+
+    connections = []
+
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                await asyncio.sleep(0.05)  # one request after the other, as a broker does per connection
+                writer.write(struct.pack(">ii", 4, struct.unpack_from(">i", frame, 4)[0]))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+
+    async def scenario() -> None:
+        server = await asyncio.start_server(broker, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        cluster = UpstreamCluster(Config({"upstream.bootstrap.servers": f"127.0.0.1:{port}"}))
+        cluster.nodes = {1: ("127.0.0.1", port)}
+        body = {"client_software_name": "t", "client_software_version": "1"}
+
+        def ask() -> Any:
+            return cluster.ask_node(1, 18, 3, body, decode=bytes)
+
+        started = time.monotonic()
+        answers = await asyncio.gather(*(ask() for _ in range(2 * OWN_CONNECTIONS)))
+        elapsed = time.monotonic() - started
+        assert answers == [b""] * (2 * OWN_CONNECTIONS)
+        assert len(connections) == OWN_CONNECTIONS
+        assert elapsed < 0.05 * 2 * OWN_CONNECTIONS / 2  # side by side, not one after the other
+        for _ in range(3):
+            await ask()
+        assert len(connections) == OWN_CONNECTIONS  # a free connection is used again
+        cluster.close()
+        await asyncio.sleep(0.05)  # the connections' tasks end
+        for writer in connections:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(scenario())
