@@ -33,7 +33,7 @@ from coordinator.admin.http import AdminListener
 from coordinator.admin.peers import AdminPeers
 from coordinator.brokers import show_host
 from coordinator.cluster.topology import Topology, WorkerSpec, worker_of_shard
-from coordinator.config import Config
+from coordinator.config import Config, parse_hostport
 from coordinator.security import Security
 from coordinator.server.group_service import GroupCoordinatorService
 from coordinator.server.listener import KafkaListener, Server
@@ -96,7 +96,7 @@ def build(
     placement). `advertised`: the --advertised-listener (a worker adds its index to the port). `fs`: where the group and topic logs live (default: the real filesystem; tests pass a double)."""
     from coordinator.cluster.forwarding import API_VERSIONS as FORWARDED_APIS
     from coordinator.cluster.forwarding import ForwardingDataPlane
-    from coordinator.cluster.internal import INTERNAL_PRINCIPAL, InternalChannel
+    from coordinator.cluster.internal import INTERNAL_LISTENER, INTERNAL_PRINCIPAL, InternalChannel
     from coordinator.cluster.relay import PeerRelay
     from coordinator.cluster.security_sync import SecuritySync
     from coordinator.dataplane.embedded import EmbeddedDataPlane
@@ -250,10 +250,35 @@ def build(
                 configured = primary[0].port or min(ports.values(), default=0)
                 return config["coordinator.instance.id"] or f"{host}:{configured}", host, ports
 
-            front.instances = InstanceGroup(
-                config, front.cluster, shards, config["coordinator.state.topic"], me
+            open_relay = None
+            if config["coordinator.instance.relay.listener"]:
+
+                async def open_relay(secret: str) -> tuple[str, int]:
+                    """This instance's relay listener (coordinator.cluster.internal): bound now, its address."""
+                    host, port = parse_hostport(config["coordinator.instance.relay.listener"], 0)
+                    listener = KafkaListener(
+                        INTERNAL_LISTENER,
+                        host or primary[0].host,
+                        port,
+                        internal=InternalChannel(secret, lambda name: None),
+                    )
+                    await server.add_listener(listener)
+                    return host or front.announced()[0], listener.bound_port
+
+            instances = front.instances = InstanceGroup(
+                config, front.cluster, shards, config["coordinator.state.topic"], me, open_relay
             )
-            server.add_part(front.instances)
+            server.add_part(instances)
+            if open_relay is not None:
+                # a group another instance owns: its requests relayed there (coordinator.front.instances)
+                groups.relay = PeerRelay(
+                    config,
+                    instances.relay_address,
+                    None,
+                    channel_of=instances.channel_to,
+                    connect_timeout_s=RELAY_CONNECT_TIMEOUT_S,
+                )
+                groups.owner_of_shard = instances.owner_of_shard
     else:
         server.add_part(
             CoordinatorLookup(broker, owner=topology.owner_broker if topology is not None else None)
@@ -380,6 +405,9 @@ async def serve(app: App, notify_fd: int | None = None) -> None:
 
 
 SHUTDOWN_GRACE_S = 5.0
+RELAY_CONNECT_TIMEOUT_S = (
+    2.0  # another instance that does not take a relay connection by then: NOT_COORDINATOR
+)
 
 
 def _still_closing(after_s: float) -> None:

@@ -692,6 +692,19 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=1000,
     ),
     Setting(
+        "coordinator.instance.relay.listener",
+        ":0",
+        str,
+        "In front of an upstream cluster, with a state topic: where this instance takes the group requests other "
+        "instances relay to it (for groups it owns that a client asked another instance about), as host:port. An "
+        "empty host: the primary listener's bind address, announced to the other instances as this instance's "
+        "advertised host; port 0: a free port. The other instances must reach it at that address. Relayed requests "
+        "carry a secret the instances exchange through their group on the cluster, so grant Describe on that group "
+        "(named after the state topic) to the instances alone. Empty: none (a request about a group another "
+        "instance owns is answered NOT_COORDINATOR).",
+        kafka=False,
+    ),
+    Setting(
         "upstream.offsets.recommit.interval.ms",
         86400000,
         int,

@@ -51,6 +51,9 @@ class RequestContext:
     # connection's security session (SASL state), set by the connection before the handler runs.
     principal: str = "User:ANONYMOUS"
     session: Any = None
+    # Relayed here by another coordinator on the client's behalf (an Envelope, coordinator.cluster.internal): this
+    # server answers it, and never relays it on.
+    relayed: bool = False
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]

@@ -91,6 +91,10 @@ class InternalChannel:
         self._listeners = listeners
         self.kinds: dict[str, KindHandler] = {}
 
+    @property
+    def secret(self) -> str:
+        return self._secret
+
     # -- sending ------------------------------------------------------------------------------------
 
     def envelope(
@@ -146,6 +150,7 @@ class InternalChannel:
         session.authenticated = True
         decoded.context.principal = principal
         decoded.context.session = session
+        decoded.context.relayed = True
         decoded.envelope = correlation_id
         return decoded
 

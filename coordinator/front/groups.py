@@ -14,6 +14,8 @@ standalone), and the cluster stays the record of their offsets.
   on the cluster, and offsets committed in a transaction are there, not here. `require_stable` is passed on. A
   consumer group's member fetching (v9, with its member id and epoch) is checked here first, as standalone.
 * OffsetDelete and DeleteGroups act here, then on the cluster (where a group that never existed is not an error).
+* With several instances (coordinator.front.instances), a request about a group another instance owns is relayed
+  to it by the group service; the owner mirrors or deletes on the cluster, not the instance that relayed it.
 * ListGroups on node N's listener lists the groups whose FindCoordinator answer is node N, as each Kafka broker
   lists the groups it coordinates (Admin clients ask every broker and merge); on the bootstrap listener, all.
 
@@ -166,6 +168,8 @@ class FrontGroups:
 
     def _offset_commit(self, inner: Handler) -> Handler:
         async def commit(ctx: RequestContext, request: Any) -> Any:
+            if self.groups.relay_owner(ctx, request.group_id) is not None:
+                return await inner(ctx, request)  # the owner stores and mirrors it
             answer = _entity(ctx.api_key, ctx.api_version, await inner(ctx, request))
             stored = {
                 (t.name, p.partition_index)
@@ -345,6 +349,8 @@ class FrontGroups:
 
     def _offset_delete(self, inner: Handler) -> Handler:
         async def delete(ctx: RequestContext, request: Any) -> Any:
+            if self.groups.relay_owner(ctx, request.group_id) is not None:
+                return await inner(ctx, request)  # the owner deletes them here and on the cluster
             answer = _entity(ctx.api_key, ctx.api_version, await inner(ctx, request))
             if answer.error_code:
                 return answer
@@ -373,7 +379,11 @@ class FrontGroups:
             answer = _entity(ctx.api_key, ctx.api_version, await inner(ctx, request))
             results = []
             for result in answer.results:
-                if result.error_code == ErrorCode.none:
+                # (a group another instance owns was relayed there, which deleted it on the cluster too)
+                if (
+                    result.error_code == ErrorCode.none
+                    and self.groups.relay_owner(ctx, result.group_id) is None
+                ):
                     code = await self._delete_upstream(result.group_id)
                     if code not in (ErrorCode.none, ErrorCode.group_id_not_found):
                         result = _replace(result, error_code=code)

@@ -11,7 +11,9 @@ writes the plan every member gets whole (`plan`):
   name a broker at its owner), each instance keeping what it serves (sticky), so a join or a leave moves only the
   shards it must.
 
-What an instance does with its part: it serves its shards and only those (coordinator.server.shards `assign`). A
+What an instance does with its part: it serves its shards and only those (coordinator.server.shards `assign`), and
+relays a request about a group another instance owns to that owner (coordinator.cluster.relay), at the relay
+listener the owner announced with a secret of its own (both in its metadata, so in the plan every member gets). A
 shard given to it is claimed (its transactional id's epoch bumped, coordinator.front.state), which fences the last
 owner, then read and served a lease after the claim; a shard taken from it is unloaded at once (its requests get
 NOT_COORDINATOR). Between generations every instance goes on serving what it has: the fencing of the state topic,
@@ -33,9 +35,10 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from coordinator.cluster.internal import InternalChannel, new_secret
 from coordinator.cluster.upstream import Upstream, UpstreamError
 from coordinator.config import Config
 from coordinator.server.shards import Shards
@@ -70,10 +73,17 @@ class Member:
     ports: dict[int, int]  # upstream node id -> the port of this instance's listener for it
     owned: frozenset[int] = frozenset()
     held: tuple[int, ...] = ()  # the upstream nodes whose address it is now, the longest held first
+    relay: tuple[str, int] | None = (
+        None  # its relay listener (coordinator.cluster.internal); None: it has none
+    )
+    secret: str = ""  # what the Envelopes it takes there must carry
 
     def metadata(self) -> bytes:
         doc = {"name": self.name, "host": self.host, "ports": self.ports, "owned": sorted(self.owned)}
-        return json.dumps({**doc, "held": list(self.held)}).encode()
+        return json.dumps({**doc, "held": list(self.held), **self._relay_doc()}).encode()
+
+    def _relay_doc(self) -> dict[str, Any]:
+        return {} if self.relay is None else {"relay": list(self.relay), "secret": self.secret}
 
     @classmethod
     def from_metadata(cls, member_id: str, data: bytes) -> Member:
@@ -85,7 +95,15 @@ class Member:
             {int(n): int(p) for n, p in doc["ports"].items()},
             frozenset(int(s) for s in doc.get("owned", ())),
             tuple(int(n) for n in doc.get("held", ())),
+            *_relay_of(doc),
         )
+
+
+def _relay_of(doc: dict[str, Any]) -> tuple[tuple[str, int] | None, str]:
+    relay = doc.get("relay")
+    if not relay:
+        return None, ""
+    return (str(relay[0]), int(relay[1])), str(doc.get("secret", ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +121,13 @@ class Plan:
             {
                 "generation": self.generation,
                 "members": [
-                    {"member_id": m.member_id, "name": m.name, "host": m.host, "ports": m.ports}
+                    {
+                        "member_id": m.member_id,
+                        "name": m.name,
+                        "host": m.host,
+                        "ports": m.ports,
+                        **m._relay_doc(),
+                    }
                     for m in self.members
                 ],
                 "owners": list(self.owners),
@@ -115,7 +139,14 @@ class Plan:
     def decode(cls, data: bytes) -> Plan:
         doc = json.loads(data)
         members = tuple(
-            Member(m["member_id"], m["name"], m["host"], {int(n): int(p) for n, p in m["ports"].items()})
+            Member(
+                m["member_id"],
+                m["name"],
+                m["host"],
+                {int(n): int(p) for n, p in m["ports"].items()},
+                relay=_relay_of(m)[0],
+                secret=_relay_of(m)[1],
+            )
             for m in doc["members"]
         )
         return cls(
@@ -204,9 +235,20 @@ class InstanceGroup:
         shards: Shards,
         group_id: str,
         me: Callable[[], tuple[str, str, dict[int, int]]],
+        open_relay: Callable[[str], Awaitable[tuple[str, int]]] | None = None,
     ) -> None:
-        """`me()`: this instance's (name, host, ports per upstream node) as it announces them now."""
+        """`me()`: this instance's (name, host, ports per upstream node) as it announces them now;
+        `open_relay(secret)`: opens its relay listener (Envelopes carrying `secret`) at start, and gives the
+        address its peers reach it at (None: it has none)."""
         self.cluster = cluster
+        self._open_relay = open_relay
+        self._relay: tuple[str, int] | None = None
+        self.secret = (
+            new_secret()
+        )  # what Envelopes relayed to this instance carry (its peers learn it in the plan)
+        self._relay_ids: dict[str, int] = {}  # member id -> the owner number the group service relays to
+        self._relay_members: dict[int, Member] = {}  # owner number -> the member in the newest plan
+        self._channels: dict[int, InternalChannel] = {}
         self.shards = shards
         self.group_id = group_id
         self._me = me
@@ -252,12 +294,43 @@ class InstanceGroup:
     def ready(self) -> bool:
         return self.plan is not None
 
+    # -- relaying a group request to its shard's owner (coordinator.server.group_service) ---------------------
+
+    def owner_of_shard(self, shard: int) -> int | None:
+        """The number of the instance that owns `shard` (see `relay_address`), when it is another one that takes
+        relayed requests; None: this instance answers (NOT_COORDINATOR, or the shard is loading here)."""
+        plan = self.plan
+        owner = plan.owner(shard) if plan is not None else None
+        if owner is None or owner.member_id == self.member_id or owner.relay is None:
+            return None
+        number = self._relay_ids.setdefault(owner.member_id, len(self._relay_ids))
+        self._relay_members[number] = owner
+        return number
+
+    def relay_address(self, number: int) -> tuple[str, int]:
+        """Where instance `number` takes relayed requests; LookupError when it left the group."""
+        member = self._relay_members[number]
+        plan = self.plan
+        if plan is None or all(m.member_id != member.member_id for m in plan.members) or member.relay is None:
+            raise LookupError(f"instance {member.name} is no longer in the group")
+        return member.relay
+
+    def channel_to(self, number: int) -> InternalChannel:
+        """The channel to instance `number`: its secret in every Envelope."""
+        channel = self._channels.get(number)
+        member = self._relay_members[number]
+        if channel is None or channel.secret != member.secret:
+            channel = self._channels[number] = InternalChannel(member.secret, lambda name: None)
+        return channel
+
     # -- the part ------------------------------------------------------------------------------------------
 
     def register(self, table: Any) -> None:
         pass
 
     async def start(self) -> None:
+        if self._open_relay is not None:
+            self._relay = await self._open_relay(self.secret)
         self._run_task = asyncio.create_task(self._run())
         # the first plan normally comes within a round trip or two (the cluster's group.initial.rebalance.delay.ms
         # for the first instance of a new group): wait for it, and a small load, before the listener opens
@@ -344,7 +417,7 @@ class InstanceGroup:
             self._rejoin.clear()
             name, host, ports = self._me()
             held = tuple(self.plan.nodes_of(self.member_id)) if self.plan is not None else ()
-            me = Member(self.member_id, name, host, ports, self.shards.held(), held)
+            me = Member(self.member_id, name, host, ports, self.shards.held(), held, self._relay, self.secret)
             answer = await self._ask(
                 ApiKey.JOIN_GROUP,
                 9,

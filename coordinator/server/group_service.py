@@ -9,8 +9,9 @@ the runtime releases once the records it depends on are durable.
 
 Requests naming several groups (DescribeGroups, DeleteGroups, OffsetFetch v8+) are split by shard and their answers
 merged in request order; ListGroups asks every shard this server owns. A group owned by another coordinator
-(another worker of this machine, coordinator.cluster) is relayed to its owner when a relay is given, else
-answered NOT_COORDINATOR.
+(another worker of this machine, coordinator.cluster, or another instance in front of the same cluster,
+coordinator.front.instances) is relayed to its owner when a relay is given and the owner is known, else answered
+NOT_COORDINATOR. A request that was itself relayed here is answered here, never relayed on.
 
 OffsetCommit is checked against the data plane's topics first, as Kafka's request handler checks its metadata
 cache before the coordinator sees the request: a partition of a topic that does not exist, or beyond the topic's
@@ -65,7 +66,10 @@ GROUP_API_VERSIONS = {
 class Relay(Protocol):
     """Group requests for a group another coordinator owns (coordinator.cluster.relay.PeerRelay)."""
 
-    async def call(self, owner: int, ctx: RequestContext, request: Any) -> Any: ...
+    async def call(self, owner: int, ctx: RequestContext, request: Any) -> Any:
+        """The owner's answer; raises RelayUnavailable when the owner cannot be reached (the request is then
+        answered NOT_COORDINATOR, so the client looks its coordinator up again)."""
+        ...
 
     def connection_closed(self, connection_id: int) -> None: ...
 
@@ -82,6 +86,10 @@ class Topics(Protocol):
 
 log = logging.getLogger(__name__)
 LEASE_POLL_S = 0.02  # how often a request waiting for its shard's lease looks again
+
+
+class RelayUnavailable(Exception):
+    """The owner of a group could not be asked (Relay.call)."""
 
 
 class ShardUnavailable(Exception):
@@ -101,12 +109,12 @@ class GroupCoordinatorService:
         shards: Shards,
         *,
         relay: Relay | None = None,
-        owner_of_shard: Callable[[int], int] | None = None,
+        owner_of_shard: Callable[[int], int | None] | None = None,
         topics: Topics | None = None,
     ) -> None:
-        """`relay` and `owner_of_shard` (which coordinator owns a shard this server does not): given together
-        when groups this server does not own are relayed to their owner. `topics`: the data plane's, which
-        OffsetCommit's partitions must exist in (None: not checked)."""
+        """`relay` and `owner_of_shard` (which coordinator owns a shard this server does not; None: none known):
+        given together when groups this server does not own are relayed to their owner. `topics`: the data
+        plane's, which OffsetCommit's partitions must exist in (None: not checked)."""
         self.shards = shards
         self.relay = relay
         self.owner_of_shard = owner_of_shard
@@ -400,8 +408,13 @@ class GroupCoordinatorService:
     ) -> Any:
         """A request about one group: its shard's answer, the owner's (relayed), or the error for it."""
         group_id = request.group_id
-        if self.relay is not None and self.shards.for_group(group_id) is None:
-            return await self.relay.call(self._owner(self.shards.index_of(group_id)), ctx, request)
+        owner = self.relay_owner(ctx, group_id)
+        if owner is not None:
+            assert self.relay is not None
+            try:
+                return await self.relay.call(owner, ctx, request)
+            except RelayUnavailable:
+                return error_response(ctx.api_key, ctx.api_version, request, ErrorCode.not_coordinator)
         try:
             return await self.call(group_id, operation, ctx.api_version, request, gated=gated, **kwargs)
         except ShardUnavailable as exc:
@@ -432,8 +445,9 @@ class GroupCoordinatorService:
             answers: dict[int, Any] = {}
             for position, item in enumerate(items):
                 index = self.shards.index_of(group_of(item))
-                if index not in self.shards.by_index and self.relay is not None:
-                    by_owner.setdefault(self._owner(index), []).append(position)
+                owner = self._owner(ctx, index)
+                if owner is not None:
+                    by_owner.setdefault(owner, []).append(position)
                     continue
                 code = self.unavailable(self.shards.by_index.get(index))
                 if code is not None:
@@ -467,7 +481,12 @@ class GroupCoordinatorService:
             async def remote(owner: int, positions: list[int]) -> None:
                 assert self.relay is not None
                 sub = dataclasses.replace(request, **{field: tuple(items[p] for p in positions)})
-                response = await self.relay.call(owner, ctx, sub)
+                try:
+                    response = await self.relay.call(owner, ctx, sub)
+                except RelayUnavailable:
+                    for p in positions:
+                        answers[p] = error_entry(items[p], ErrorCode.not_coordinator, ctx.api_version)
+                    return
                 for position, entry in zip(positions, getattr(response, answer_field), strict=True):
                     answers[position] = entry
 
@@ -478,7 +497,14 @@ class GroupCoordinatorService:
 
         return handle
 
-    def _owner(self, shard_index: int) -> int:
+    def relay_owner(self, ctx: RequestContext, group_id: str) -> int | None:
+        """The coordinator a request about `group_id` is relayed to (None: answered here)."""
+        return self._owner(ctx, self.shards.index_of(group_id))
+
+    def _owner(self, ctx: RequestContext, shard_index: int) -> int | None:
+        """The owner to relay to for a shard this server does not hold (None: answered here)."""
+        if self.relay is None or ctx.relayed or shard_index in self.shards.by_index:
+            return None
         assert self.owner_of_shard is not None
         return self.owner_of_shard(shard_index)
 

@@ -66,12 +66,15 @@ def _wait_ready(server, timeout: float = 60) -> float:
 
 
 def _settings(kafka_cluster, **extra: object) -> dict[str, object]:
-    """Servers in front of `kafka_cluster` on a state topic of their own (a fresh one per test)."""
+    """Servers in front of `kafka_cluster` on a state topic of their own (a fresh one per test), which relay no
+    request to each other: what an instance answers for a group it does not own is its own answer (the relay is
+    tests/front/test_front_instances.py's)."""
     return {
         "upstream.bootstrap.servers": kafka_cluster.bootstrap,
         "coordinator.state.topic": f"kgc-fencing-{uuid.uuid4().hex[:8]}",
         "offsets.topic.num.partitions": SHARDS,
         "coordinator.state.lease.ms": LEASE_MS,
+        "coordinator.instance.relay.listener": "",
         **extra,
     }
 

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from tests.support.kafka_cluster import create_replicated_topic
+from tests.support.kafka_cluster import cluster_committed, create_replicated_topic
 from tests.support.members import (
     check_exactly_once,
     committed_offsets,
@@ -169,6 +169,82 @@ def test_three_instances_give_one_view_and_divide_the_groups(server_factory, kaf
         assert _commit_at_owner(servers[i % 3], group, topic, 10 + i) == 0
         owners.add(next(iter(answers))[3])
     assert len(owners) == 3, owners  # the groups are spread over the three
+
+    # Any instance answers any group: a client that skips FindCoordinator gets the owner's answer, relayed.
+    for i, group in enumerate(groups[:6]):
+        others = [s for j, s in enumerate(servers) if j != _served_by(servers, group)]
+        for k, s in enumerate(others):
+            with _client(s) as c:
+                assert simple_commit(c, group, topic, {0: 100 + 10 * i + k}) == {0}, s.output()[-3000:]
+    assert cluster_committed(kafka_cluster.bootstrap, groups[0], topic, 1) == {0: 101}  # the owner's mirror
+    group = groups[6]
+    owner = servers[_served_by(servers, group)]
+    other = next(s for s in servers if s is not owner)
+    with _client(other) as c:
+        c.client_id = "relayed-member"
+        member_id = _classic_member(c, group)
+        assert (
+            c.request(
+                make(
+                    request_class(12, 4),
+                    {
+                        "group_id": group,
+                        "generation_id": 1,
+                        "member_id": member_id,
+                        "group_instance_id": None,
+                    },
+                )
+            ).error_code
+            == 0
+        )
+        with _client(owner) as direct_client:  # the owner knows the client as it is
+            described = direct_client.request(
+                make(request_class(15, 5), {"groups": [group], "include_authorized_operations": False})
+            ).groups[0]
+        assert [(m.member_id, m.client_id, m.client_host) for m in described.members] == [
+            (member_id, "relayed-member", "/127.0.0.1")
+        ], described
+
+
+def _classic_member(client: WireClient, group: str) -> str:
+    """Join and sync a classic group of one member (generation 1) on `client`; its member id."""
+
+    def join(member_id: str):
+        return client.request(
+            make(
+                request_class(11, 9),
+                {
+                    "group_id": group,
+                    "session_timeout": 10000,
+                    "rebalance_timeout": 5000,
+                    "member_id": member_id,
+                    "group_instance_id": None,
+                    "protocol_type": "consumer",
+                    "protocols": [{"name": "range", "metadata": b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"}],
+                    "reason": None,
+                },
+            )
+        )
+
+    member_id = join("").member_id
+    joined = join(member_id)
+    assert joined.error_code == 0 and joined.generation_id == 1, joined
+    synced = client.request(
+        make(
+            request_class(14, 5),
+            {
+                "group_id": group,
+                "generation_id": 1,
+                "member_id": member_id,
+                "group_instance_id": None,
+                "protocol_type": "consumer",
+                "protocol_name": "range",
+                "assignments": [{"member_id": member_id, "assignment": b""}],
+            },
+        )
+    )
+    assert synced.error_code == 0, synced
+    return member_id
 
 
 def test_a_killed_instance_is_taken_over_without_a_rebalance_or_a_lost_commit(

@@ -1,9 +1,20 @@
 """The division the instances' leader plans (coordinator.front.instances.plan): even, sticky, and a node's address
-kept while its holder lives."""
+kept while its holder lives; whom a group request is relayed to, and a relay to an owner that cannot be reached."""
 
 from __future__ import annotations
 
-from coordinator.front.instances import Member, Plan, plan
+import asyncio
+import dataclasses
+import socket
+
+import pytest
+
+from coordinator.cluster.relay import PeerRelay
+from coordinator.config import Config
+from coordinator.front.instances import InstanceGroup, Member, Plan, plan
+from coordinator.server.group_service import RelayUnavailable
+from protocol.api import RequestContext, request_class
+from protocol.build import build
 
 NODES = [1, 2, 3]
 PORTS = {1: 9001, 2: 9002, 3: 9003}
@@ -67,3 +78,61 @@ def test_the_plan_survives_its_encoding():
 def test_no_broker_known_yet_still_divides_the_shards():
     division = plan(1, [_member("a"), _member("b")], 4, [])
     assert sorted(len(s) for s in _shares(division).values()) == [2, 2]
+
+
+def _relaying(name: str, owned: frozenset[int] = frozenset()) -> Member:
+    return dataclasses.replace(_member(name, owned), relay=(f"host-{name}", 7000), secret=f"secret-{name}")
+
+
+def test_a_member_announces_its_relay_and_the_plan_passes_it_on():
+    a = _relaying("a")
+    assert Member.from_metadata(a.member_id, a.metadata()) == a
+    assert Member.from_metadata("id-b", _member("b").metadata()).relay is None  # an instance without one
+    division = plan(2, [a, _member("b")], 4, NODES)
+    assert Plan.decode(division.encode()) == division
+
+
+def test_a_request_is_relayed_to_the_owner_that_takes_relays():
+    group = InstanceGroup(Config({}), None, None, "state", lambda: ("a", "host-a", dict(PORTS)))  # type: ignore[arg-type]
+    assert group.owner_of_shard(0) is None  # no plan yet: answered here
+    a, b, c = _relaying("a"), _relaying("b"), _member("c")
+    group.member_id = a.member_id
+    group.plan = plan(1, [a, b, c], 6, NODES)
+    owners = {shard: group.plan.owner(shard).name for shard in range(6)}  # type: ignore[union-attr]
+    for shard, name in owners.items():
+        number = group.owner_of_shard(shard)
+        if name in ("a", "c"):  # its own, or an owner without a relay listener: answered here
+            assert number is None
+            continue
+        assert number is not None
+        assert group.relay_address(number) == ("host-b", 7000)
+        assert group.channel_to(number).secret == "secret-b"
+    number = next(n for n in map(group.owner_of_shard, owners) if n is not None)
+    group.plan = plan(2, [a, c], 6, NODES)  # b left
+    with pytest.raises(LookupError):
+        group.relay_address(number)
+
+
+def test_a_relay_to_an_owner_that_cannot_be_reached_is_unavailable():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there
+
+    def address_of(owner: int) -> tuple[str, int]:
+        if owner != 1:
+            raise LookupError(owner)
+        return "127.0.0.1", port
+
+    async def scenario() -> None:
+        relay = PeerRelay(Config({}), address_of, None, connect_timeout_s=1.0)
+        ctx = RequestContext(12, 4, 1, "c", "127.0.0.1", 5)
+        body = build(
+            request_class(12, 4),
+            {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None},
+        )
+        for owner in (1, 2):
+            with pytest.raises(RelayUnavailable):
+                await relay.call(owner, ctx, body)
+        relay.close()
+
+    asyncio.run(scenario())
