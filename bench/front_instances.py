@@ -9,6 +9,10 @@ the first commit that a survivor's owner acknowledges; then start a new instance
 three have divided the shards again. Every acknowledged commit is checked at the end: the offset each group holds
 (asked of its owner's admin API) is at least the last one acknowledged for it.
 
+With --offsets N, N offsets are committed first (groups of 200 partitions), so that a shard taken over is big to
+replay; --no-standby turns the instances' hot standbys off (coordinator.instance.standby=false), so a takeover reads
+and replays the whole shard: the two side by side show what the standbys save.
+
 With --scale: instead of the rounds, 1 then 2 instances (instance i pinned to core i with taskset), each under the
 same closed-loop commit load for --seconds: commits/s in all, the instances' CPU seconds (user + system, from
 /proc), and commits per CPU-second; the ratio 2-to-1 of each.
@@ -18,6 +22,7 @@ rate achieved (the load is closed-loop: this is the rate the instances sustain w
 by code, and the lost commits (0 expected).
 
     .venv/bin/python bench/front_instances.py [--rounds 10] [--workers 48] [--groups 480] [--shards 12]
+        [--offsets 1000000] [--no-standby]
     .venv/bin/python bench/front_instances.py --scale [--seconds 30]
 """
 
@@ -149,6 +154,32 @@ def _wait_three(servers: list[Any], timeout: float = 90) -> None:
     time.sleep(2.0)  # the last plan's claims and leases
 
 
+WIDE = 200  # partitions of the preloaded groups' topic
+
+
+def _preload(servers: list[Any], offsets: int) -> None:
+    """`offsets` offsets in groups of WIDE partitions, each group's commit sent to its owner."""
+    import concurrent.futures
+
+    create_replicated_topic(servers[0].bootstrap, f"{TOPIC}-wide", WIDE)
+    started = time.monotonic()
+
+    def commit(group: str) -> None:
+        for _ in range(20):
+            code, host, port = _find(servers[0], group)
+            if code == 0:
+                with WireClient(host, port, timeout=30) as c:
+                    codes = simple_commit(c, group, f"{TOPIC}-wide", dict.fromkeys(range(WIDE), 1))
+                if codes == {0}:
+                    return
+            time.sleep(0.2)
+        raise SystemExit(f"preloading {group} failed")
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(commit, (f"bench-preload-{i}" for i in range(-(-offsets // WIDE)))))
+    print(f"preloaded {offsets} offsets in {time.monotonic() - started:.1f} s", flush=True)
+
+
 def _cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -216,6 +247,17 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=12)
     parser.add_argument("--scale", action="store_true")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--offsets",
+        type=int,
+        default=0,
+        help="offsets committed before the rounds (groups of 200 partitions), so that shards are big to replay",
+    )
+    parser.add_argument(
+        "--no-standby",
+        action="store_true",
+        help="coordinator.instance.standby=false: takeovers replay whole shards",
+    )
     args = parser.parse_args()
 
     run = Path(tempfile.mkdtemp(prefix="bench-instances-"))
@@ -233,11 +275,14 @@ def main() -> None:
             "upstream.bootstrap.servers": cluster.bootstrap,
             "coordinator.state.topic": f"bench-instances-{uuid.uuid4().hex[:6]}",
             "offsets.topic.num.partitions": args.shards,
+            "coordinator.instance.standby": not args.no_standby,
         }
         for i in range(3):
             servers.append(start_server(run / f"instance-{i}", settings))
         _wait_three(servers)
         create_replicated_topic(servers[0].bootstrap, TOPIC, 1)
+        if args.offsets:
+            _preload(servers, args.offsets)
         groups = [f"bench-instances-{i}" for i in range(args.groups)]
         load = Load(servers, groups, args.workers)
         time.sleep(5.0)

@@ -692,6 +692,17 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=1000,
     ),
     Setting(
+        "coordinator.instance.standby",
+        True,
+        _bool,
+        "In front of an upstream cluster, with a state topic: this instance is the hot standby of the shards the "
+        "instances' plan gives it (each shard has one, another instance than its owner): it keeps their state "
+        "replayed from the state topic as their owners write (every 0.5 s), so that when an owner dies its shards "
+        "go to their standbys, which read and replay only what they had not, instead of the whole shard. Costs "
+        "the memory of those shards' state and a read of each every 0.5 s. false: takeovers replay whole shards.",
+        kafka=False,
+    ),
+    Setting(
         "coordinator.instance.relay.listener",
         ":0",
         str,

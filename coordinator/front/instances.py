@@ -13,7 +13,10 @@ writes the plan every member gets whole (`plan`):
 
 What an instance does with its part: it serves its shards and only those (coordinator.server.shards `assign`), and
 relays a request about a group another instance owns to that owner (coordinator.cluster.relay), at the relay
-listener the owner announced with a secret of its own (both in its metadata, so in the plan every member gets). A
+listener the owner announced with a secret of its own (both in its metadata, so in the plan every member gets).
+The plan also names each shard's hot standby, another instance than its owner (`_standbys`: evenly spread, kept
+where it is): it keeps the shard's state replayed as the owner writes (coordinator.server.shards `follow`), and a
+shard whose owner is gone goes to its standby first, which then reads and replays only what it had not. A
 shard given to it is claimed (its transactional id's epoch bumped, coordinator.front.state), which fences the last
 owner, then read and served a lease after the claim; a shard taken from it is unloaded at once (its requests get
 NOT_COORDINATOR). Between generations every instance goes on serving what it has: the fencing of the state topic,
@@ -73,14 +76,16 @@ class Member:
     ports: dict[int, int]  # upstream node id -> the port of this instance's listener for it
     owned: frozenset[int] = frozenset()
     held: tuple[int, ...] = ()  # the upstream nodes whose address it is now, the longest held first
-    relay: tuple[str, int] | None = (
-        None  # its relay listener (coordinator.cluster.internal); None: it has none
-    )
-    secret: str = ""  # what the Envelopes it takes there must carry
+    # its relay listener (coordinator.cluster.internal; None: it has none), and what the Envelopes it takes there
+    # must carry
+    relay: tuple[str, int] | None = None
+    secret: str = ""
+    followed: frozenset[int] = frozenset()  # the shards it is a hot standby of now
 
     def metadata(self) -> bytes:
         doc = {"name": self.name, "host": self.host, "ports": self.ports, "owned": sorted(self.owned)}
-        return json.dumps({**doc, "held": list(self.held), **self._relay_doc()}).encode()
+        extra = {"held": list(self.held), "followed": sorted(self.followed), **self._relay_doc()}
+        return json.dumps({**doc, **extra}).encode()
 
     def _relay_doc(self) -> dict[str, Any]:
         return {} if self.relay is None else {"relay": list(self.relay), "secret": self.secret}
@@ -96,6 +101,7 @@ class Member:
             frozenset(int(s) for s in doc.get("owned", ())),
             tuple(int(n) for n in doc.get("held", ())),
             *_relay_of(doc),
+            frozenset(int(s) for s in doc.get("followed", ())),
         )
 
 
@@ -108,13 +114,14 @@ def _relay_of(doc: dict[str, Any]) -> tuple[tuple[str, int] | None, str]:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """A generation's division: `owners[shard]` and `holders[node]` are indexes into `members` (-1: nobody);
-    `holders` lists each member's nodes the longest held first."""
+    """A generation's division: `owners[shard]`, `standbys[shard]` and `holders[node]` are indexes into `members`
+    (-1: nobody); `holders` lists each member's nodes the longest held first."""
 
     generation: int
     members: tuple[Member, ...]
     owners: tuple[int, ...]
     holders: dict[int, int]
+    standbys: tuple[int, ...] = ()
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -132,6 +139,7 @@ class Plan:
                 ],
                 "owners": list(self.owners),
                 "holders": list(self.holders.items()),
+                "standbys": list(self.standbys),
             }
         ).encode()
 
@@ -154,11 +162,18 @@ class Plan:
             members,
             tuple(int(o) for o in doc["owners"]),
             {int(n): int(i) for n, i in doc["holders"]},
+            tuple(int(i) for i in doc.get("standbys", ())),
         )
 
     def shards_of(self, member_id: str) -> frozenset[int]:
         return frozenset(
             s for s, i in enumerate(self.owners) if i >= 0 and self.members[i].member_id == member_id
+        )
+
+    def followed_by(self, member_id: str) -> frozenset[int]:
+        """The shards `member_id` is the hot standby of."""
+        return frozenset(
+            s for s, i in enumerate(self.standbys) if i >= 0 and self.members[i].member_id == member_id
         )
 
     def owner(self, shard: int) -> Member | None:
@@ -180,10 +195,46 @@ def plan(generation: int, members: list[Member], shards: int, nodes: list[int]) 
     for i in eligible:
         kept[i] = [s for s in sorted(ordered[i].owned) if 0 <= s < shards and s not in taken]
         taken.update(kept[i])
-    for i, mine in _share(kept, list(range(shards)), lambda shard: eligible).items():
+
+    # a shard whose owner is gone goes to its hot standby first (it has the shard's state already)
+    def able(shard: int) -> list[int]:
+        return sorted(eligible, key=lambda i: shard not in ordered[i].followed)
+
+    for i, mine in _share(kept, list(range(shards)), able).items():
         for s in mine:
             owners[s] = i
-    return Plan(generation, ordered, tuple(owners), holders)
+    return Plan(generation, ordered, tuple(owners), holders, _standbys(ordered, eligible, owners))
+
+
+def _standbys(ordered: tuple[Member, ...], eligible: list[int], owners: list[int]) -> tuple[int, ...]:
+    """Each shard's hot standby: an eligible member other than its owner. Each owner's shards are spread evenly
+    over the others (so every member follows about as many as it owns), a member keeping what it follows already
+    (its state is replayed) within that spread; none with one eligible member."""
+    standbys = [-1] * len(owners)
+    if len(eligible) < 2:
+        return tuple(standbys)
+    count = dict.fromkeys(eligible, 0)
+    by_owner: dict[int, list[int]] = {}
+    for shard, owner in enumerate(owners):
+        by_owner.setdefault(owner, []).append(shard)
+    for owner, mine in by_owner.items():
+        others = [i for i in eligible if i != owner]
+        cap = -(-len(mine) // len(others))
+        taken = dict.fromkeys(others, 0)
+        for keeping in (True, False):
+            for shard in mine:
+                if standbys[shard] >= 0:
+                    continue
+                if keeping:
+                    chosen = next((i for i in others if shard in ordered[i].followed and taken[i] < cap), -1)
+                    if chosen < 0:
+                        continue
+                else:
+                    chosen = min(others, key=lambda i: (taken[i], count[i], i))  # noqa: B023 - used at once
+                standbys[shard] = chosen
+                taken[chosen] += 1
+                count[chosen] += 1
+    return tuple(standbys)
 
 
 def _holders(ordered: tuple[Member, ...], nodes: list[int]) -> dict[int, int]:
@@ -253,6 +304,7 @@ class InstanceGroup:
         self.group_id = group_id
         self._me = me
         self.session_ms = int(config["coordinator.instance.session.timeout.ms"])
+        self.standby = bool(config["coordinator.instance.standby"])
         self.rebalance_ms = self.session_ms
         self.member_id = ""
         self.plan: Plan | None = None
@@ -417,7 +469,17 @@ class InstanceGroup:
             self._rejoin.clear()
             name, host, ports = self._me()
             held = tuple(self.plan.nodes_of(self.member_id)) if self.plan is not None else ()
-            me = Member(self.member_id, name, host, ports, self.shards.held(), held, self._relay, self.secret)
+            me = Member(
+                self.member_id,
+                name,
+                host,
+                ports,
+                self.shards.held(),
+                held,
+                self._relay,
+                self.secret,
+                self.shards.followed(),
+            )
             answer = await self._ask(
                 ApiKey.JOIN_GROUP,
                 9,
@@ -482,15 +544,18 @@ class InstanceGroup:
         before = frozenset(self.shards.by_index)
         self.plan = division
         self.shards.assign(mine)
+        followed = division.followed_by(self.member_id) if self.standby else frozenset()
+        self.shards.follow(followed)
         log.info(
-            "instance group %s generation %d: %d instances; this one serves %d shards (%d new, %d given up) "
-            "and brokers %s",
+            "instance group %s generation %d: %d instances; this one serves %d shards (%d new, %d given up), "
+            "is the hot standby of %d and the address of brokers %s",
             self.group_id,
             division.generation,
             len(division.members),
             len(mine),
             len(mine - before),
             len(before - mine),
+            len(followed),
             division.nodes_of(self.member_id),
         )
         self._planned.set()

@@ -290,10 +290,20 @@ class StateTopic:
 
     async def read(self, partition: int) -> list[tuple[int, bytes, bytes | None, int]]:
         """Every committed record of the partition now, from its log start to its last stable offset."""
-        start, end = await self.offset(partition, EARLIEST), await self.offset(partition, LATEST)
+        return await self.read_on(Follower(partition))
+
+    async def read_on(self, follower: Follower) -> list[tuple[int, bytes, bytes | None, int]]:
+        """The committed records of the follower's partition from where it stands (its start: the log start) to
+        the last stable offset now; the follower then stands there. Raises StateTopicError when its position is
+        no longer in the log (the records it needs are gone: it must start over)."""
+        await self._ensure_once()  # (a standby may read before any shard of this server is loaded)
+        partition = follower.partition
+        end = await self.offset(partition, LATEST)
+        if follower.position < 0:
+            follower.position = await self.offset(partition, EARLIEST)
         out: list[tuple[int, bytes, bytes | None, int]] = []
-        aborted = Aborted()
-        position = start
+        aborted = follower.aborted
+        position = follower.position
         while position < end:
             entry = await self._to_leader(
                 partition,
@@ -339,6 +349,7 @@ class StateTopic:
                     raise StateTopicError(f"{self.name}-{partition}: no progress at offset {position}")
                 break  # the end moved back (should not happen): take what there is
             position = after
+        follower.position = max(position, follower.position)
         return out
 
     # -- the shards' writers ---------------------------------------------------------------------------------
@@ -637,24 +648,42 @@ class StateTopic:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._keeper
 
-    async def __call__(self, partition: int) -> TopicLog:
+    async def __call__(self, partition: int, follower: Follower | None = None) -> TopicLog:
         """The log opener of coordinator.server.shards: the topic is made sure of before the first log."""
+        await self._ensure_once()
+        return await self.open_log(partition, follower)
+
+    async def _ensure_once(self) -> None:
         async with self._ensured:
             if not self._ensured_done:
                 await self.ensure()
                 self._ensured_done = True
-        return await self.open_log(partition)
 
-    async def open_log(self, partition: int) -> TopicLog:
+    async def open_log(self, partition: int, follower: Follower | None = None) -> TopicLog:
         """Claim the shard (its writer), then read what is committed in it (after the claim: nothing the
-        previous writer committed is missed, and what it left open is aborted)."""
+        previous writer committed is missed, and what it left open is aborted): all of it, or, for a shard whose
+        state was followed (a hot standby, coordinator.server.shards), what `follower` has not read yet."""
         started = time.monotonic()
         writer = await self.claim(partition)
-        records = await self.read(partition)
+        reader = follower if follower is not None else Follower(partition)
+        records = await self.read_on(reader)
         log.debug(
             "state partition %d: %d records in %.2fs", partition, len(records), time.monotonic() - started
         )
-        return TopicLog(self, partition, records, writer)
+        return TopicLog(self, partition, records, writer, end=reader.position)
+
+    def follower(self, partition: int) -> Follower:
+        """A reader of `partition` from its start, for a hot standby (`read_on` its records as they come)."""
+        return Follower(partition)
+
+
+class Follower:
+    """Where a reader of one partition stands, and the aborted transactions it has been told of."""
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        self.position = -1  # not read yet: from the log start
+        self.aborted = Aborted()
 
 
 def _partition_entry(answer: Any, partition: int) -> Any:
@@ -685,7 +714,10 @@ class TopicLog:
         partition: int,
         records: list[tuple[int, bytes, bytes | None, int]],
         writer: Writer,
+        end: int | None = None,
     ):
+        """`records`: what is to be replayed (a hot standby's: only those it had not); `end`: the offset the read
+        reached (default: after the last record)."""
         self._topic = topic
         self._partition = partition
         self.lease = writer  # coordinator.server.shards asks it whether the shard may answer
@@ -700,7 +732,7 @@ class TopicLog:
         self._appends = 0
         self._flushes = 0
         self._failed = 0
-        self._next = records[-1][0] + 1 if records else 0
+        self._next = end if end is not None else records[-1][0] + 1 if records else 0
         self._loop = asyncio.get_running_loop()
         self._writer = self._loop.create_task(self._write())
 

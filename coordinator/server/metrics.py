@@ -215,7 +215,7 @@ def _error_in(obj: Any, depth: int, budget: list[int]) -> int | None:
 class ShardCollector(Collector):
     """The group shards' health, read at scrape time (coordinator.server.shards.Shards)."""
 
-    STATES = ("loading", "active", "stalled", "failed", "fenced")
+    STATES = ("loading", "active", "stalled", "failed", "fenced", "standby")
 
     def __init__(self, shards: Any) -> None:
         self._shards = shards
@@ -226,12 +226,14 @@ class ShardCollector(Collector):
         shards = GaugeMetricFamily(
             "kafka_group_coordinator_group_shards",
             "Group shards this server owns, by state (stalled: its log fails or times out; "
-            "failed: given up and reloading; fenced: claimed by another server on the state topic).",
+            "failed: given up and reloading; fenced: claimed by another server on the state topic; standby: "
+            "another server's, whose state this one follows as its hot standby).",
             labels=["state"],
         )
         counts = dict.fromkeys(self.STATES, 0)
         for shard in list(self._shards.by_index.values()):
             counts[shard.state.value] = counts.get(shard.state.value, 0) + 1
+        counts["standby"] = len(getattr(self._shards, "standby", ()))
         for state, count in counts.items():
             shards.add_metric([state], count)
         yield shards

@@ -22,6 +22,11 @@ A shard whose log lives on the upstream cluster's state topic (coordinator.front
 only while its log says so (`lease.refusal`), and once another server has claimed it (ShardOwnedElsewhere, or its
 lease says fenced) it is FENCED: dropped, not reloaded, answering NOT_COORDINATOR.
 
+A server in front of a cluster may also be the hot standby of shards another server owns (`follow`, given by
+coordinator.front.instances): it reads what their owners write every FOLLOW_INTERVAL_S and replays it into a state
+machine that answers nothing; given such a shard (`assign`), it stops following, claims it and replays only the
+records it had not read (`_promote`).
+
 Shutdown (`unload`) is Kafka's unload of every shard: parked JoinGroup and SyncGroup answers go out at once
 (NOT_COORDINATOR) instead of holding the shutdown until their rebalance ends.
 """
@@ -51,6 +56,7 @@ from coordinator.offsets.store import OffsetAndMetadata, OffsetStore, PartitionO
 from coordinator.shard import GroupCoordinatorShard
 from coordinator.sharding import shard_of
 from coordinator.tasks import cancel_and_wait
+from protocol.errors import ErrorCode
 from storage import FS, Log, OsFS
 
 from .runtime import AsyncioTimer, LoopClock, ShardRuntime
@@ -63,7 +69,8 @@ MONITOR_INTERVAL_S = 0.25
 QUICK_LOAD_WAIT_S = 1.0
 
 Observer = Callable[[float], None]
-LogOpener = Callable[[int], Awaitable[Any]]
+LogOpener = Callable[..., Awaitable[Any]]  # (index, follower=None) -> the shard's log
+FOLLOW_INTERVAL_S = 0.5  # how often a hot standby reads what its shard's owner wrote
 
 
 class ShardState(enum.Enum):
@@ -108,6 +115,10 @@ class Shard:
         # The log's lease on the shard (a state topic's writer): `.refusal(time.monotonic())` says why the shard
         # may not answer now, `.fenced` whether another server claimed it. None: the shard is this server's.
         self.lease: Any = None
+        # A hot standby's reader of the shard's log (Shards.follow): what it has replayed already, so a load
+        # reads and replays only the rest. None: a load reads the whole log.
+        self.follower: Any = None
+        self.replaying: asyncio.Future[Any] | None = None  # a standby's replay running in a thread
 
     @property
     def serving(self) -> bool:
@@ -120,7 +131,13 @@ class Shard:
     async def load(self) -> None:
         started = time.monotonic()
         if self.log_opener is not None:
-            opened = await self.log_opener(self.index)
+            # A hot standby's read goes on from where it stopped; should this load fail, the next reads everything
+            # (what this one read may not all have been replayed).
+            follower, self.follower = self.follower, None
+            if follower is not None:
+                opened = await self.log_opener(self.index, follower=follower)
+            else:
+                opened = await self.log_opener(self.index)
             try:
                 count = await asyncio.to_thread(self._replay_all, opened)
             except BaseException:
@@ -129,6 +146,8 @@ class Shard:
             self.runtime.log = opened
             self.lease = getattr(opened, "lease", None)
             self.load_stats = {"records": count, "bytes": opened.recovery.bytes}
+            if follower is not None:
+                self.load_stats["standby"] = True  # what a hot standby had not replayed yet, only
         elif self.directory is not None:
             directory = self.directory
             the_log = await asyncio.to_thread(
@@ -248,6 +267,9 @@ class Shards:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._load_task: asyncio.Task[None] | None = None
         self._reloads: dict[int, asyncio.Task[None]] = {}
+        # Hot standbys (`follow`): shards another server owns whose state this one keeps replaying.
+        self.standby: dict[int, Shard] = {}
+        self._following: dict[int, asyncio.Task[None]] = {}
         self.view = ShardedView(self)
 
     def _new_shard(self, index: int) -> Shard:
@@ -337,6 +359,7 @@ class Shards:
                 shard.runtime.apply(shard.machine.on_unloaded())
 
     async def close(self) -> None:
+        await asyncio.gather(*(self._unfollow(index) for index in list(self.standby)))
         tasks = [t for t in (self._load_task, *self._reloads.values(), *self._tasks) if t is not None]
         await cancel_and_wait(tasks, "closing the group shards' loads and compactions")
         await asyncio.gather(
@@ -437,11 +460,113 @@ class Shards:
                 continue
             if shard is not None:
                 self._forget_writer(index)  # claimed elsewhere before this plan: claimed anew, not bumped
+            if index in self.standby:  # a hot standby: only what it has not replayed yet is read
+                placeholder = self.by_index[index] = self._new_shard(index)  # LOADING until it is promoted
+                promote = self._promote(index, self._unfollow(index), placeholder)
+                self._reloads[index] = asyncio.create_task(promote)
+                continue
             fresh = self._new_shard(index)
             for listener in self._listeners:
                 fresh.machine.add_listener(listener)
             self.by_index[index] = fresh
             self._reloads[index] = asyncio.create_task(self._reload(fresh))
+
+    # -- hot standbys (coordinator.front.instances) ------------------------------------------------------------
+
+    def follow(self, indexes: frozenset[int]) -> None:
+        """Keep these shards' state replayed from their logs as their owners write (hot standbys), so that taking
+        one over reads and replays only what came after; stop following the others."""
+        if self.unloaded or self.log_opener is None or not hasattr(self.log_opener, "follower"):
+            return
+        for index in sorted(set(self.standby) - indexes):
+            self._unfollow(index)
+        for index in sorted(indexes - set(self.standby) - set(self.by_index)):
+            shard = self._new_shard(index)
+            shard.follower = self.log_opener.follower(index)
+            self.standby[index] = shard
+            self._following[index] = asyncio.create_task(self._follow(shard))
+
+    def followed(self) -> frozenset[int]:
+        return frozenset(self.standby)
+
+    async def _follow(self, shard: Shard) -> None:
+        """Read and replay what the owner wrote, every FOLLOW_INTERVAL_S. A read that fails is tried again from
+        where the last one ended; a follower whose position left the log, or whose replay failed, starts over with
+        a fresh state machine."""
+        loop = asyncio.get_running_loop()
+        failures = 0
+        while True:
+            await asyncio.sleep(FOLLOW_INTERVAL_S if failures or shard.follower.position >= 0 else 0.0)
+            try:
+                records = await self.log_opener.read_on(shard.follower)  # type: ignore[union-attr]
+                if records:
+                    shard.replaying = loop.run_in_executor(None, shard.machine.replay_entries, records)
+                    await shard.replaying
+                    shard.replaying = None
+                failures = 0
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a standby is a help, never a failure of the shard
+                failures += 1
+                again = (
+                    shard.replaying is None and getattr(exc, "code", None) != ErrorCode.offset_out_of_range
+                )
+                if failures == 1 or failures % 20 == 0:
+                    log.warning(
+                        "group shard %d: following it failed (%r); %s",
+                        shard.index,
+                        exc,
+                        "trying again" if again else "starting over",
+                    )
+                if again:
+                    continue
+            await self._await_replay(shard)
+            fresh = self._new_shard(shard.index)
+            fresh.follower = self.log_opener.follower(shard.index)  # type: ignore[union-attr]
+            self.standby[shard.index] = shard = fresh
+
+    @staticmethod
+    async def _await_replay(shard: Shard) -> None:
+        """A replay in its thread is not cancelled with its task: wait for it to end before the state machine
+        is touched again."""
+        replaying, shard.replaying = shard.replaying, None
+        if replaying is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait({replaying})
+
+    def _unfollow(self, index: int) -> asyncio.Future[Shard | None]:
+        """Stop following `index` now; the future: the standby shard (its state as replayed so far), or None, once
+        nothing touches it any more."""
+        shard = self.standby.pop(index, None)
+        task = self._following.pop(index, None)
+        if task is not None:
+            task.cancel()
+
+        async def stopped() -> Shard | None:
+            if task is not None:
+                await cancel_and_wait([task], f"following group shard {index}")
+            if shard is not None:
+                await self._await_replay(shard)
+            return shard
+
+        future = asyncio.ensure_future(stopped())
+        self._tasks.add(future)  # (the loop holds tasks weakly)
+        future.add_done_callback(self._tasks.discard)
+        return future
+
+    async def _promote(self, index: int, stopping: asyncio.Future[Shard | None], placeholder: Shard) -> None:
+        """A standby becomes the shard's owner: once its following has stopped, it claims the shard (fencing the
+        last owner), reads and replays what it had not, and serves a lease after the claim."""
+        shard = await asyncio.shield(stopping)
+        if self.by_index.get(index) is not placeholder:
+            return  # taken away again meanwhile
+        if shard is None:
+            shard = placeholder
+        for listener in self._listeners:
+            shard.machine.add_listener(listener)
+        self.by_index[index] = shard
+        await self._reload(shard)
 
     def _forget_writer(self, index: int) -> None:
         release = getattr(self.log_opener, "release", None)  # the state topic's (coordinator.front.state)

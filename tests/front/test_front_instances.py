@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from coordinator.sharding import shard_of
 from tests.support.kafka_cluster import cluster_committed, create_replicated_topic
 from tests.support.members import (
     check_exactly_once,
@@ -258,6 +259,7 @@ def test_a_killed_instance_is_taken_over_without_a_rebalance_or_a_lost_commit(
     survivors = [s for i, s in enumerate(servers) if i != victim]
     probes = [g for g in (f"instances-probe-{i}" for i in range(60)) if _served_by(servers, g) == victim][:4]
     assert probes
+    logged = [len(s.stderr_path.read_text()) for s in survivors]  # what the survivors logged before the kill
     killed_at = time.monotonic()
     servers[victim].stopped = True  # on purpose
     servers[victim].proc.send_signal(signal.SIGKILL)
@@ -270,6 +272,15 @@ def test_a_killed_instance_is_taken_over_without_a_rebalance_or_a_lost_commit(
         assert time.monotonic() - killed_at < 30, (served, front.output())
         time.sleep(0.05)
     print(f"\nthe killed instance's groups were served again after {sorted(served.values())} s")
+    # each of its shards was taken over by its hot standby, which read and replayed only what it had not yet
+    for shard in {shard_of(g, SHARDS) for g in [groups.static, *probes]}:
+        loads = [
+            line
+            for s, before in zip(survivors, logged, strict=True)
+            for line in s.stderr_path.read_text()[before:].splitlines()
+            if f"group shard {shard} reloaded in" in line
+        ]
+        assert loads and all("'standby': True" in line for line in loads), (shard, loads)
 
     groups.produce(Instances(survivors), 300, 42)
     groups.check(direct)

@@ -136,3 +136,36 @@ def test_a_relay_to_an_owner_that_cannot_be_reached_is_unavailable():
         relay.close()
 
     asyncio.run(scenario())
+
+
+def test_every_shard_has_a_hot_standby_other_than_its_owner_evenly_spread():
+    division = plan(1, [_member("a"), _member("b"), _member("c")], 6, NODES)
+    assert all(s >= 0 and s != o for s, o in zip(division.standbys, division.owners, strict=True))
+    assert sorted(len(division.followed_by(m.member_id)) for m in division.members) == [2, 2, 2]
+    alone = plan(1, [_member("a")], 6, NODES)
+    assert alone.standbys == (-1,) * 6  # nobody else to follow a shard
+    # a third instance joins two that follow each other's shards: it gets its share of standbys too
+    two = plan(1, [_member("a"), _member("b")], 6, NODES)
+    joined = plan(2, [_as_planned(two, "a"), _as_planned(two, "b"), _member("c")], 6, NODES)
+    assert sorted(len(joined.followed_by(m.member_id)) for m in joined.members) == [2, 2, 2]
+
+
+def _as_planned(division: Plan, name: str) -> Member:
+    """`name` as it announces itself after `division`: what it serves and follows."""
+    m = next(m for m in division.members if m.name == name)
+    return dataclasses.replace(
+        _member(name, division.shards_of(m.member_id), tuple(division.nodes_of(m.member_id))),
+        followed=division.followed_by(m.member_id),
+    )
+
+
+def test_a_dead_owners_shards_go_to_their_hot_standbys_and_standbys_stay():
+    first = plan(1, [_member("a"), _member("b"), _member("c")], 12, NODES)
+    a, b, c = (_as_planned(first, n) for n in "abc")
+    again = plan(2, [a, b, c], 12, NODES)
+    assert again.standbys == first.standbys and again.owners == first.owners  # nothing moves
+    after = plan(3, [a, b], 12, NODES)  # c is gone
+    for shard in c.owned:
+        owner = after.owner(shard)
+        assert owner is not None and shard in owner.followed, (shard, owner)
+    assert all(s >= 0 and s != o for s, o in zip(after.standbys, after.owners, strict=True))

@@ -338,3 +338,95 @@ async def test_a_shard_on_a_lease_answers_only_inside_it_and_not_at_all_once_fen
         assert await h.commit(other_group, {P0: 5}) == {P0: ErrorCode.not_coordinator}
     finally:
         await h.part.close()
+
+
+class _SharedTopic:
+    """Shard logs in memory that every server of a test sees, as the partitions of a state topic: what one server
+    writes, another follows (a hot standby) or loads. `opened`: (shard, with a follower, records read) per load."""
+
+    lease_s = 0.0
+
+    def __init__(self) -> None:
+        self.records: dict[int, list[tuple[int, bytes, bytes | None, int]]] = {}
+        self.opened: list[tuple[int, bool, int]] = []
+
+    def follower(self, index: int) -> Any:
+        from coordinator.front.state import Follower
+
+        return Follower(index)
+
+    async def read_on(self, follower: Any) -> list[tuple[int, bytes, bytes | None, int]]:
+        records = self.records.setdefault(follower.partition, [])
+        start, follower.position = max(follower.position, 0), len(records)
+        return records[start:]
+
+    async def __call__(self, index: int, follower: Any = None) -> _SharedLog:
+        tail = await self.read_on(follower if follower is not None else self.follower(index))
+        self.opened.append((index, follower is not None, len(tail)))
+        return _SharedLog(self, index, tail)
+
+
+class _SharedLog(_LeasedLog):
+    def __init__(self, topic: _SharedTopic, index: int, records: list[Any]) -> None:
+        super().__init__(None)  # no lease: the shard is this server's
+        self.topic, self.index, self.records = topic, index, records
+
+    def replay(self, progress: Any = None) -> Any:
+        return iter(self.records)
+
+    def append(self, entries: Any, timestamp_ms: int | None = None) -> asyncio.Future[int]:
+        written = self.topic.records.setdefault(self.index, [])
+        for key, value in entries:
+            written.append((len(written), bytes(key), None if value is None else bytes(value), 0))
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        future.set_result(len(written) - 1)
+        return future
+
+
+async def test_a_hot_standby_takes_a_shard_over_replaying_only_what_it_had_not():
+    """A server that follows a shard another server owns (Shards.follow) keeps its state replayed as the owner
+    writes; given the shard, it loads only the records it had not read, and serves everything the owner
+    acknowledged."""
+    topic = _SharedTopic()
+
+    def server() -> Shard:
+        h = Shard("", FaultFS(MemFS()), **{"offsets.topic.num.partitions": 2})
+        h.part = GroupCoordinatorService(Shards(h.config, None, log_opener=topic, assigned_later=True))
+        h.table = type(h.table)()
+        h.part.register(h.table)
+        return h
+
+    owner, standby = server(), server()
+    await owner.start()
+    await standby.start()
+    try:
+        owner.part.shards.assign(frozenset({0, 1}))
+        standby.part.shards.assign(frozenset())
+        standby.part.shards.follow(frozenset({0}))
+        assert standby.part.shards.followed() == {0}
+        await _wait_for(lambda: owner.part.shards.ready, 3, "the owner to serve")
+        group = groups_in(0, 2)[0]
+        for offset in (1, 2, 3):
+            assert await owner.commit(group, {P0: offset}) == {P0: ErrorCode.none}
+        following = standby.part.shards.standby[0]
+        await _wait_for(
+            lambda: following.follower.position == len(topic.records[0]) and following.replaying is None,
+            3,
+            "the standby to follow the owner's writes",
+        )
+        assert following.machine.offsets.store.get(group, *P0).committed_offset == 3  # replayed, not served
+        assert await standby.commit(group, {P0: 9}) == {P0: ErrorCode.not_coordinator}
+        assert await owner.commit(group, {P0: 10}) == {P0: ErrorCode.none}  # (most likely not followed yet)
+
+        owner.part.shards.assign(frozenset({1}))  # the owner gives shard 0 up; the standby takes it
+        standby.part.shards.assign(frozenset({0}))
+        standby.part.shards.follow(frozenset())
+        await _wait_for(lambda: standby.part.shards.ready, 3, "the standby to serve the shard")
+        index, followed, tail = topic.opened[-1]
+        assert (index, followed) == (0, True) and tail <= 1  # only what it had not read yet
+        assert standby.part.shards.by_index[0] is following and standby.part.shards.standby == {}
+        assert await standby.fetch(group, [P0]) == {P0: 10}
+        assert await standby.commit(group, {P0: 11}) == {P0: ErrorCode.none}
+    finally:
+        await owner.close()
+        await standby.close()
