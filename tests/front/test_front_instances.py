@@ -25,7 +25,7 @@ from tests.support.members import (
     wait_split,
 )
 from tests.support.server import readyz
-from tests.support.wire import WireClient, make, request_class, simple_commit
+from tests.support.wire import WireClient, join_group, make, request_class, simple_commit, sync_alone
 
 pytestmark = pytest.mark.e2e
 
@@ -209,41 +209,10 @@ def test_three_instances_give_one_view_and_divide_the_groups(server_factory, kaf
 
 def _classic_member(client: WireClient, group: str) -> str:
     """Join and sync a classic group of one member (generation 1) on `client`; its member id."""
-
-    def join(member_id: str):
-        return client.request(
-            make(
-                request_class(11, 9),
-                {
-                    "group_id": group,
-                    "session_timeout": 10000,
-                    "rebalance_timeout": 5000,
-                    "member_id": member_id,
-                    "group_instance_id": None,
-                    "protocol_type": "consumer",
-                    "protocols": [{"name": "range", "metadata": b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"}],
-                    "reason": None,
-                },
-            )
-        )
-
-    member_id = join("").member_id
-    joined = join(member_id)
+    member_id = join_group(client, group).member_id
+    joined = join_group(client, group, member_id)
     assert joined.error_code == 0 and joined.generation_id == 1, joined
-    synced = client.request(
-        make(
-            request_class(14, 5),
-            {
-                "group_id": group,
-                "generation_id": 1,
-                "member_id": member_id,
-                "group_instance_id": None,
-                "protocol_type": "consumer",
-                "protocol_name": "range",
-                "assignments": [{"member_id": member_id, "assignment": b""}],
-            },
-        )
-    )
+    synced = sync_alone(client, group, 1, member_id)
     assert synced.error_code == 0, synced
     return member_id
 

@@ -214,6 +214,46 @@ def simple_commit(client: WireClient, group: str, topic: str, offsets: dict[int,
     return {int(p.error_code) for t in answer.topics for p in t.partitions}
 
 
+CONSUMER_RANGE = b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"  # a "range" subscription to no topic
+
+
+def join_group(client: WireClient, group: str, member_id: str = "", reason: str | None = None) -> Any:
+    """JoinGroup v9 of a consumer with the "range" protocol (session 10 s, rebalance 5 s); the answer."""
+    return client.request(
+        make(
+            request_class(11, 9),
+            {
+                "group_id": group,
+                "session_timeout": 10000,
+                "rebalance_timeout": 5000,
+                "member_id": member_id,
+                "group_instance_id": None,
+                "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": CONSUMER_RANGE}],
+                "reason": reason,
+            },
+        )
+    )
+
+
+def sync_alone(client: WireClient, group: str, generation: int, member_id: str) -> Any:
+    """SyncGroup v5 of the leader of a group of one (an empty assignment for itself); the answer."""
+    return client.request(
+        make(
+            request_class(14, 5),
+            {
+                "group_id": group,
+                "generation_id": generation,
+                "member_id": member_id,
+                "group_instance_id": None,
+                "protocol_type": "consumer",
+                "protocol_name": "range",
+                "assignments": [{"member_id": member_id, "assignment": b""}],
+            },
+        )
+    )
+
+
 def create_topics(host: str, port: int, topics: dict[str, int]) -> None:
     """Create topics (name -> partition count) with CreateTopics v5; one that exists already is fine. For the
     benches, which commit offsets to partitions that must exist (as in Kafka)."""

@@ -16,7 +16,7 @@ import time
 import pytest
 from obs_support import get_json, metrics, produce, value, wait_until
 
-from tests.support.wire import WireClient, make, request_class
+from tests.support.wire import WireClient, join_group, make, request_class, sync_alone
 
 pytestmark = pytest.mark.e2e
 
@@ -231,41 +231,12 @@ def test_kip800_reason_text_is_categorised_and_shown(server):
     with WireClient(host, int(port), client_id="java-like") as client:
 
         def join(member_id: str):
-            return client.request(
-                make(
-                    request_class(11, 9),
-                    {
-                        "group_id": group,
-                        "session_timeout": 10000,
-                        "rebalance_timeout": 5000,
-                        "member_id": member_id,
-                        "group_instance_id": None,
-                        "protocol_type": "consumer",
-                        "protocols": [
-                            {"name": "range", "metadata": b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"}
-                        ],
-                        "reason": "need to re-join with the given member-id",
-                    },
-                )
-            )
+            return join_group(client, group, member_id, "need to re-join with the given member-id")
 
         member_id = join("").member_id
         joined = join(member_id)
         assert joined.error_code == 0, joined
-        synced = client.request(
-            make(
-                request_class(14, 5),
-                {
-                    "group_id": group,
-                    "generation_id": joined.generation_id,
-                    "member_id": member_id,
-                    "group_instance_id": None,
-                    "protocol_type": "consumer",
-                    "protocol_name": "range",
-                    "assignments": [{"member_id": member_id, "assignment": b""}],
-                },
-            )
-        )
+        synced = sync_alone(client, group, joined.generation_id, member_id)
         assert synced.error_code == 0, synced
         reason = (
             "consumer poll timeout has expired. This means the time between subsequent calls to poll() "
