@@ -180,6 +180,27 @@ def _preload(servers: list[Any], offsets: int) -> None:
     print(f"preloaded {offsets} offsets in {time.monotonic() - started:.1f} s", flush=True)
 
 
+def _loads(
+    servers: list[Any], logged: list[int], victim: int, shards: set[int]
+) -> list[tuple[int, float, bool]]:
+    """(records replayed, seconds, from a hot standby) of each load of `shards` the survivors logged since
+    `logged` (their logs' lengths before the kill)."""
+    import ast
+    import re
+
+    found = []
+    for i, s in enumerate(servers):
+        if i == victim:
+            continue
+        for m in re.finditer(
+            r"group shard (\d+) reloaded in [\d.]+s: (\{.*\})", s.stderr_path.read_text()[logged[i] :]
+        ):
+            if int(m.group(1)) in shards:
+                stats = ast.literal_eval(m.group(2))
+                found.append((int(stats["records"]), float(stats["seconds"]), bool(stats.get("standby"))))
+    return found
+
+
 def _cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -288,12 +309,16 @@ def main() -> None:
         time.sleep(5.0)
         started, commits0 = time.monotonic(), load.commits
         takeovers: list[float] = []
+        replayed: list[
+            tuple[int, float, bool]
+        ] = []  # (records, seconds, from a standby) of each shard taken over
         for round_ in range(args.rounds):
             victim = round_ % 3
             probes: dict[int, str] = {}
             for g in (f"bench-probe-{round_}-{i}" for i in range(40 * args.shards)):
                 if _owner_index(servers, g) == victim:
                     probes.setdefault(shard_of(g, args.shards), g)
+            logged = [len(s.stderr_path.read_text()) for s in servers]
             killed_at = time.monotonic()
             servers[victim].proc.send_signal(signal.SIGKILL)
             servers[victim].proc.wait(10)
@@ -315,6 +340,8 @@ def main() -> None:
                 time.sleep(0.02)
             slowest = max(served.values(), default=float("nan"))
             takeovers.append(slowest)
+            loads = _loads(servers, logged, victim, set(probes))
+            replayed.extend(loads)
             print(
                 f"round {round_}: killed instance {victim} ({len(probes)} shards): served again after "
                 f"{min(served.values(), default=float('nan')):.2f}-{slowest:.2f} s"
@@ -322,7 +349,10 @@ def main() -> None:
                     ""
                     if len(served) == len(probes)
                     else f"; {len(probes) - len(served)} shards NOT within 60 s"
-                ),
+                )
+                + f"; the new owners replayed {sum(r for r, _, _ in loads)} records in "
+                f"{max((t for _, t, _ in loads), default=0.0):.2f} s at most"
+                f" ({sum(1 for *_, standby in loads if standby)} of {len(loads)} shards from a hot standby)",
                 flush=True,
             )
             servers[victim] = start_server(run / f"instance-{victim}-{round_}", settings)
@@ -346,6 +376,13 @@ def main() -> None:
             f"| {len(takeovers)} | {statistics.median(takeovers):.2f} s | {max(takeovers):.2f} s | {rate:.0f} | "
             f"{lost} of {len(load.acked)} groups |"
         )
+        if replayed:
+            print(
+                f"shards taken over: {len(replayed)}, {sum(1 for *_, sb in replayed if sb)} from a hot standby; "
+                f"records replayed per shard: median {statistics.median(r for r, _, _ in replayed):.0f}, "
+                f"max {max(r for r, _, _ in replayed)}; load seconds per shard: median "
+                f"{statistics.median(t for _, t, _ in replayed):.2f}, max {max(t for _, t, _ in replayed):.2f}"
+            )
         print(f"errors seen by the load (retried): {dict(load.errors)}")
         print(f"shards per instance at the end: {[_shards_of(s) for s in servers]}")
     finally:

@@ -200,7 +200,10 @@ def plan(generation: int, members: list[Member], shards: int, nodes: list[int]) 
     def able(shard: int) -> list[int]:
         return sorted(eligible, key=lambda i: shard not in ordered[i].followed)
 
-    for i, mine in _share(kept, list(range(shards)), able).items():
+    def orphans_followed(i: int) -> int:  # (an extra shard of an uneven split goes where it is followed)
+        return sum(1 for s in ordered[i].followed if 0 <= s < shards and s not in taken)
+
+    for i, mine in _share(kept, list(range(shards)), able, orphans_followed).items():
         for s in mine:
             owners[s] = i
     return Plan(generation, ordered, tuple(owners), holders, _standbys(ordered, eligible, owners))
@@ -253,16 +256,20 @@ def _holders(ordered: tuple[Member, ...], nodes: list[int]) -> dict[int, int]:
 
 
 def _share(
-    kept: dict[int, list[int]], items: list[int], able: Callable[[int], list[int]]
+    kept: dict[int, list[int]],
+    items: list[int],
+    able: Callable[[int], list[int]],
+    claim: Callable[[int], int] = lambda i: 0,
 ) -> dict[int, list[int]]:
     """A sticky even split of `items` among the members of `kept` (member -> what it holds now, in the order to
     keep it; no item twice): each keeps its first ones up to an even share (those that keep the most may hold one
-    more: the fewest moves), and every other item goes, in order, to the first member of `able(item)` under its
-    share, else to the least loaded of them (an item no member is able to take is left out)."""
+    more: the fewest moves; among equals, those with the greatest `claim`), and every other item goes, in order, to
+    the first member of `able(item)` under its share, else to the least loaded of them (an item no member is able
+    to take is left out)."""
     if not kept:
         return {}
     base, extra = divmod(len(items), len(kept))
-    by_kept = sorted(kept, key=lambda i: (-len(kept[i]), i))
+    by_kept = sorted(kept, key=lambda i: (-len(kept[i]), -claim(i), i))
     quota = {i: base + (1 if rank < extra else 0) for rank, i in enumerate(by_kept)}
     out = {i: kept[i][: quota[i]] for i in kept}
     placed = {item for mine in out.values() for item in mine}

@@ -71,6 +71,9 @@ QUICK_LOAD_WAIT_S = 1.0
 Observer = Callable[[float], None]
 LogOpener = Callable[..., Awaitable[Any]]  # (index, follower=None) -> the shard's log
 FOLLOW_INTERVAL_S = 0.5  # how often a hot standby reads what its shard's owner wrote
+FOLLOW_START_WAIT_S = (
+    30.0  # how long a new standby waits for this server's loading shards before its first read
+)
 
 
 class ShardState(enum.Enum):
@@ -489,12 +492,19 @@ class Shards:
     def followed(self) -> frozenset[int]:
         return frozenset(self.standby)
 
+    def _loading(self) -> bool:
+        return any(s.state is ShardState.LOADING for s in self.by_index.values())
+
     async def _follow(self, shard: Shard) -> None:
         """Read and replay what the owner wrote, every FOLLOW_INTERVAL_S. A read that fails is tried again from
         where the last one ended; a follower whose position left the log, or whose replay failed, starts over with
         a fresh state machine."""
         loop = asyncio.get_running_loop()
         failures = 0
+        # A first read is a whole shard: not while shards of this server load (a takeover), which it would slow.
+        deadline = time.monotonic() + FOLLOW_START_WAIT_S
+        while self._loading() and time.monotonic() < deadline:
+            await asyncio.sleep(FOLLOW_INTERVAL_S)
         while True:
             await asyncio.sleep(FOLLOW_INTERVAL_S if failures or shard.follower.position >= 0 else 0.0)
             try:
