@@ -405,9 +405,8 @@ async def serve(app: App, notify_fd: int | None = None) -> None:
 
 
 SHUTDOWN_GRACE_S = 5.0
-RELAY_CONNECT_TIMEOUT_S = (
-    2.0  # another instance that does not take a relay connection by then: NOT_COORDINATOR
-)
+# Another instance that does not take a relay connection by then: the request is answered NOT_COORDINATOR.
+RELAY_CONNECT_TIMEOUT_S = 2.0
 
 
 def _still_closing(after_s: float) -> None:

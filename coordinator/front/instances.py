@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import logging
 import time
@@ -301,10 +302,10 @@ class InstanceGroup:
         self.cluster = cluster
         self._open_relay = open_relay
         self._relay: tuple[str, int] | None = None
-        self.secret = (
-            new_secret()
-        )  # what Envelopes relayed to this instance carry (its peers learn it in the plan)
+        # what Envelopes relayed to this instance carry (its peers learn it from the plan)
+        self.secret = new_secret()
         self._relay_ids: dict[str, int] = {}  # member id -> the owner number the group service relays to
+        self._numbers = itertools.count()  # (never one again: a relay connection names its owner by number)
         self._relay_members: dict[int, Member] = {}  # owner number -> the member in the newest plan
         self._channels: dict[int, InternalChannel] = {}
         self.shards = shards
@@ -362,17 +363,27 @@ class InstanceGroup:
         owner = plan.owner(shard) if plan is not None else None
         if owner is None or owner.member_id == self.member_id or owner.relay is None:
             return None
-        number = self._relay_ids.setdefault(owner.member_id, len(self._relay_ids))
+        number = self._relay_ids.get(owner.member_id)
+        if number is None:
+            number = self._relay_ids[owner.member_id] = next(self._numbers)
         self._relay_members[number] = owner
         return number
 
     def relay_address(self, number: int) -> tuple[str, int]:
         """Where instance `number` takes relayed requests; LookupError when it left the group."""
-        member = self._relay_members[number]
-        plan = self.plan
-        if plan is None or all(m.member_id != member.member_id for m in plan.members) or member.relay is None:
-            raise LookupError(f"instance {member.name} is no longer in the group")
+        member = self._relay_members.get(number)
+        if member is None or member.relay is None:
+            raise LookupError(f"instance {number} is no longer in the group")
         return member.relay
+
+    def _forget_gone(self, division: Plan) -> None:
+        """The instances no longer in the group: a request relayed to one of them is answered NOT_COORDINATOR."""
+        present = {m.member_id for m in division.members}
+        for member_id, number in list(self._relay_ids.items()):
+            if member_id not in present:
+                del self._relay_ids[member_id]
+                self._relay_members.pop(number, None)
+                self._channels.pop(number, None)
 
     def channel_to(self, number: int) -> InternalChannel:
         """The channel to instance `number`: its secret in every Envelope."""
@@ -553,6 +564,7 @@ class InstanceGroup:
         self.shards.assign(mine)
         followed = division.followed_by(self.member_id) if self.standby else frozenset()
         self.shards.follow(followed)
+        self._forget_gone(division)
         log.info(
             "instance group %s generation %d: %d instances; this one serves %d shards (%d new, %d given up), "
             "is the hot standby of %d and the address of brokers %s",
