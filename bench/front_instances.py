@@ -309,9 +309,8 @@ def main() -> None:
         time.sleep(5.0)
         started, commits0 = time.monotonic(), load.commits
         takeovers: list[float] = []
-        replayed: list[
-            tuple[int, float, bool]
-        ] = []  # (records, seconds, from a standby) of each shard taken over
+        # (records, seconds, from a standby) of each shard taken over
+        replayed: list[tuple[int, float, bool]] = []
         for round_ in range(args.rounds):
             victim = round_ % 3
             probes: dict[int, str] = {}
