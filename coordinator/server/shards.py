@@ -71,9 +71,8 @@ QUICK_LOAD_WAIT_S = 1.0
 Observer = Callable[[float], None]
 LogOpener = Callable[..., Awaitable[Any]]  # (index, follower=None) -> the shard's log
 FOLLOW_INTERVAL_S = 0.5  # how often a hot standby reads what its shard's owner wrote
-FOLLOW_START_WAIT_S = (
-    30.0  # how long a new standby waits for this server's loading shards before its first read
-)
+# How long a new standby waits for this server's loading shards before its first read.
+FOLLOW_START_WAIT_S = 30.0
 
 
 class ShardState(enum.Enum):
