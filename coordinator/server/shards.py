@@ -483,10 +483,14 @@ class Shards:
         for index in sorted(set(self.standby) - indexes):
             self._unfollow(index)
         for index in sorted(indexes - set(self.standby) - set(self.by_index)):
-            shard = self._new_shard(index)
-            shard.follower = self.log_opener.follower(index)
-            self.standby[index] = shard
+            shard = self.standby[index] = self._standby_shard(index)
             self._following[index] = asyncio.create_task(self._follow(shard))
+
+    def _standby_shard(self, index: int) -> Shard:
+        """A fresh state machine for following shard `index`, with a reader from the log's start."""
+        shard = self._new_shard(index)
+        shard.follower = self.log_opener.follower(index)  # type: ignore[union-attr]
+        return shard
 
     def followed(self) -> frozenset[int]:
         return frozenset(self.standby)
@@ -531,9 +535,7 @@ class Shards:
                 if again:
                     continue
             await self._await_replay(shard)
-            fresh = self._new_shard(shard.index)
-            fresh.follower = self.log_opener.follower(shard.index)  # type: ignore[union-attr]
-            self.standby[shard.index] = shard = fresh
+            self.standby[shard.index] = shard = self._standby_shard(shard.index)
 
     @staticmethod
     async def _await_replay(shard: Shard) -> None:
