@@ -132,7 +132,9 @@ class ShardRuntime:
     A result with records is appended to the log; once the append is fsynced the records are replayed into the
     state machine and the result's responses released. If the append fails or is not durable within
     `timeout_ms` (offsets.commit.timeout.ms), the state machine's `on_append_failure` undoes what it applied and
-    its answers (a retriable COORDINATOR_NOT_AVAILABLE) are released instead. A result without records that
+    its answers (a retriable COORDINATOR_NOT_AVAILABLE) are released instead. The results of one loop iteration
+    (a burst of commits) share one append, one task and one timer: a result joins the newest write while that
+    write's task has not started, and they succeed or fail together, settled in the order they were applied. A result without records that
     follows writes still in flight waits for them to settle, so an answer never overtakes a write it may depend on.
 
     Barrier writes (group metadata: a new group, the leader's assignment, a static replacement) go further: the
@@ -167,6 +169,7 @@ class ShardRuntime:
         self._group_barriers: dict[str, set[asyncio.Task[None]]] = {}  # by group id
         self._last_by_group: dict[str, asyncio.Task[None]] = {}  # the newest write in flight of each group
         self._last_ungrouped: asyncio.Task[None] | None = None  # the newest write of no known group
+        self._open: _Batch | None = None  # the newest write, while its task has not started
         self.append_failures = 0
         # Stall tracking (see GroupCoordinator's shard failure): the loop time of the first failed or timed-out
         # append since the last one that succeeded. While the log hangs (the last append timed out), a new write
@@ -249,14 +252,24 @@ class ShardRuntime:
         if result is None or self.aborted:
             return
         if result.records and self.log is not None:
-            if self.hung and self._earlier():
-                self.fast_failures += 1
-                task = asyncio.get_running_loop().create_task(self._fail(result, self._earlier()))
+            batch, last = self._open, self._last
+            task: asyncio.Task[None]
+            if batch is not None and last is not None and batch.task is last and not self.hung:
+                # the newest write has not started yet: these records go in its append (one append, one
+                # task and one timer for all the writes of a loop iteration, in the order they were applied)
+                batch.results.append(result)
+                task = last
             else:
-                task = asyncio.get_running_loop().create_task(self._persist(result, self._earlier()))
-            self._last = task
-            self._writes.add(task)
-            task.add_done_callback(self._writes.discard)
+                if self.hung and self._earlier():
+                    self.fast_failures += 1
+                    task = asyncio.get_running_loop().create_task(self._fail(result, self._earlier()))
+                else:
+                    batch = self._open = _Batch(result)
+                    task = asyncio.get_running_loop().create_task(self._persist(batch, self._earlier()))
+                    batch.task = task
+                self._last = task
+                self._writes.add(task)
+                task.add_done_callback(self._writes.discard)
             groups = result.barrier_groups
             if groups:
                 self.barriers.add(task)
@@ -328,8 +341,11 @@ class ShardRuntime:
         if not self.aborted:
             self._deliver(result)
 
-    async def _persist(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
-        entries = [(r.key, r.value) for r in result.records]
+    async def _persist(self, batch: _Batch, earlier: list[asyncio.Task[None]]) -> None:
+        if self._open is batch:
+            self._open = None  # started: a later write makes a batch of its own
+        results = batch.results
+        entries = [(r.key, r.value) for result in results for r in result.records]
         appended = None
         try:
             if self._bridged:
@@ -360,7 +376,9 @@ class ShardRuntime:
                 self.stalled_since = asyncio.get_running_loop().time()
             self.hung = isinstance(exc, asyncio.TimeoutError)
             log.warning("append of %d records failed: %r", len(entries), exc)
-            await self._fail(result, earlier)
+            for result in results:  # undone in the order they were applied
+                await self._fail(result, earlier)
+                earlier = []
             return
         self.stalled_since = None
         self.hung = False
@@ -368,7 +386,8 @@ class ShardRuntime:
         if earlier:
             await asyncio.wait(earlier)  # replay in append order
         if not self.aborted:
-            self._deliver(result)
+            for result in results:
+                self._deliver(result)
 
     async def _fail(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
         """The result's records are not written: undo what it applied and release its failure answers."""
@@ -395,6 +414,16 @@ class ShardRuntime:
         """Wait for every write in flight to settle."""
         while self._writes:
             await asyncio.wait(list(self._writes))
+
+
+class _Batch:
+    """The results whose records go in one append: those applied before its task (`_persist`) started."""
+
+    __slots__ = ("results", "task")
+
+    def __init__(self, result: Any) -> None:
+        self.results = [result]
+        self.task: asyncio.Task[None] | None = None
 
 
 def _expire(durable: asyncio.Future[Any]) -> None:

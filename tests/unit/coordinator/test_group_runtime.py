@@ -908,3 +908,63 @@ async def test_the_runtime_times_appends_until_durable_and_not_failed_ones():
     futures[1].set_exception(OSError("disk"))
     await runtime.drain()
     assert len(seen) == 1
+
+
+async def test_the_writes_of_one_loop_iteration_share_one_append_and_settle_in_order():
+    """Results applied before the write task of the first of them started go in its append, in the order they were
+    applied; each result's answer waits for that append; a result applied after the task started gets an append
+    of its own. When the shared append fails, every result in it is undone, in order, and answered its failure."""
+    appends: list[list[Any]] = []
+    futures: list[concurrent.futures.Future[Any]] = []
+
+    class RecordingLog:
+        def append(self, entries: Any) -> concurrent.futures.Future[Any]:
+            appends.append(list(entries))
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            futures.append(future)
+            return future
+
+    runtime = ShardRuntime(log=RecordingLog(), timeout_ms=5000)
+    runtime.machine = GroupCoordinatorShard(ManualClock(), ManualTimer(ManualClock()))
+    loop = asyncio.get_running_loop()
+    answers: dict[str, asyncio.Future[Any]] = {}
+    undone: list[str] = []
+
+    def commit(group: str, offset: int) -> CoordinatorResult:
+        token = object()
+        answers[group] = runtime._futures[token] = loop.create_future()
+
+        def failed(code: int) -> CoordinatorResult:
+            undone.append(group)
+            return CoordinatorResult(responses=[(token, ("failed", code))])
+
+        record = new_offset_commit_record(group, "t", 0, offset, commit_timestamp_ms=1)
+        return CoordinatorResult(
+            records=[record], responses=[(token, ("ok", group))], on_append_failure=failed
+        )
+
+    for i, group in enumerate(("a", "b", "c")):
+        runtime.apply(commit(group, i), group)
+    await asyncio.sleep(0)  # the write task starts: one append of three records
+    runtime.apply(commit("d", 3), "d")
+    await asyncio.sleep(0)
+    assert [len(entries) for entries in appends] == [3, 1]
+    assert [key for key, _ in appends[0]] == [
+        new_offset_commit_record(g, "t", 0, 0, commit_timestamp_ms=1).key for g in ("a", "b", "c")
+    ]
+    assert not any(f.done() for f in answers.values())
+    futures[1].set_result(4)  # the later append settles first: its answer still waits for the earlier one
+    await asyncio.sleep(0.01)
+    assert not answers["d"].done()
+    futures[0].set_result(3)
+    await runtime.drain()
+    assert [answers[g].result() for g in "abcd"] == [("ok", g) for g in "abcd"]
+
+    answers.clear()
+    runtime.apply(commit("e", 5), "e")
+    runtime.apply(commit("f", 6), "f")
+    await asyncio.sleep(0)
+    futures[2].set_exception(OSError("disk"))
+    await runtime.drain()
+    assert undone == ["e", "f"]
+    assert [answers[g].result() for g in "ef"] == [("failed", runtime.failure_error)] * 2
