@@ -424,7 +424,12 @@ def _still_closing(after_s: float) -> None:
 # second at the same CPU. Heartbeats did not change. Cyclic garbage waits longer for its collection, but there is
 # little of it: ~2,200 objects found by all the collections of that run together (gc.callbacks). A third
 # threshold of 10 (full collections ten times as often) measured 15-20% fewer commits per second.
-GC_THRESHOLDS = (50_000, 20, 100)
+# A young collection walks the young objects still alive, which under that load are the requests in flight
+# whatever the first threshold: 50,000 still left a fifth of a worker's CPU in the collector (`perf`, after the
+# writes of a loop iteration shared one append). 500,000 with a second threshold of 2 keeps the middle and full
+# collections at the same count of allocations as (50,000, 20, 100) and took 20-30% off a commit's CPU at
+# 1,000 connections (bench/README.md); heartbeats and the resident memory did not change.
+GC_THRESHOLDS = (500_000, 2, 100)
 
 
 def run(app: App, notify_fd: int | None = None) -> None:
