@@ -276,6 +276,17 @@ class ApiTable:
             # The most frequent answer there is, and one of a handful (coordinator.group.responses caches them):
             # encoded once per version and answer.
             return _I32.pack(ctx.correlation_id) + _heartbeat_body(ctx.api_version, response)
+        if (
+            ctx.api_key == ApiKey.OFFSET_COMMIT
+            and isinstance(response, Hashable)
+            and _few_partitions(response)
+        ):
+            # A consumer commits the same few partitions again and again, and the answer names them with their
+            # errors only: encoded once per version and answer (a tenth of a pipelined commit's CPU).
+            try:
+                return _I32.pack(ctx.correlation_id) + _offset_commit_body(ctx.api_version, response)
+            except TypeError:  # a field holds a list: not hashable, encoded below as any answer
+                pass
         if ctx.api_key == ApiKey.API_VERSIONS and isinstance(response, ApiVersionsResponseV0):
             cls: Any = ApiVersionsResponseV0
         else:
@@ -342,3 +353,23 @@ def _encode_body(cls: Any, api_key: int, response: Any) -> bytes:
 @functools.lru_cache(maxsize=64)
 def _heartbeat_body(version: int, response: Hashable) -> bytes:
     return _encode_body(response_class(ApiKey.HEARTBEAT, version), ApiKey.HEARTBEAT, response)
+
+
+CACHED_COMMIT_PARTITIONS = 32  # OffsetCommit answers naming more partitions are encoded each time
+
+
+def _few_partitions(response: Any) -> bool:
+    topics = getattr(response, "topics", None)
+    if topics is None:
+        return False
+    count = 0
+    for topic in topics:
+        count += len(topic.partitions)
+        if count > CACHED_COMMIT_PARTITIONS:
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=1024)
+def _offset_commit_body(version: int, response: Hashable) -> bytes:
+    return _encode_body(response_class(ApiKey.OFFSET_COMMIT, version), ApiKey.OFFSET_COMMIT, response)

@@ -243,3 +243,58 @@ def test_unknown_tagged_fields_are_skipped_as_kafka_does():
     assert frame.endswith(b"\x01\x00\x03\x03c1")  # one tagged field: tag 0, 3 bytes, compact "c1"
     with_unknown = frame[:-6] + b"\x02\x00\x03\x03c1\x63\x01\x00"
     assert table.decode(with_unknown).body == fetch
+
+
+def test_offset_commit_answers_are_encoded_once_and_the_same_as_any_answer():
+    """OffsetCommit answers of a few partitions come from a cache of encoded bodies: the bytes are those of the
+    uncached encoding at every version, the correlation id is each request's own, and an answer with many
+    partitions or an unhashable field is encoded each time."""
+    from kio.schema.offset_commit.v9.response import (
+        OffsetCommitResponse,
+        OffsetCommitResponsePartition,
+        OffsetCommitResponseTopic,
+    )
+
+    from protocol import api
+
+    def answer(partitions: int, error: ErrorCode = ErrorCode.none) -> OffsetCommitResponse:
+        return build(
+            OffsetCommitResponse,
+            {
+                "topics": [
+                    {
+                        "name": "t",
+                        "partitions": [
+                            {"partition_index": i, "error_code": error} for i in range(partitions)
+                        ],
+                    }
+                ]
+            },
+        )
+
+    table = ApiTable()
+    api._offset_commit_body.cache_clear()
+    for version in range(2, 10):  # the versions this server serves
+        for response in (answer(1), answer(3, ErrorCode.illegal_generation)):
+            uncached = struct.pack(">i", 40 + version) + api._encode_body(
+                api.response_class(8, version), 8, response
+            )
+            for correlation in (40 + version, 90):
+                got = table.encode_response(RequestContext(8, version, correlation, "c"), response)
+                assert got == struct.pack(">i", correlation) + uncached[4:]
+    assert api._offset_commit_body.cache_info().hits == 16  # the second of each pair
+    big = answer(api.CACHED_COMMIT_PARTITIONS + 1)
+    listed = OffsetCommitResponse(
+        throttle_time=big.throttle_time,
+        topics=[
+            OffsetCommitResponseTopic(
+                name="t",
+                partitions=[OffsetCommitResponsePartition(partition_index=0, error_code=ErrorCode.none)],
+            )
+        ],
+    )
+    before = api._offset_commit_body.cache_info().currsize
+    for response in (big, listed):
+        got = table.encode_response(RequestContext(8, 9, 1, "c"), response)
+        assert got == struct.pack(">i", 1) + api._encode_body(api.response_class(8, 9), 8, response)
+    assert api._offset_commit_body.cache_info().currsize == before
