@@ -213,6 +213,10 @@ class ShardRuntime:
             if self._on_append is not None:
                 self._on_append(now - started)
 
+    def must_wait(self, group_id: str | None = None) -> bool:
+        """`quiesce(group_id)` would wait: a barrier write of the group (of any group, for None) is in flight."""
+        return bool(self.barriers) if group_id is None else group_id in self._group_barriers
+
     async def quiesce(self, group_id: str | None = None) -> None:
         """Wait until no barrier write is in flight (of `group_id` only, when given: a group's requests never
         wait for another group's writes)."""
