@@ -134,8 +134,9 @@ class ShardRuntime:
     `timeout_ms` (offsets.commit.timeout.ms), the state machine's `on_append_failure` undoes what it applied and
     its answers (a retriable COORDINATOR_NOT_AVAILABLE) are released instead. The results of one loop iteration
     (a burst of commits) share one append, one task and one timer: a result joins the newest write while that
-    write's task has not started, and they succeed or fail together, settled in the order they were applied. A result without records that
-    follows writes still in flight waits for them to settle, so an answer never overtakes a write it may depend on.
+    write's task has not started, and they succeed or fail together, settled in the order they were applied. A
+    result without records that follows writes still in flight waits for them to settle, so an answer never
+    overtakes a write it may depend on.
 
     Barrier writes (group metadata: a new group, the leader's assignment, a static replacement) go further: the
     state machine applies them in memory before they are durable and undoes them if the append fails, so nothing
@@ -258,7 +259,13 @@ class ShardRuntime:
         if result.records and self.log is not None:
             batch, last = self._open, self._last
             task: asyncio.Task[None]
-            if batch is not None and last is not None and batch.task is last and not self.hung:
+            if (
+                batch is not None
+                and last is not None
+                and batch.task is last
+                and not last.done()
+                and not self.hung
+            ):
                 # the newest write has not started yet: these records go in its append (one append, one
                 # task and one timer for all the writes of a loop iteration, in the order they were applied)
                 batch.results.append(result)
