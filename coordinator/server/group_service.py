@@ -204,10 +204,10 @@ class GroupCoordinatorService:
         *args: Any,
         **kwargs: Any,
     ) -> Any:
-        await shard.runtime.quiesce(group_id)
-        if self.shards.unloaded:  # unloaded while this waited for earlier writes
-            raise ShardUnavailable(ErrorCode.not_coordinator, group_id or "", shard)
-        return await shard.runtime.call(operation(shard), *args, group=group_id, **kwargs)
+        await shard.runtime.quiesce(
+            group_id
+        )  # then nothing to wait for: the shard's call, or unloaded meanwhile
+        return await self._call_shard(shard, group_id, operation, *args, gated=True, **kwargs)
 
     # -- the part --------------------------------------------------------------------------------------------
 
