@@ -275,7 +275,7 @@ class ApiTable:
         if ctx.api_key == ApiKey.HEARTBEAT and isinstance(response, Hashable):
             # The most frequent answer there is, and one of a handful (coordinator.group.responses caches them):
             # encoded once per version and answer.
-            return _I32.pack(ctx.correlation_id) + _heartbeat_body(ctx.api_version, response)
+            return _I32.pack(ctx.correlation_id) + _reused_body(ctx.api_key, ctx.api_version, response)
         if (
             ctx.api_key == ApiKey.OFFSET_COMMIT
             and isinstance(response, Hashable)
@@ -284,7 +284,7 @@ class ApiTable:
             # A consumer commits the same few partitions again and again, and the answer names them with their
             # errors only: encoded once per version and answer (a tenth of a pipelined commit's CPU).
             try:
-                return _I32.pack(ctx.correlation_id) + _offset_commit_body(ctx.api_version, response)
+                return _I32.pack(ctx.correlation_id) + _reused_body(ctx.api_key, ctx.api_version, response)
             except TypeError:  # a field holds a list: not hashable, encoded below as any answer
                 pass
         if ctx.api_key == ApiKey.API_VERSIONS and isinstance(response, ApiVersionsResponseV0):
@@ -350,9 +350,10 @@ def _encode_body(cls: Any, api_key: int, response: Any) -> bytes:
     return buf.getvalue()
 
 
-@functools.lru_cache(maxsize=64)
-def _heartbeat_body(version: int, response: Hashable) -> bytes:
-    return _encode_body(response_class(ApiKey.HEARTBEAT, version), ApiKey.HEARTBEAT, response)
+@functools.lru_cache(maxsize=1024)
+def _reused_body(api_key: int, version: int, response: Hashable) -> bytes:
+    """The encoded body of an answer that comes back again and again (Heartbeat, a few partitions' OffsetCommit)."""
+    return _encode_body(response_class(api_key, version), api_key, response)
 
 
 CACHED_COMMIT_PARTITIONS = 32  # OffsetCommit answers naming more partitions are encoded each time
@@ -368,8 +369,3 @@ def _few_partitions(response: Any) -> bool:
         if count > CACHED_COMMIT_PARTITIONS:
             return False
     return True
-
-
-@functools.lru_cache(maxsize=1024)
-def _offset_commit_body(version: int, response: Hashable) -> bytes:
-    return _encode_body(response_class(ApiKey.OFFSET_COMMIT, version), ApiKey.OFFSET_COMMIT, response)

@@ -273,14 +273,14 @@ def test_offset_commit_answers_are_encoded_once_and_the_same_as_any_answer():
         )
 
     table = ApiTable()
-    api._offset_commit_body.cache_clear()
+    api._reused_body.cache_clear()
     for version in range(2, 10):  # the versions this server serves
         for response in (answer(1), answer(3, ErrorCode.illegal_generation)):
             body = api._encode_body(api.response_class(8, version), 8, response)  # as any answer is encoded
             for correlation in (40 + version, 90):
                 got = table.encode_response(RequestContext(8, version, correlation, "c"), response)
                 assert got == struct.pack(">i", correlation) + body
-    assert api._offset_commit_body.cache_info().hits == 16  # the second of each pair
+    assert api._reused_body.cache_info().hits == 16  # the second of each pair
     big = answer(api.CACHED_COMMIT_PARTITIONS + 1)
     listed = OffsetCommitResponse(
         throttle_time=big.throttle_time,
@@ -291,8 +291,8 @@ def test_offset_commit_answers_are_encoded_once_and_the_same_as_any_answer():
             )
         ],
     )
-    before = api._offset_commit_body.cache_info().currsize
+    before = api._reused_body.cache_info().currsize
     for response in (big, listed):
         got = table.encode_response(RequestContext(8, 9, 1, "c"), response)
         assert got == struct.pack(">i", 1) + api._encode_body(api.response_class(8, 9), 8, response)
-    assert api._offset_commit_body.cache_info().currsize == before
+    assert api._reused_body.cache_info().currsize == before
