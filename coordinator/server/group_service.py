@@ -204,9 +204,8 @@ class GroupCoordinatorService:
         *args: Any,
         **kwargs: Any,
     ) -> Any:
-        await shard.runtime.quiesce(
-            group_id
-        )  # then nothing to wait for: the shard's call, or unloaded meanwhile
+        # once it returns there is nothing to wait for: _call_shard makes the call, or finds the shards unloaded
+        await shard.runtime.quiesce(group_id)
         return await self._call_shard(shard, group_id, operation, *args, gated=True, **kwargs)
 
     # -- the part --------------------------------------------------------------------------------------------
