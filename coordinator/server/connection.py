@@ -23,16 +23,17 @@ import asyncio
 import logging
 import struct
 import time
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Protocol
 
 from coordinator.brokers import local_address
 from coordinator.config import Config
-from protocol.api import ApiTable, DecodedRequest
+from protocol.api import ApiTable, DecodedRequest, RequestContext
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.framing import frame_length
 
 from .metrics import ServerMetrics
+from .runtime import Ready
 
 log = logging.getLogger(__name__)
 
@@ -76,21 +77,6 @@ class RequestMemory:
     def releaser(self, size: int) -> Callable[[Any], None]:
         """A done-callback for the request's handler task: its bytes are free once it has run."""
         return lambda _task: self.release(size)
-
-
-class Ready:
-    """A handler's answer that was ready when it was started (see `start`): stands where its task would."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def done(self) -> bool:
-        return True
-
-    def cancel(self) -> bool:
-        return False
 
 
 class _Resume:
@@ -248,7 +234,7 @@ class Connection:
         """Drop the connection without answering what is in flight (its handlers are cancelled)."""
         self.stop_reading()
         self.writer.transport.abort()
-        if self._answering is not None and not isinstance(self._answering[1], Ready):
+        if self._answering is not None and type(self._answering[1]) is not Ready:
             self._answering[1].cancel()  # the writer, waiting on it, then finishes
 
     async def _read_loop(self) -> None:
@@ -282,7 +268,7 @@ class Connection:
                     decoded = self.internal.unwrap(frame, table, self.connection_id)
                 if self.session is not None:
                     self._authenticate(decoded)
-                task = start(self._handle(decoded))
+                task = self._begin(decoded)
                 if isinstance(task, Ready):
                     if held:
                         memory.release(size)
@@ -374,17 +360,33 @@ class Connection:
         if not self.session.allows(ctx.api_key):
             raise ProtocolError(f"unexpected request (api {ctx.api_key}) before SASL authentication")
 
-    async def _handle(self, decoded: DecodedRequest) -> Any:
+    def _begin(self, decoded: DecodedRequest) -> Ready | asyncio.Future[Any]:
+        """Start the request's handler: Ready with its answer if it has one at once, else the future or task
+        that gets it. A handler returns a coroutine, or (the hot paths: a heartbeat, a commit) Ready or a
+        future without one."""
         ctx = decoded.context
         if decoded.body is None:
-            return self.server.table.unsupported_version_response(ctx) or _CLOSE
+            return Ready(self.server.table.unsupported_version_response(ctx) or _CLOSE)
         try:
-            return await decoded.spec.handler(ctx, decoded.body)
+            answer = decoded.spec.handler(ctx, decoded.body)
+        except Exception:
+            return Ready(self._failed(ctx))
+        if type(answer) is Ready or isinstance(answer, asyncio.Future):
+            return answer
+        return start(self._guarded(ctx, answer))
+
+    async def _guarded(self, ctx: RequestContext, answer: Awaitable[Any]) -> Any:
+        try:
+            return await answer
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("handler for api %d v%d failed", ctx.api_key, ctx.api_version)
-            return self.server.table.error_response(ctx, ErrorCode.unknown_server_error) or _CLOSE
+            return self._failed(ctx)
+
+    def _failed(self, ctx: RequestContext) -> Any:
+        """The answer to a request whose handler failed (logged here, with its exception)."""
+        log.exception("handler for api %d v%d failed", ctx.api_key, ctx.api_version)
+        return self.server.table.error_response(ctx, ErrorCode.unknown_server_error) or _CLOSE
 
     async def _write_loop(self) -> None:
         # Answers are written in one send while the next one in line is ready too (pipelined heartbeats and
@@ -400,9 +402,11 @@ class Connection:
             decoded, task, started = item
             self._answering = (decoded, task)
             try:
-                response = task.value if isinstance(task, Ready) else await task
+                response = task.value if type(task) is Ready else await task
             except asyncio.CancelledError:
                 break
+            except Exception:  # a handler's future that failed (a task from _begin never does)
+                response = self._failed(decoded.context)
             finally:
                 self._answering = None
                 self.last_active = (

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -302,13 +303,35 @@ class GroupCoordinatorService:
         and host (JoinGroup, ConsumerGroupHeartbeat), from the request header and the connection."""
 
         def handle(ctx: RequestContext, request: Any) -> Awaitable[Any]:
-            # (not a coroutine itself: the caller awaits _serve's, one frame less on the path)
             if with_client:
                 client = {"client_id": ctx.client_id or "", "client_host": "/" + ctx.client_host}
-                return self._serve(ctx, request, operation, gated=True, **client)
-            return self._serve(ctx, request, operation, gated=True)
+                return self._serve_now(ctx, request, operation, **client)
+            return self._serve_now(ctx, request, operation)
 
         return handle
+
+    def _serve_now(
+        self,
+        ctx: RequestContext,
+        request: Any,
+        operation: Callable[[Shard], Callable[..., Any]],
+        **kwargs: Any,
+    ) -> Awaitable[Any]:
+        """`_serve(gated=True)` without a coroutine, a task or a future when nothing stands in the way: the
+        group's shard is here, serving, and has no barrier write of the group in flight. Then the answer is
+        Ready at once (a heartbeat) or the shard's future (a commit, once durable); else `_serve`'s coroutine."""
+        group_id = request.group_id
+        shard = self.shards.for_group(group_id)
+        if shard is not None and self.unavailable(shard) is None:
+            runtime = shard.runtime
+            if not runtime.aborted and not runtime.must_wait(group_id):
+                aborted = functools.partial(
+                    error_response, ctx.api_key, ctx.api_version, request, ErrorCode.coordinator_not_available
+                )
+                return runtime.submit(
+                    operation(shard), ctx.api_version, request, group=group_id, aborted=aborted, **kwargs
+                )
+        return self._serve(ctx, request, operation, gated=True, **kwargs)
 
     async def _consumer_group_heartbeat(self, ctx: RequestContext, request: Any) -> Any:
         names = request.subscribed_topic_names
@@ -350,14 +373,17 @@ class GroupCoordinatorService:
         if not task.cancelled():
             task.exception()  # retrieved here as well: every waiter may have gone
 
-    async def _offset_commit(self, ctx: RequestContext, request: Any) -> Any:
-        if self.topics is None:
-            return await self._offset_commit_to_shard(ctx, request)
+    def _offset_commit(self, ctx: RequestContext, request: Any) -> Awaitable[Any]:
+        if self.topics is None or not self._unknown_partitions(request):
+            return self._offset_commit_to_shard(ctx, request)
+        return self._offset_commit_unknown(ctx, request)
+
+    async def _offset_commit_unknown(self, ctx: RequestContext, request: Any) -> Any:
+        """An OffsetCommit naming partitions not (yet) known: those answer UNKNOWN_TOPIC_OR_PARTITION."""
+        assert self.topics is not None
+        # (a topic created a moment ago on the process whose topics this one follows through a cache)
+        await self.topics.catch_up()
         unknown = self._unknown_partitions(request)
-        if unknown:
-            # (a topic created a moment ago on the process whose topics this one follows through a cache)
-            await self.topics.catch_up()
-            unknown = self._unknown_partitions(request)
         if not unknown:
             return await self._offset_commit_to_shard(ctx, request)
         known: list[Any] = []

@@ -16,7 +16,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,13 @@ class ShardRuntime:
         self._on_append = on_append
         self.timeout_ms = timeout_ms
         self.failure_error = failure_error  # COORDINATOR_NOT_AVAILABLE
-        self._futures: dict[object, asyncio.Future[Any]] = {}
+        # The requests waiting for their answer: token -> its future and, for a `submit`, the answer to give if
+        # the shard is given up meanwhile (None: the future fails with ShardAborted).
+        self._futures: dict[object, tuple[asyncio.Future[Any], Callable[[], Any] | None]] = {}
+        # The token of the request `submit` is applying: its answer, released at once, is kept in _sync_answer
+        # instead of resolving a future.
+        self._sync_token: Token | None = None
+        self._sync_answer: Any = _PENDING
         self._writes: set[asyncio.Task[None]] = set()
         # The newest write: each write waits for the one before it, so waiting for the newest waits for all
         # (passing every write in flight to each new one made a burst of n writes cost O(n^2)).
@@ -242,12 +248,38 @@ class ShardRuntime:
             raise ShardAborted()
         token = Token()
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._futures[token] = future
+        self._futures[token] = (future, None)
         try:
             self.apply(method(token, *args, **kwargs), group)
             return await future
         finally:
             self._futures.pop(token, None)
+
+    def submit(
+        self,
+        method: Callable[..., Any],
+        *args: Any,
+        group: str | None = None,
+        aborted: Callable[[], Any],
+        **kwargs: Any,
+    ) -> Ready | asyncio.Future[Any]:
+        """`call` without a coroutine: Ready with the answer if the state machine released it at once (a
+        heartbeat), else a future that gets it (a commit, once durable). `aborted()`: the answer instead if the
+        shard is given up before then. The caller checks `aborted` (the attribute) first. A future cancelled by
+        its waiter stays registered until the state machine releases its token, which every request without a
+        parked answer does within its write's timeout."""
+        token = Token()
+        self._sync_token = token
+        try:
+            self.apply(method(token, *args, **kwargs), group)
+        finally:
+            self._sync_token = None
+            answer, self._sync_answer = self._sync_answer, _PENDING
+        if answer is not _PENDING:
+            return Ready(answer)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._futures[token] = (future, aborted)
+        return future
 
     def apply(self, result: Any, group: str | None = None) -> None:
         """Deliver a result (see the class doc). `group`: the one group it is about, if known. Writes are chained
@@ -342,9 +374,12 @@ class ShardRuntime:
 
     def _release(self, responses: Any) -> None:
         for token, response in responses:
-            future = self._futures.get(token)
-            if future is not None and not future.done():
-                future.set_result(response)
+            if token is self._sync_token:
+                self._sync_answer = response  # submit's own request, answered at once: no future needed
+                continue
+            waiting = self._futures.pop(token, None)
+            if waiting is not None and not waiting[0].done():
+                waiting[0].set_result(response)
 
     async def _after(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
         if earlier:
@@ -417,9 +452,12 @@ class ShardRuntime:
     def abort(self) -> None:
         """Give the shard up: every waiting request gets ShardAborted, later results are dropped."""
         self.aborted = True
-        for future in list(self._futures.values()):
+        for future, answer in list(self._futures.values()):
             if not future.done():
-                future.set_exception(ShardAborted())
+                if answer is None:
+                    future.set_exception(ShardAborted())
+                else:
+                    future.set_result(answer())
 
     async def drain(self) -> None:
         """Wait for every write in flight to settle."""
@@ -446,6 +484,29 @@ def _observe(observer: Callable[[float], None], started: float, future: Any) -> 
     """Runs in the log's writer thread when an append completes."""
     if not future.cancelled() and future.exception() is None:
         observer(time.perf_counter() - started)
+
+
+class Ready:
+    """An answer that was ready when its request was started: stands where the future or task that would carry
+    it would (`done()` is true); awaiting it gives the answer at once."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def done(self) -> bool:
+        return True
+
+    def cancel(self) -> bool:
+        return False
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.value
+        yield  # a generator: `await` on it returns the value without suspending
+
+
+_PENDING: Any = object()  # ShardRuntime._sync_answer while no answer is kept
 
 
 class ShardAborted(Exception):

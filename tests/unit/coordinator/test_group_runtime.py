@@ -53,7 +53,7 @@ from coordinator.records import (
 )
 from coordinator.result import CoordinatorResult
 from coordinator.server.group_service import GroupCoordinatorService
-from coordinator.server.runtime import ShardRuntime
+from coordinator.server.runtime import Ready, ShardAborted, ShardRuntime
 from coordinator.server.shards import Shards
 from coordinator.shard import GroupCoordinatorShard
 from protocol.api import ApiTable, RequestContext, response_class
@@ -932,7 +932,8 @@ async def test_the_writes_of_one_loop_iteration_share_one_append_and_settle_in_o
 
     def commit(group: str, offset: int) -> CoordinatorResult:
         token = object()
-        answers[group] = runtime._futures[token] = loop.create_future()
+        answers[group] = loop.create_future()
+        runtime._futures[token] = (answers[group], None)
 
         def failed(code: int) -> CoordinatorResult:
             undone.append(group)
@@ -968,3 +969,58 @@ async def test_the_writes_of_one_loop_iteration_share_one_append_and_settle_in_o
     await runtime.drain()
     assert undone == ["e", "f"]
     assert [answers[g].result() for g in "ef"] == [("failed", runtime.failure_error)] * 2
+
+
+async def test_submit_answers_at_once_or_once_durable_and_gives_the_aborted_answer_when_given_up():
+    """ShardRuntime.submit, the hot path's call: an answer released at once is Ready (no future); one that waits
+    for a write is a future settled once the write is durable; when the shard is given up, a waiting submit gets
+    its `aborted` answer and a waiting call still fails with ShardAborted."""
+    futures: list[concurrent.futures.Future[Any]] = []
+
+    class RecordingLog:
+        def append(self, entries: Any) -> concurrent.futures.Future[Any]:
+            futures.append(concurrent.futures.Future())
+            return futures[-1]
+
+    runtime = ShardRuntime(log=RecordingLog(), timeout_ms=5000)
+    runtime.machine = GroupCoordinatorShard(ManualClock(), ManualTimer(ManualClock()))
+
+    def heartbeat(token: object) -> CoordinatorResult:
+        return CoordinatorResult(responses=[(token, "beat")])
+
+    def commit(token: object, group: str, offset: int) -> CoordinatorResult:
+        record = new_offset_commit_record(group, "t", 0, offset, commit_timestamp_ms=1)
+        return CoordinatorResult(records=[record], responses=[(token, ("ok", offset))])
+
+    def aborted() -> str:
+        return "aborted"
+
+    beat = runtime.submit(heartbeat, group="a", aborted=aborted)
+    assert isinstance(beat, Ready) and beat.value == "beat" and await beat == "beat"
+    committed = runtime.submit(commit, "a", 1, group="a", aborted=aborted)
+    behind = runtime.submit(heartbeat, group="a", aborted=aborted)  # waits for its group's write
+    elsewhere = runtime.submit(heartbeat, group="b", aborted=aborted)  # another group's does not
+    assert isinstance(elsewhere, Ready)
+    assert isinstance(committed, asyncio.Future) and isinstance(behind, asyncio.Future)
+    await asyncio.sleep(0)
+    assert not committed.done() and not behind.done()
+    futures[0].set_result(1)
+    assert await committed == ("ok", 1) and await behind == "beat"
+    assert not runtime._futures
+
+    def failing(token: object) -> CoordinatorResult:
+        raise RuntimeError("in the state machine")
+
+    with pytest.raises(RuntimeError):
+        runtime.submit(failing, group="a", aborted=aborted)
+    assert isinstance(runtime.submit(heartbeat, group="a", aborted=aborted), Ready)
+
+    stuck = runtime.submit(commit, "b", 2, group="b", aborted=aborted)
+    called = asyncio.ensure_future(runtime.call(commit, "c", 3, group="c"))
+    await asyncio.sleep(0)
+    runtime.abort()
+    assert await stuck == "aborted"
+    with pytest.raises(ShardAborted):
+        await called
+    futures[-1].set_result(3)
+    await runtime.drain()

@@ -15,6 +15,7 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as Fin
 from kio.schema.heartbeat.v0.request import HeartbeatRequest as HeartbeatV0
 
 from coordinator.server.lookup import CoordinatorLookup
+from coordinator.server.runtime import Ready
 from coordinator.tasks import cancel_and_wait
 from protocol.errors import ErrorCode
 from tests.support.wire import WireClient, encode_request, recv_frame
@@ -143,6 +144,54 @@ def test_handler_failure_answers_unknown_server_error():
     with running(setup) as server, WireClient(*server.bound) as c:
         body = c.call(FindCoordinatorV1(key="g", key_type=0))
         assert body.error_code == ErrorCode.unknown_server_error
+        assert _alive(server)
+
+
+def test_handlers_without_a_coroutine_answer_in_request_order():
+    """A handler may return its answer Ready, or a future that gets it (the hot paths); a future that fails and
+    a handler that raises before returning answer UNKNOWN_SERVER_ERROR, and the connection carries on."""
+
+    def answer(host: str) -> dict:
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "node_id": 1,
+            "host": host,
+            "port": 1,
+        }
+
+    later: list[asyncio.Future] = []
+
+    def handler(ctx, request):
+        if request.key == "ready":
+            return Ready(answer("ready"))
+        if request.key == "raise":
+            raise RuntimeError("boom")
+        future = asyncio.get_running_loop().create_future()
+        later.append(future)
+        if len(later) == 2:  # the second pending one: settle both, the first with an error
+            later[0].set_exception(RuntimeError("late boom"))
+            asyncio.get_running_loop().call_later(0.05, later[1].set_result, answer("late"))
+        return future
+
+    def setup(server):
+        server.table.register(10, 0, 3, handler)
+
+    keys = ["ready", "failing", "ready", "late", "raise", "ready"]
+    with running(setup) as server, WireClient(*server.bound) as c:
+        requests = [FindCoordinatorV1(key=k, key_type=0) for k in keys]
+        c.sock.sendall(b"".join(encode_request(r, i) for i, r in enumerate(requests)))
+        got = [c.recv(r) for r in requests]
+        assert [correlation for correlation, _ in got] == list(range(len(keys)))
+        assert [(b.error_code, b.host) for _, b in got] == [
+            (ErrorCode.none, "ready"),
+            (ErrorCode.unknown_server_error, ""),
+            (ErrorCode.none, "ready"),
+            (ErrorCode.none, "late"),
+            (ErrorCode.unknown_server_error, ""),
+            (ErrorCode.none, "ready"),
+        ]
         assert _alive(server)
 
 
