@@ -29,7 +29,9 @@ class LoopClock:
         self._loop = loop
 
     def monotonic_ms(self) -> int:
-        loop = self._loop or asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:  # the running one, kept (get_running_loop() costs a system call)
+            loop = self._loop = asyncio.get_running_loop()
         return int(loop.time() * 1000)
 
     def wall_ms(self) -> int:
@@ -190,12 +192,21 @@ class ShardRuntime:
         # _persist waits on, and when it was queued. Without the hook, each append future is wrapped instead.
         self._bridged = False
         self._durable: dict[Any, tuple[asyncio.Future[Any], float]] = {}
+        # The event loop, once known: asyncio.get_running_loop() costs a getpid() system call in Python 3.11 (it
+        # checks for a fork), once or twice per request on this path.
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def settled_hook(self) -> Callable[[list[Any]], None]:
         """For storage.Log.open(settled=...): the writer thread hands over each flush's appends with one
         thread-safe call, instead of one per append (asyncio.wrap_future); the appends are made with
         Log.append_settled, so none needs a future of its own. Call on the event loop."""
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         self._bridged = True
 
         def settled(futures: list[Any]) -> None:
@@ -219,6 +230,15 @@ class ShardRuntime:
             durable.set_result(appended.result())
             if self._on_append is not None:
                 self._on_append(now - started)
+
+    async def _wait_for(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Wait until each of `tasks` is done, whatever its outcome (asyncio.wait without its set building and the
+        getpid() of its get_running_loop(): this runs once per write)."""
+        for task in tasks:
+            if not task.done():
+                waiter: asyncio.Future[None] = self._running_loop().create_future()
+                task.add_done_callback(functools.partial(_wake, waiter))
+                await waiter
 
     def must_wait(self, group_id: str | None = None) -> bool:
         """`quiesce(group_id)` would wait: a barrier write of the group (of any group, for None) is in flight."""
@@ -247,7 +267,7 @@ class ShardRuntime:
         if self.aborted:
             raise ShardAborted()
         token = Token()
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = self._running_loop().create_future()
         self._futures[token] = (future, None)
         try:
             self.apply(method(token, *args, **kwargs), group)
@@ -277,7 +297,7 @@ class ShardRuntime:
             answer, self._sync_answer = self._sync_answer, _PENDING
         if answer is not _PENDING:
             return Ready(answer)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = (self._loop or self._running_loop()).create_future()
         self._futures[token] = (future, aborted)
         return future
 
@@ -305,10 +325,10 @@ class ShardRuntime:
             else:
                 if self.hung and self._earlier():
                     self.fast_failures += 1
-                    task = asyncio.get_running_loop().create_task(self._fail(result, self._earlier()))
+                    task = self._running_loop().create_task(self._fail(result, self._earlier()))
                 else:
                     batch = self._open = _Batch(result)
-                    task = asyncio.get_running_loop().create_task(self._persist(batch, self._earlier()))
+                    task = self._running_loop().create_task(self._persist(batch, self._earlier()))
                     batch.task = task
                 self._last = task
                 self._writes.add(task)
@@ -331,7 +351,7 @@ class ShardRuntime:
             return
         earlier = self._earlier() if group is None else self._earlier_for(group)
         if earlier:
-            task = asyncio.get_running_loop().create_task(self._after(result, earlier))
+            task = self._running_loop().create_task(self._after(result, earlier))
             if group is None:
                 self._last = task  # it waits for every write before it, so it may stand for them
             self._writes.add(task)
@@ -383,7 +403,7 @@ class ShardRuntime:
 
     async def _after(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
         if earlier:
-            await asyncio.wait(earlier)
+            await self._wait_for(earlier)
         if not self.aborted:
             self._deliver(result)
 
@@ -396,11 +416,11 @@ class ShardRuntime:
         try:
             if self._bridged:
                 appended = self.log.append_settled(entries)  # no future: _settle hears of it
-                durable: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                durable: asyncio.Future[Any] = self._running_loop().create_future()
                 self._durable[appended] = (durable, time.perf_counter())
                 # A timer handle on our own future instead of asyncio.wait_for (a waiter future, a wrapped future
                 # and two callbacks per write): on timeout it fails with TimeoutError, as asyncio.timeout raises.
-                expiry = asyncio.get_running_loop().call_later(self.timeout_ms / 1000, _expire, durable)
+                expiry = self._running_loop().call_later(self.timeout_ms / 1000, _expire, durable)
                 try:
                     await durable
                 finally:
@@ -419,7 +439,7 @@ class ShardRuntime:
                 self._durable.pop(appended, None)
             self.append_failures += 1
             if self.stalled_since is None:
-                self.stalled_since = asyncio.get_running_loop().time()
+                self.stalled_since = self._running_loop().time()
             self.hung = isinstance(exc, asyncio.TimeoutError)
             log.warning("append of %d records failed: %r", len(entries), exc)
             for result in results:  # undone in the order they were applied
@@ -430,7 +450,7 @@ class ShardRuntime:
         self.hung = False
         earlier = [t for t in earlier if not t.done()]  # writes complete in order: usually all of them are
         if earlier:
-            await asyncio.wait(earlier)  # replay in append order
+            await self._wait_for(earlier)  # replay in append order
         if not self.aborted:
             for result in results:
                 self._deliver(result)
@@ -438,7 +458,7 @@ class ShardRuntime:
     async def _fail(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
         """The result's records are not written: undo what it applied and release its failure answers."""
         if earlier:
-            await asyncio.wait(earlier)
+            await self._wait_for(earlier)
         failure = result.on_append_failure(self.failure_error) if result.on_append_failure else None
         if failure is not None:
             self.apply(failure)
@@ -447,7 +467,7 @@ class ShardRuntime:
         """Seconds since the log started failing or timing out (0 when it is healthy)."""
         if self.stalled_since is None:
             return 0.0
-        return asyncio.get_running_loop().time() - self.stalled_since
+        return self._running_loop().time() - self.stalled_since
 
     def abort(self) -> None:
         """Give the shard up: every waiting request gets ShardAborted, later results are dropped."""
@@ -473,6 +493,11 @@ class _Batch:
     def __init__(self, result: Any) -> None:
         self.results = [result]
         self.task: asyncio.Task[None] | None = None
+
+
+def _wake(waiter: asyncio.Future[None], _task: Any) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _expire(durable: asyncio.Future[Any]) -> None:
