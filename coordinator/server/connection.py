@@ -20,6 +20,7 @@ closes that connection only.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import struct
 import time
@@ -122,6 +123,53 @@ def start(coro: Coroutine[Any, Any, Any]) -> Ready | asyncio.Task[Any]:
     return asyncio.get_running_loop().create_task(_finish(_Resume(coro, yielded)))
 
 
+class _Handoff:
+    """The reader's hand-off of requests to the writer: a FIFO of at most `limit` items, for one putter and one
+    getter at a time (asyncio.Queue without its task accounting, its waiter lists, and the getpid() system call
+    its every wait costs in Python 3.11 to find the running loop)."""
+
+    __slots__ = ("items", "_limit", "_loop", "_getter", "_putter")
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.items: collections.deque[Any] = collections.deque()
+        self._limit = limit
+        self._loop = loop
+        self._getter: asyncio.Future[None] | None = None
+        self._putter: asyncio.Future[None] | None = None
+
+    def full(self) -> bool:
+        return len(self.items) >= self._limit
+
+    def put_nowait(self, item: Any) -> None:
+        self.items.append(item)
+        getter = self._getter
+        if getter is not None:
+            self._getter = None
+            if not getter.done():
+                getter.set_result(None)
+
+    async def put(self, item: Any) -> None:
+        while len(self.items) >= self._limit:
+            self._putter = self._loop.create_future()
+            await self._putter
+        self.put_nowait(item)
+
+    def get_nowait(self) -> Any:
+        item = self.items.popleft()
+        putter = self._putter
+        if putter is not None:
+            self._putter = None
+            if not putter.done():
+                putter.set_result(None)
+        return item
+
+    async def get(self) -> Any:
+        while not self.items:
+            self._getter = self._loop.create_future()
+            await self._getter
+        return self.get_nowait()
+
+
 class ConnectionContext(Protocol):
     """What a connection needs of its server (coordinator.server.listener.Server)."""
 
@@ -147,7 +195,8 @@ class Connection:
         sock = writer.get_extra_info("sockname") or ("127.0.0.1", 0)
         self.peer_host: str = peer[0]
         self.local = (sock[0], sock[1])
-        self._queue: asyncio.Queue[Any] = asyncio.Queue(server.config["queued.max.requests.per.connection"])
+        self._loop = asyncio.get_running_loop()
+        self._queue = _Handoff(server.config["queued.max.requests.per.connection"], self._loop)
         self._reader_task: asyncio.Task[None] | None = None
         self.done = asyncio.Event()
         self.session: Any = None  # coordinator.security's SecuritySession on a server with security
@@ -155,7 +204,6 @@ class Connection:
         # request is one) and wraps the answers (coordinator.cluster.internal).
         self.internal: Any = None
         # connections.max.idle.ms: loop time of the last complete request or answer, and requests not yet answered
-        self._loop = asyncio.get_running_loop()
         self.last_active = self._loop.time()
         self._answering: Any = None  # (decoded request, its handler) whose answer the writer waits for
         # Requests handed to the writer whose answers are not yet written: while there is none, the reader writes
@@ -182,7 +230,7 @@ class Connection:
             self.done.set()
 
     def _next_is_ready(self) -> bool:
-        pending = self._queue._queue  # type: ignore[attr-defined]  # asyncio.Queue's deque, peeked, not taken
+        pending = self._queue.items  # peeked, not taken
         if not pending:
             return False
         head = pending[0]
@@ -212,7 +260,7 @@ class Connection:
     def in_flight(self) -> list[str]:
         """The requests not yet answered, as `api/version` (what a late shutdown waits for, for its log)."""
         items = [self._answering] if self._answering is not None else []
-        items += [item[:2] for item in list(self._queue._queue) if item is not _CLOSE]  # type: ignore[attr-defined]
+        items += [item[:2] for item in list(self._queue.items) if item is not _CLOSE]
         return [f"{d.context.api_key}/v{d.context.api_version}" for d, _ in items]
 
     def stop_reading(self) -> None:
@@ -289,7 +337,10 @@ class Connection:
                 if out and not await self._write(out, unwritten):
                     return
                 self._handed += 1
-                await self._queue.put((decoded, task, started))
+                if self._queue.full():
+                    await self._queue.put((decoded, task, started))
+                else:
+                    self._queue.put_nowait((decoded, task, started))
         except (asyncio.IncompleteReadError, ConnectionError):
             return  # peer went away
         except ProtocolError as exc:
@@ -395,7 +446,7 @@ class Connection:
         unwritten: list[tuple[Any, Any, float]] = []
         taken = 0  # requests taken from the queue since the last write
         while True:
-            item = await self._queue.get()
+            item = self._queue.get_nowait() if self._queue.items else await self._queue.get()
             if item is _CLOSE:
                 break
             taken += 1
@@ -424,7 +475,7 @@ class Connection:
             await self._write(out, unwritten)
         # Whatever is still queued will never be written: cancel it so nothing waits on a dead connection.
         self.stop_reading()
-        while not self._queue.empty():
+        while self._queue.items:
             item = self._queue.get_nowait()
             if item is not _CLOSE:
                 item[1].cancel()
