@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -325,8 +324,13 @@ class GroupCoordinatorService:
         if shard is not None and self.unavailable(shard) is None:
             runtime = shard.runtime
             if not runtime.aborted and not runtime.must_wait(group_id):
-                aborted = functools.partial(
-                    error_response, ctx.api_key, ctx.api_version, request, ErrorCode.coordinator_not_available
+                # (the answer if the shard is given up meanwhile, as a call: a tuple costs less than a partial)
+                aborted = (
+                    error_response,
+                    ctx.api_key,
+                    ctx.api_version,
+                    request,
+                    ErrorCode.coordinator_not_available,
                 )
                 return runtime.submit(
                     operation(shard), ctx.api_version, request, group=group_id, aborted=aborted, **kwargs

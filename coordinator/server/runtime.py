@@ -164,8 +164,8 @@ class ShardRuntime:
         self.timeout_ms = timeout_ms
         self.failure_error = failure_error  # COORDINATOR_NOT_AVAILABLE
         # The requests waiting for their answer: token -> its future and, for a `submit`, the answer to give if
-        # the shard is given up meanwhile (None: the future fails with ShardAborted).
-        self._futures: dict[object, tuple[asyncio.Future[Any], Callable[[], Any] | None]] = {}
+        # the shard is given up meanwhile, as (function, *arguments) (None: the future fails with ShardAborted).
+        self._futures: dict[object, tuple[asyncio.Future[Any], tuple[Any, ...] | None]] = {}
         # The token of the request `submit` is applying: its answer, released at once, is kept in _sync_answer
         # instead of resolving a future.
         self._sync_token: Token | None = None
@@ -280,12 +280,12 @@ class ShardRuntime:
         method: Callable[..., Any],
         *args: Any,
         group: str | None = None,
-        aborted: Callable[[], Any],
+        aborted: tuple[Any, ...],
         **kwargs: Any,
     ) -> Ready | asyncio.Future[Any]:
         """`call` without a coroutine: Ready with the answer if the state machine released it at once (a
-        heartbeat), else a future that gets it (a commit, once durable). `aborted()`: the answer instead if the
-        shard is given up before then. The caller checks `aborted` (the attribute) first. A future cancelled by
+        heartbeat), else a future that gets it (a commit, once durable). `aborted`, (function, *arguments): the
+        call whose result is the answer instead if the shard is given up before then. The caller checks `aborted` (the attribute) first. A future cancelled by
         its waiter stays registered until the state machine releases its token, which every request without a
         parked answer does within its write's timeout."""
         token = Token()
@@ -472,12 +472,12 @@ class ShardRuntime:
     def abort(self) -> None:
         """Give the shard up: every waiting request gets ShardAborted, later results are dropped."""
         self.aborted = True
-        for future, answer in list(self._futures.values()):
+        for future, aborted in list(self._futures.values()):
             if not future.done():
-                if answer is None:
+                if aborted is None:
                     future.set_exception(ShardAborted())
                 else:
-                    future.set_result(answer())
+                    future.set_result(aborted[0](*aborted[1:]))
 
     async def drain(self) -> None:
         """Wait for every write in flight to settle."""

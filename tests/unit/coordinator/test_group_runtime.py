@@ -992,8 +992,10 @@ async def test_submit_answers_at_once_or_once_durable_and_gives_the_aborted_answ
         record = new_offset_commit_record(group, "t", 0, offset, commit_timestamp_ms=1)
         return CoordinatorResult(records=[record], responses=[(token, ("ok", offset))])
 
-    def aborted() -> str:
-        return "aborted"
+    def answer(text: str) -> str:
+        return text
+
+    aborted = (answer, "aborted")
 
     beat = runtime.submit(heartbeat, group="a", aborted=aborted)
     assert isinstance(beat, Ready) and beat.value == "beat" and await beat == "beat"
