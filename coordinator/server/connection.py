@@ -2,12 +2,13 @@
 
 The reader decodes frames and starts each request's handler at once, in arrival order, so the synchronous part of
 each handler runs in request order; the writer awaits their answers in the same order and writes each answer as
-soon as it and everything before it is ready. A handler runs eagerly (`start`): on the reader's own stack until its
-first real suspension, and only then as a task. Most answers (a heartbeat, a fetch of committed offsets) never
-suspend, so they cost no task and no event-loop round. A parked answer (JoinGroup waiting for the join barrier)
-therefore holds back the answers behind it on that connection only, as it does in Kafka. While the writer has no
-request of its own waiting, the reader writes a ready answer itself, in one send per burst of buffered requests:
-a pipelined heartbeat or commit then costs no queue hand-off and no wake-up of the writer.
+soon as it and everything before it is ready. A handler gives its answer Ready, or a future that gets it (the hot
+paths: a heartbeat, a commit waiting for its write), or a coroutine, which runs eagerly (`start`): on the reader's
+own stack until its first real suspension, and only then as a task. Most answers (a heartbeat, a fetch of committed
+offsets) never suspend, so they cost no task and no event-loop round. A parked answer (JoinGroup waiting for the
+join barrier) therefore holds back the answers behind it on that connection only, as it does in Kafka. While the
+writer has no request of its own waiting, the reader writes a ready answer itself, in one send per burst of
+buffered requests: a pipelined heartbeat then costs no hand-off and no wake-up of the writer.
 
 Backpressure both ways: at most `queued.max.requests.per.connection` requests are in flight (the reader stops
 reading when the queue is full, so TCP pushes back on the client), and the writer waits for the socket buffer to
