@@ -285,9 +285,9 @@ class ShardRuntime:
     ) -> Ready | asyncio.Future[Any]:
         """`call` without a coroutine: Ready with the answer if the state machine released it at once (a
         heartbeat), else a future that gets it (a commit, once durable). `aborted`, (function, *arguments): the
-        call whose result is the answer instead if the shard is given up before then. The caller checks `aborted` (the attribute) first. A future cancelled by
-        its waiter stays registered until the state machine releases its token, which every request without a
-        parked answer does within its write's timeout."""
+        call whose result is the answer instead if the shard is given up before then. The caller checks
+        `self.aborted` first. A future cancelled by its waiter stays registered until the state machine releases
+        its token, which every request without a parked answer does within its write's timeout."""
         token = Token()
         self._sync_token = token
         try:
@@ -297,7 +297,7 @@ class ShardRuntime:
             answer, self._sync_answer = self._sync_answer, _PENDING
         if answer is not _PENDING:
             return Ready(answer)
-        future: asyncio.Future[Any] = (self._loop or self._running_loop()).create_future()
+        future: asyncio.Future[Any] = self._running_loop().create_future()
         self._futures[token] = (future, aborted)
         return future
 
@@ -470,7 +470,8 @@ class ShardRuntime:
         return self._running_loop().time() - self.stalled_since
 
     def abort(self) -> None:
-        """Give the shard up: every waiting request gets ShardAborted, later results are dropped."""
+        """Give the shard up: every waiting request gets ShardAborted (a `submit`: its `aborted` answer), later
+        results are dropped."""
         self.aborted = True
         for future, aborted in list(self._futures.values()):
             if not future.done():
