@@ -177,7 +177,7 @@ class GroupCoordinatorService:
             if code != ErrorCode.coordinator_not_available or time.monotonic() >= deadline:
                 return code
 
-    def _call_shard(
+    async def _call_shard(
         self,
         shard: Shard,
         group_id: str | None,
@@ -185,28 +185,14 @@ class GroupCoordinatorService:
         *args: Any,
         gated: bool,
         **kwargs: Any,
-    ) -> Awaitable[Any]:
-        """`group_id` None: the operation is about several groups of the shard, so it waits for all of the
-        shard's barriers (gated) and its answer for every write before it. (Not a coroutine itself: with no
-        barrier to wait for, the shard's call is awaited directly, one frame less on every request's path.)"""
-        if gated:
-            if shard.runtime.must_wait(group_id):
-                return self._call_after_barriers(shard, group_id, operation, *args, **kwargs)
-            if self.shards.unloaded:
-                raise ShardUnavailable(ErrorCode.not_coordinator, group_id or "", shard)
-        return shard.runtime.call(operation(shard), *args, group=group_id, **kwargs)
-
-    async def _call_after_barriers(
-        self,
-        shard: Shard,
-        group_id: str | None,
-        operation: Callable[[Shard], Callable[..., Any]],
-        *args: Any,
-        **kwargs: Any,
     ) -> Any:
-        # once it returns there is nothing to wait for: _call_shard makes the call, or finds the shards unloaded
-        await shard.runtime.quiesce(group_id)
-        return await self._call_shard(shard, group_id, operation, *args, gated=True, **kwargs)
+        """`group_id` None: the operation is about several groups of the shard, so it waits for all of the
+        shard's barriers (gated) and its answer for every write before it."""
+        if gated:
+            await shard.runtime.quiesce(group_id)
+            if self.shards.unloaded:  # unloaded while this waited for earlier writes
+                raise ShardUnavailable(ErrorCode.not_coordinator, group_id or "", shard)
+        return await shard.runtime.call(operation(shard), *args, group=group_id, **kwargs)
 
     # -- the part --------------------------------------------------------------------------------------------
 
