@@ -272,17 +272,13 @@ class ApiTable:
                 and ctx.api_key != ApiKey.API_VERSIONS
             )
             return _I32.pack(ctx.correlation_id) + (b"\x00" if flexible else b"") + response.body
-        if ctx.api_key == ApiKey.HEARTBEAT and isinstance(response, Hashable):
-            # The most frequent answer there is, and one of a handful (coordinator.group.responses caches them):
-            # encoded once per version and answer.
-            return _I32.pack(ctx.correlation_id) + _reused_body(ctx.api_key, ctx.api_version, response)
-        if (
-            ctx.api_key == ApiKey.OFFSET_COMMIT
-            and isinstance(response, Hashable)
-            and _few_partitions(response)
+        if isinstance(response, Hashable) and (
+            ctx.api_key == ApiKey.HEARTBEAT
+            or (ctx.api_key == ApiKey.OFFSET_COMMIT and _few_partitions(response))
         ):
-            # A consumer commits the same few partitions again and again, and the answer names them with their
-            # errors only: encoded once per version and answer (a tenth of a pipelined commit's CPU).
+            # Encoded once per version and answer. A heartbeat's is the most frequent answer there is, and one of a
+            # handful (coordinator.group.responses caches them); a consumer commits the same few partitions again
+            # and again, and the answer names them with their errors only (a tenth of a pipelined commit's CPU).
             try:
                 return _I32.pack(ctx.correlation_id) + _reused_body(ctx.api_key, ctx.api_version, response)
             except TypeError:  # a field holds a list: not hashable, encoded below as any answer
