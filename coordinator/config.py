@@ -429,6 +429,32 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=0,
     ),
     Setting(
+        "group.consumer.join.window.ms",
+        50,
+        int,
+        "A consumer group whose members hold no partitions (a new group) computes its first target assignment "
+        "once no member has joined for this long (at most 10 windows after the first join, and within "
+        "group.consumer.heartbeat.hold.ms), with the joiners' answers held until then: consumers starting "
+        "together are assigned once, and none is given partitions only to give them up to the one behind it. "
+        "0, or no hold: Kafka's behaviour (a target at every join).",
+        "ms",
+        kafka=False,
+        minimum=0,
+    ),
+    Setting(
+        "group.consumer.heartbeat.hold.ms",
+        200,
+        int,
+        "A ConsumerGroupHeartbeat whose answer would bring the member nothing new while it waits for partitions "
+        "another member is giving up, or for a target assignment held back for a moment, is answered when "
+        "that changes, at most this long later (and at most a quarter of the heartbeat interval): the member "
+        "gets its partitions at once instead of at its next heartbeat. Answers that ask for revocations or "
+        "hand out partitions are never held. 0: Kafka's behaviour (answered at once).",
+        "ms",
+        kafka=False,
+        minimum=0,
+    ),
+    Setting(
         "group.consumer.assignors",
         ("uniform", "range"),
         _list,

@@ -17,7 +17,9 @@ its target (coordinator.consumer.group.reconcile); re-arm its session timer, and
 owes revocations. Its records (types 3, 5, 6, 7, 8 of `__consumer_offsets`, coordinator.consumer.records) are
 applied in memory at once and the answer is released only once they are durable. They are pipelined as Kafka's
 are: the group's next heartbeat runs on top of them without waiting; if an append fails, the group goes back to
-what it was before the oldest of its writes still in flight (`_track`).
+what it was before the oldest of its writes still in flight (`_track`). Ours: a heartbeat that would bring a
+waiting member nothing new is answered when that changes (`_hold`), and a new group is assigned once its
+joins pause (the join window, `_maybe_compute_target`).
 
 Topics come from a `TopicImage` (the data plane's topics: ids, partition counts, names); the target carries
 topic ids, as the clients expect. Regular expressions (ConsumerGroupHeartbeat v1) are RE2 expressions matched
@@ -65,6 +67,7 @@ from protocol.errors import ErrorCode
 from . import records as rec
 from .assignors import ASSIGNORS, MemberSpec, PartitionAssignorError
 from .group import (
+    EMPTY_ASSIGNMENT,
     LEAVE_GROUP_EPOCH,
     LEAVE_GROUP_STATIC_EPOCH,
     Assignment,
@@ -164,6 +167,12 @@ class ConsumerGroupSettings:
     # with its partitions (registration); joiners of a Stable group are assigned together (expansion)
     registration_timeout_ms: int = 0
     expansion_timeout_ms: int = 0
+    # ours (see "answers held while a member waits" below): a group whose members hold nothing is
+    # assigned once its joins pause for join_window_ms; a heartbeat that would bring a waiting member nothing new
+    # is answered when that changes, at most heartbeat_hold_ms (and a quarter of the heartbeat interval) later.
+    # 0: Kafka's behaviour (the join window needs the hold).
+    join_window_ms: int = 50
+    heartbeat_hold_ms: int = 200
     assignors: tuple[str, ...] = ("uniform", "range")
     # group.consumer.migration.policy (coordinator.consumer.migration)
     migration_policy: str = "bidirectional"
@@ -190,6 +199,8 @@ class ConsumerGroupSettings:
             assignment_interval_ms=int(get("group.consumer.assignment.interval.ms", 100)),
             registration_timeout_ms=int(get("group.static.registration.timeout.ms", 0)),
             expansion_timeout_ms=int(get("group.expansion.timeout.ms", 0)),
+            join_window_ms=int(get("group.consumer.join.window.ms", 50)),
+            heartbeat_hold_ms=int(get("group.consumer.heartbeat.hold.ms", 200)),
             assignors=tuple(_names(assignors)) or ("uniform",),
             migration_policy=str(get("group.consumer.migration.policy", "bidirectional")).strip().lower(),
         )
@@ -227,6 +238,25 @@ def join_key(group_id: str, member_id: str) -> str:
 def sync_key(group_id: str, member_id: str) -> str:
     """A classic member that joined must send its SyncGroup within its rebalance timeout."""
     return f"consumer-sync-{group_id}-{member_id}"
+
+
+def hold_key(group_id: str, member_id: str) -> str:
+    """A member's heartbeat answer held while it waits (group.consumer.heartbeat.hold.ms)."""
+    return f"consumer-hold-{group_id}-{member_id}"
+
+
+# The join window closes at the latest this many windows after the first join.
+JOIN_WINDOW_MAX_WINDOWS = 10
+
+
+@dataclasses.dataclass(slots=True)
+class _Held:
+    """A heartbeat whose answer is held: its token, the assignment the member had before it, and the group's
+    assignment epoch when it was last looked at."""
+
+    token: object
+    before: Assignment
+    assignment_epoch: int
 
 
 class HeartbeatError(Exception):
@@ -291,6 +321,8 @@ class ConsumerGroupManager:
         # GroupOffline records read while loading: group -> member id -> offline since (wall ms); applied in
         # on_loaded to the consumer groups loaded (the classic manager applies them to classic groups).
         self.loaded_offline: dict[str, dict[str, int]] = {}
+        # heartbeats whose answers are held (group.consumer.heartbeat.hold.ms): group -> member id -> _Held
+        self._held: dict[str, dict[str, _Held]] = {}
 
     @property
     def serving(self) -> bool:
@@ -328,12 +360,15 @@ class ConsumerGroupManager:
         created = group is None
         state_before = None if group is None else group.state
         offline_before = 0 if group is None else len(group.offline)
+        waits: Assignment | None = None  # what the member had, if its answer may be held
+        if group is not None and request.member_id in self._held.get(request.group_id, ()):
+            self._release(group, request.member_id, force=True)  # its earlier heartbeat is answered first
         try:
             self._validate(api_version, request)
             if request.member_epoch in (LEAVE_GROUP_EPOCH, LEAVE_GROUP_STATIC_EPOCH):
                 answer = self._leave(request)
             else:
-                answer = self._heartbeat(api_version, request, client_id, client_host)
+                answer, waits = self._heartbeat(api_version, request, client_id, client_host)
         except (HeartbeatError, PartitionAssignorError) as exc:
             if isinstance(exc, HeartbeatError):
                 answer = heartbeat_response(exc.code, exc.message)
@@ -352,10 +387,19 @@ class ConsumerGroupManager:
         else:
             if group is not None and len(group.offline) != offline_before:
                 self._write_offline_marks(group)  # an offline member came back, or was replaced or left
+        group = self.groups.get(request.group_id)
+        held = (
+            waits is not None
+            and group is not None
+            and self._hold(token, group, answer.member_id, waits, joining=request.member_epoch == 0)
+        )
+        if group is not None:
+            self._wake(group)
         if self.calls.listeners:
-            self._emit_if_stable(self.groups.get(request.group_id), state_before)
+            self._emit_if_stable(group, state_before)
         self._track(request.group_id, snapshot)
-        self.calls.respond(token, answer)
+        if not held:
+            self.calls.respond(token, answer)
 
     # -- writes in flight ------------------------------------------------------------------------------------
     #
@@ -647,7 +691,10 @@ class ConsumerGroupManager:
         self._classic_side.install(classic, reason, rebalance=rebalance)
         return True
 
-    def _heartbeat(self, api_version: int, request: Any, client_id: str, client_host: str) -> Any:
+    def _heartbeat(
+        self, api_version: int, request: Any, client_id: str, client_host: str
+    ) -> tuple[Any, Assignment]:
+        """The answer, and the assignment the member had before (for `_hold`)."""
         group_id = request.group_id
         epoch = request.member_epoch
         group = self._group_for(group_id, create=epoch == 0)
@@ -719,7 +766,9 @@ class ConsumerGroupManager:
             owned is not None and not _same(owned, next_member.assigned)
         )
         send_assignment = epoch == 0 or full or stale or next_member.assigned != member.assigned
-        return self._answer(group, next_member, next_member.assigned if send_assignment else None)
+        answer = self._answer(group, next_member, next_member.assigned if send_assignment else None)
+        # (a join knows of nothing it holds: a member rejoining with partitions is sent them at once)
+        return answer, EMPTY_ASSIGNMENT if epoch == 0 else member.assigned
 
     def _reconciled(self, group: ConsumerGroup, member: ConsumerMember, next_member: ConsumerMember) -> None:
         """The member moved a step (or not): its record if it changed, its rebalance timer (running only while
@@ -904,6 +953,149 @@ class ConsumerGroupManager:
         group.remove_member(old.member_id)
         group.target[old.member_id] = target  # moved to the new id by the caller
         self._cancel_member_timers(group_id, old.member_id)
+
+    # -- answers held while a member waits ------------------------------------------------------------------
+    #
+    # Ours (group.consumer.heartbeat.hold.ms). A member learns of partitions only from a heartbeat's answer, and a
+    # client heartbeats once per interval: a member whose partitions are still being given up by another, or
+    # whose target is held back for a moment (the join window, the assignment interval), would learn of them a
+    # whole interval later. Its answer is held instead, when it would bring nothing new, until that changes (the
+    # partitions are freed, a target is computed) or the hold ends, and is then what a heartbeat at that moment
+    # would be answered. An answer that asks for revocations or hands out partitions is never held. The hold is
+    # at most a quarter of the heartbeat interval: librdkafka times a heartbeat out after one interval.
+
+    def _hold_ms(self, group: ConsumerGroup) -> int:
+        return min(self.settings.heartbeat_hold_ms, self._heartbeat_interval_ms(group) // 4)
+
+    def _join_window_max_ms(self) -> int:
+        return JOIN_WINDOW_MAX_WINDOWS * self.settings.join_window_ms
+
+    def _waiting(self, group: ConsumerGroup, member: ConsumerMember, before: Assignment) -> bool:
+        """Whether the member's answer brings it nothing new while it waits for partitions or a target."""
+        if member.classic is not None or member.state == MemberState.UNREVOKED_PARTITIONS:
+            return False
+        if member.assigned != before:
+            return False
+        return member.state == MemberState.UNRELEASED_PARTITIONS or group.group_epoch > group.assignment_epoch
+
+    def _hold(
+        self, token: object, group: ConsumerGroup, member_id: str, before: Assignment, *, joining: bool
+    ) -> bool:
+        """Hold the answer of the heartbeat that is ending if the member waits (see above); True if held. A
+        joiner of a group in its join window waits for the window's end (a client's first heartbeat is timed out
+        after its session timeout, not an interval)."""
+        hold_ms = self._hold_ms(group)
+        if joining and group.forming_from_ms is not None and hold_ms > 0:
+            hold_ms = max(hold_ms, self._join_window_max_ms())
+        member = group.members.get(member_id)
+        if hold_ms <= 0 or member is None or not self._waiting(group, member, before):
+            return False
+        group_id = group.group_id
+        self._held.setdefault(group_id, {})[member_id] = _Held(token, before, group.assignment_epoch)
+        self.timer.schedule(
+            hold_key(group_id, member_id),
+            hold_ms,
+            self.calls.op(self._hold_ended, group_id, member_id, token),
+        )
+
+        def failed(error: ErrorCode) -> dict[object, Any]:
+            # the heartbeat's own write failed: its answer, held, is the error
+            held = self._held.get(group_id, {}).get(member_id)
+            if held is not None and held.token is token:
+                self._forget_held(group_id, member_id)
+                self.calls.respond(token, heartbeat_response(error))
+            return {}
+
+        self.calls.fx.failure_hooks.append(failed)
+        return True
+
+    def _wake(self, group: ConsumerGroup) -> None:
+        """Answer the group's held heartbeats whose members have something new: a new target, partitions freed."""
+        held = self._held.get(group.group_id)
+        if not held:
+            return
+        for member_id, h in list(held.items()):
+            member = group.members.get(member_id)
+            if member is None or h.assignment_epoch != group.assignment_epoch or self._freed(group, member):
+                self._release(group, member_id, force=False)
+
+    @staticmethod
+    def _freed(group: ConsumerGroup, member: ConsumerMember) -> bool:
+        """Whether a partition of the member's target it does not have yet is held by no other member."""
+        target = group.target.get(member.member_id, EMPTY_ASSIGNMENT)
+        for t, ps in target.items():
+            have = member.assigned.get(t, frozenset())
+            for p in ps:
+                if p not in have and group.owners.get((t, p), member.member_id) == member.member_id:
+                    return True
+        return False
+
+    def _release(self, group: ConsumerGroup, member_id: str, *, force: bool) -> None:
+        """The member's held heartbeat moves it one step as a heartbeat would now, and is answered unless it
+        still waits (`force`: answered whatever)."""
+        group_id = group.group_id
+        h = self._held[group_id][member_id]
+        member = group.members.get(member_id)
+        if member is None:
+            answer = heartbeat_response(
+                ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {group_id}."
+            )
+        else:
+            try:
+                next_member = reconcile(
+                    member, group.assignment_epoch, group.target.get(member_id, {}), None, group.owner
+                )
+            except MemberFenced as exc:
+                answer = heartbeat_response(ErrorCode.fenced_member_epoch, str(exc))
+            else:
+                if not force and self._waiting(group, next_member, h.before):
+                    # still nothing new: the step is taken (and written) when the answer goes
+                    h.assignment_epoch = group.assignment_epoch
+                    return
+                self._reconciled(group, member, next_member)
+                answer = self._answer(group, next_member, next_member.assigned)
+        self._forget_held(group_id, member_id)
+        token = h.token
+        self.calls.respond(token, answer)
+        # if this call's write fails, the answer released with it is the error
+        self.calls.fx.failure_hooks.append(lambda error: {token: heartbeat_response(error)})
+
+    def _forget_held(self, group_id: str, member_id: str) -> None:
+        held = self._held.get(group_id)
+        if held is not None and held.pop(member_id, None) is not None:
+            self.timer.cancel(hold_key(group_id, member_id))
+            if not held:
+                del self._held[group_id]
+
+    def _hold_ended(self, group_id: str, member_id: str, token: object) -> None:
+        """The hold ran out (a call of its own): the answer goes as it is now. A group never assigned yet is
+        assigned first, so that a joiner is not answered with epoch 0."""
+        held = self._held.get(group_id, {}).get(member_id)
+        if held is None or held.token is not token:
+            return
+        group = self.groups.get(group_id)
+        if group is None:  # (gone meanwhile: undone, deleted)
+            self._forget_held(group_id, member_id)
+            self.calls.respond(
+                token,
+                heartbeat_response(ErrorCode.unknown_member_id, f"Group {group_id} has no such member."),
+            )
+            return
+        snapshot = None if group.inflight else group.snapshot()
+        state_before = group.state
+        if group.assignment_epoch == 0 and group.group_epoch > 0 and group.members:
+            try:
+                self._compute_target(group)
+            except PartitionAssignorError as exc:
+                log.warning("group %s: the assignor failed: %s", group_id, exc)
+                self.calls.fx.records.clear()
+                if snapshot is not None:
+                    group.restore(snapshot)
+        self._release(group, member_id, force=True)
+        self._wake(group)
+        if self.calls.listeners:
+            self._emit_if_stable(group, state_before)
+        self._track(group_id, snapshot)
 
     # -- leaving ---------------------------------------------------------------------------------------------
 
@@ -1207,7 +1399,11 @@ class ConsumerGroupManager:
                 bump = True
         if bump and not count_bumped:
             state_before = group.state
-            self._note_bump(group, joined=reason == RebalanceReason.NEW_MEMBER)
+            self._note_bump(
+                group,
+                joined=reason == RebalanceReason.NEW_MEMBER,
+                classic=member is not None and member.classic is not None,
+            )
             group.group_epoch += 1
             self.calls.fx.records.append(self._group_metadata_record(group))
             log.debug("group %s: group epoch %d", group.group_id, group.group_epoch)
@@ -1220,14 +1416,20 @@ class ConsumerGroupManager:
                     f"group epoch {group.group_epoch}: {reason.value.replace('_', ' ')}",
                 )
 
-    def _note_bump(self, group: ConsumerGroup, *, joined: bool) -> None:
+    def _note_bump(self, group: ConsumerGroup, *, joined: bool, classic: bool = False) -> None:
         """A group epoch bump (before it): the first join to a group whose target is current opens the expansion
-        window; anything but joins closes it (a member gone or a change of topics is assigned without waiting)."""
+        window, the first join (of a consumer-protocol member) to a group whose members hold nothing the join
+        window; anything but joins closes both (a member gone or a change of topics is assigned without
+        waiting)."""
         if not joined:
             group.expansion_from_ms = None
+            group.forming_from_ms = None
             group.joins_only = False
-        elif 0 < group.group_epoch == group.assignment_epoch and group.joins_only:
+            return
+        if 0 < group.group_epoch == group.assignment_epoch and group.joins_only:
             group.expansion_from_ms = self.clock.monotonic_ms()
+        if group.forming_from_ms is None and group.joins_only and not group.owners and not classic:
+            group.forming_from_ms = self.clock.monotonic_ms()
 
     def _maybe_compute_target(self, group: ConsumerGroup) -> None:
         """Compute the target if the group epoch is ahead of it, at most once per
@@ -1236,6 +1438,16 @@ class ConsumerGroupManager:
         if group.group_epoch <= group.assignment_epoch:
             return
         now = self.clock.monotonic_ms()
+        forming = group.forming_from_ms
+        if forming is not None and group.joins_only and not group.owners:
+            # the join window: members starting together are assigned once, so nobody is given partitions only
+            # to give them up to the members right behind it (each revocation costs heartbeat intervals)
+            window = self.settings.join_window_ms if self._hold_ms(group) > 0 else 0
+            if window > 0:
+                due = min(now + window, forming + self._join_window_max_ms())
+                if now < due:
+                    self._hold_target(group, due)
+                    return
         opened = group.expansion_from_ms
         if opened is not None and group.joins_only:
             window = self._own(group.group_id, EXPANSION_TIMEOUT, self.settings.expansion_timeout_ms)
@@ -1273,6 +1485,7 @@ class ConsumerGroupManager:
         if group is None or not group.members or group.group_epoch <= group.assignment_epoch:
             return
         snapshot = None if group.inflight else group.snapshot()
+        state_before = group.state
         try:
             self._compute_target(group)  # (the interval or the expansion window ended)
         except PartitionAssignorError as exc:
@@ -1281,6 +1494,9 @@ class ConsumerGroupManager:
             if snapshot is not None:
                 group.restore(snapshot)
             return
+        self._wake(group)
+        if self.calls.listeners:
+            self._emit_if_stable(group, state_before)
         self._track(group_id, snapshot)
 
     def _compute_target(self, group: ConsumerGroup) -> None:
@@ -1288,6 +1504,7 @@ class ConsumerGroupManager:
         group.assigned_at_ms = self.clock.monotonic_ms()
         group.assignment_due_ms = None
         group.expansion_from_ms = None
+        group.forming_from_ms = None
         group.joins_only = True
         self.timer.cancel(assignment_key(group.group_id))
         name = group.preferred_assignor() or self.settings.assignors[0]
@@ -2063,6 +2280,7 @@ class ConsumerGroupManager:
     def on_unloaded(self) -> None:
         for group in self.groups.values():
             self._cancel_timers(group)
+        self._held.clear()  # (the runtime answers every request left waiting)
 
     # -- for observers ---------------------------------------------------------------------------------------
 

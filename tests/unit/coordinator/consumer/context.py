@@ -78,6 +78,8 @@ class ConsumerContext:
         self.timer = ManualTimer(self.clock)
         self.topics = topics if topics is not None else FakeTopics(foo=6, bar=3)
         settings.setdefault("assignment_interval_ms", 0)  # Kafka 4.1: a target at every group epoch
+        settings.setdefault("join_window_ms", 0)  # Kafka: a target at every join
+        settings.setdefault("heartbeat_hold_ms", 0)  # Kafka: every answer at once
         self.settings = ConsumerGroupSettings(**settings)
         self.shard = GroupCoordinatorShard(
             self.clock, self.timer, topics=self.topics, consumer_settings=self.settings
@@ -111,6 +113,14 @@ class ConsumerContext:
         **fields: Any,
     ) -> tuple[Any, CoordinatorResult]:
         """One ConsumerGroupHeartbeat (heartbeat_request's fields)."""
+        token, result = self.send(member_id, member_epoch, version=version, **fields)
+        return self.answers[token], result
+
+    def send(
+        self, member_id: str = "m1", member_epoch: int = 0, *, version: int = 1, **fields: Any
+    ) -> tuple[object, CoordinatorResult]:
+        """A ConsumerGroupHeartbeat whose answer may be held: its token (the answer is `answers[token]` once
+        given) and the result."""
         request = heartbeat_request(member_id, member_epoch, **fields)
         token = next(self._tokens)
         result = self.apply(
@@ -118,7 +128,7 @@ class ConsumerContext:
                 token, version, request, client_id="client", client_host="/127.0.0.1"
             )
         )
-        return self.answers[token], result
+        return token, result
 
     def advance(self, ms: int) -> list[CoordinatorResult]:
         return [self.apply(r) for r in self.timer.advance(ms)]

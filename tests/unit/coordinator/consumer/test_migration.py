@@ -58,7 +58,9 @@ def assignment(**topics: Iterable[int]) -> bytes:
 def context(**consumer: Any) -> GroupTestContext:
     ctx = GroupTestContext(group_initial_rebalance_delay_ms=0)
     ctx.shard.consumer.topics = FakeTopics(foo=6)
-    ctx.shard.consumer.settings = ConsumerGroupSettings(**{"assignment_interval_ms": 0, **consumer})
+    ctx.shard.consumer.settings = ConsumerGroupSettings(
+        **{"assignment_interval_ms": 0, "join_window_ms": 0, "heartbeat_hold_ms": 0, **consumer}
+    )
     return ctx
 
 

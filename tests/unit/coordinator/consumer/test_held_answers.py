@@ -1,0 +1,112 @@
+"""Ours: the join window (group.consumer.join.window.ms) and heartbeat answers held while a member waits
+(group.consumer.heartbeat.hold.ms), on the manual clock."""
+
+from __future__ import annotations
+
+from coordinator.consumer import records as rec
+from coordinator.consumer.group import ConsumerGroupState, MemberState
+from protocol.errors import ErrorCode
+
+from .context import ConsumerContext, assignment_of, ok, parts, record_types
+
+
+def held_context(**settings: int) -> ConsumerContext:
+    return ConsumerContext(**{"join_window_ms": 50, "heartbeat_hold_ms": 200, **settings})
+
+
+def targets_computed(ctx: ConsumerContext) -> int:
+    return sum(1 for r in ctx.log if rec.record_type(r.key) == rec.TARGET_ASSIGNMENT_METADATA and r.value)
+
+
+def test_members_joining_together_are_assigned_once_and_answered_when_the_window_ends():
+    ctx = held_context()
+    t1, _ = ctx.send("m1")
+    ctx.advance(30)
+    t2, _ = ctx.send("m2")
+    assert t1 not in ctx.answers and t2 not in ctx.answers  # held: the group is still forming
+    assert ctx.group().state == ConsumerGroupState.ASSIGNING and targets_computed(ctx) == 0
+    ctx.advance(49)
+    assert t1 not in ctx.answers  # 50 ms have not passed since the last join
+    ctx.advance(1)
+    a1, a2 = ok(ctx.answers[t1]), ok(ctx.answers[t2])
+    assert targets_computed(ctx) == 1  # one target for both: nobody was given partitions to give up
+    assert (a1.member_epoch, a2.member_epoch) == (2, 2)
+    assert assignment_of(a1) == parts(foo=[0, 1, 2]) and assignment_of(a2) == parts(foo=[3, 4, 5])
+    assert ctx.group().state == ConsumerGroupState.STABLE
+
+
+def test_the_join_window_closes_ten_windows_after_the_first_join():
+    ctx = held_context()
+    tokens = []
+    for i in range(13):  # a join every 40 ms: the window never goes quiet
+        tokens.append(ctx.send(f"m{i}")[0])
+        ctx.advance(40)
+    # closed at 500 ms: the 13 joins up to 480 ms assigned together, answered then
+    assert targets_computed(ctx) == 1
+    assert all(t in ctx.answers for t in tokens)
+    assert {ok(ctx.answers[t]).member_epoch for t in tokens} == {13}
+
+
+def test_a_joiner_waits_for_partitions_being_revoked_and_gets_them_as_they_are_freed():
+    ctx = held_context(join_window_ms=0)
+    ok(ctx.heartbeat("m1"))  # alone: every partition at once
+    t2, _ = ctx.send("m2")  # its partitions are still m1's
+    assert t2 not in ctx.answers
+    assert ctx.group().members["m2"].state == MemberState.UNRELEASED_PARTITIONS
+    answer, _ = ctx.heartbeat("m1", 1, owned=parts(foo=range(6)))  # told to revoke: never held
+    assert assignment_of(ok(answer)) == parts(foo=[0, 1, 2]) and t2 not in ctx.answers
+    answer, result = ctx.heartbeat("m1", 1, owned=parts(foo=[0, 1, 2]))  # revoked
+    ok(answer)
+    a2 = ok(ctx.answers[t2])  # answered with the partitions m1 let go of, in the same result
+    assert any(token == t2 for token, _ in result.responses)
+    assert (a2.member_epoch, assignment_of(a2)) == (2, parts(foo=[3, 4, 5]))
+    assert ctx.group().state == ConsumerGroupState.STABLE
+
+
+def test_a_held_answer_goes_when_the_hold_ends_as_a_heartbeat_then_would_be_answered():
+    ctx = held_context(join_window_ms=0)
+    ok(ctx.heartbeat("m1"))
+    t2, _ = ctx.send("m2")
+    ctx.advance(199)
+    assert t2 not in ctx.answers
+    ctx.advance(1)
+    a2 = ok(ctx.answers[t2])
+    assert (a2.member_id, a2.member_epoch, assignment_of(a2)) == ("m2", 2, {})  # Kafka's answer, later
+
+
+def test_the_hold_is_at_most_a_quarter_of_the_heartbeat_interval():
+    ctx = held_context(join_window_ms=0, heartbeat_interval_ms=400, min_heartbeat_interval_ms=1)
+    ok(ctx.heartbeat("m1"))
+    t2, _ = ctx.send("m2")
+    ctx.advance(99)
+    assert t2 not in ctx.answers
+    ctx.advance(1)
+    ok(ctx.answers[t2])
+
+
+def test_a_members_next_heartbeat_answers_its_held_one_first():
+    ctx = held_context(join_window_ms=0)
+    ok(ctx.heartbeat("m1"))
+    t2, _ = ctx.send("m2")
+    t3, result = ctx.send("m2", 2, owned={})
+    assert [token for token, _ in result.responses] == [t2]  # (and the new one is held in its turn)
+    ctx.advance(200)
+    assert ok(ctx.answers[t3]).member_epoch == 2
+
+
+def test_no_hold_is_kafkas_behaviour():
+    ctx = ConsumerContext()  # (the test context's defaults: no window, no hold)
+    ok(ctx.heartbeat("m1"))
+    answer, _ = ctx.heartbeat("m2")
+    assert (ok(answer).member_epoch, assignment_of(answer)) == (2, {})
+
+
+def test_a_held_heartbeat_whose_write_fails_is_answered_with_the_error():
+    ctx = held_context()
+    t1, result = ctx.send("m1")
+    assert record_types(result) and t1 not in ctx.answers
+    assert result.on_append_failure is not None
+    failed = ctx.apply(result.on_append_failure(ErrorCode.not_coordinator))
+    assert [token for token, _ in failed.responses] == [t1]
+    assert ctx.answers[t1].error_code == ErrorCode.not_coordinator
+    ctx.advance(1000)  # nothing answered twice (the context asserts it)
