@@ -200,6 +200,8 @@ class ConsumerGroup:
         self.static_members: dict[str, str] = {}  # instance id -> member id
         self.target: dict[str, Assignment] = {}  # member id -> target assignment
         self.owners: dict[tuple[uuid.UUID, int], str] = {}  # partition -> member holding it
+        # partitions that lost their owner since the manager last looked (for the answers it holds)
+        self.freed: set[tuple[uuid.UUID, int]] = set()
         self.image_version = -1  # the topic image version the subscription metadata was computed at
         # (monotonic) when the target was last computed here, when a held-back target will be, and when a join to
         # a group whose target was current opened the expansion window; whether only joins bumped the group epoch
@@ -261,8 +263,10 @@ class ConsumerGroup:
         self._count(member, 1)
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
+        freed = self.freed
         for tp in member.partitions():
             self.owners[tp] = member.member_id
+            freed.discard(tp)
 
     def remove_member(self, member_id: str) -> ConsumerMember | None:
         self.offline.pop(member_id, None)
@@ -279,6 +283,7 @@ class ConsumerGroup:
         for tp in member.partitions():
             if self.owners.get(tp) == member.member_id:
                 del self.owners[tp]
+                self.freed.add(tp)
 
     def static_member(self, instance_id: str) -> ConsumerMember | None:
         member_id = self.static_members.get(instance_id)

@@ -251,12 +251,19 @@ JOIN_WINDOW_MAX_WINDOWS = 10
 
 @dataclasses.dataclass(slots=True)
 class _Held:
-    """A heartbeat whose answer is held: its token, the assignment the member had before it, and the group's
-    assignment epoch when it was last looked at."""
+    """A heartbeat whose answer is held: its token, and the assignment the member had before it."""
 
     token: object
     before: Assignment
-    assignment_epoch: int
+
+
+@dataclasses.dataclass(slots=True)
+class _HeldGroup:
+    """A group's held answers, and the partitions their members wait for (of the target at `epoch`)."""
+
+    members: dict[str, _Held] = dataclasses.field(default_factory=dict)
+    epoch: int = -1
+    awaited: dict[tuple[uuid.UUID, int], str] = dataclasses.field(default_factory=dict)
 
 
 class HeartbeatError(Exception):
@@ -321,8 +328,8 @@ class ConsumerGroupManager:
         # GroupOffline records read while loading: group -> member id -> offline since (wall ms); applied in
         # on_loaded to the consumer groups loaded (the classic manager applies them to classic groups).
         self.loaded_offline: dict[str, dict[str, int]] = {}
-        # heartbeats whose answers are held (group.consumer.heartbeat.hold.ms): group -> member id -> _Held
-        self._held: dict[str, dict[str, _Held]] = {}
+        # heartbeats whose answers are held (group.consumer.heartbeat.hold.ms), by group
+        self._held: dict[str, _HeldGroup] = {}
 
     @property
     def serving(self) -> bool:
@@ -361,7 +368,8 @@ class ConsumerGroupManager:
         state_before = None if group is None else group.state
         offline_before = 0 if group is None else len(group.offline)
         waits: Assignment | None = None  # what the member had, if its answer may be held
-        if group is not None and request.member_id in self._held.get(request.group_id, ()):
+        held_group = self._held.get(request.group_id)
+        if group is not None and held_group is not None and request.member_id in held_group.members:
             self._release(group, request.member_id, force=True)  # its earlier heartbeat is answered first
         try:
             self._validate(api_version, request)
@@ -991,7 +999,12 @@ class ConsumerGroupManager:
         if hold_ms <= 0 or member is None or not self._waiting(group, member, before):
             return False
         group_id = group.group_id
-        self._held.setdefault(group_id, {})[member_id] = _Held(token, before, group.assignment_epoch)
+        held_group = self._held.get(group_id)
+        if held_group is None:
+            held_group = self._held[group_id] = _HeldGroup(epoch=group.assignment_epoch)
+        held_group.members[member_id] = _Held(token, before)
+        if held_group.epoch == group.assignment_epoch:
+            self._await(group, held_group, member)
         self.timer.schedule(
             hold_key(group_id, member_id),
             hold_ms,
@@ -1000,8 +1013,7 @@ class ConsumerGroupManager:
 
         def failed(error: ErrorCode) -> dict[object, Any]:
             # the heartbeat's own write failed: its answer, held, is the error
-            held = self._held.get(group_id, {}).get(member_id)
-            if held is not None and held.token is token:
+            if self._held_token(group_id, member_id) is token:
                 self._forget_held(group_id, member_id)
                 self.calls.respond(token, heartbeat_response(error))
             return {}
@@ -1009,32 +1021,47 @@ class ConsumerGroupManager:
         self.calls.fx.failure_hooks.append(failed)
         return True
 
-    def _wake(self, group: ConsumerGroup) -> None:
-        """Answer the group's held heartbeats whose members have something new: a new target, partitions freed."""
-        held = self._held.get(group.group_id)
-        if not held:
-            return
-        for member_id, h in list(held.items()):
-            member = group.members.get(member_id)
-            if member is None or h.assignment_epoch != group.assignment_epoch or self._freed(group, member):
-                self._release(group, member_id, force=False)
+    def _held_token(self, group_id: str, member_id: str) -> object:
+        held_group = self._held.get(group_id)
+        held = None if held_group is None else held_group.members.get(member_id)
+        return None if held is None else held.token
 
     @staticmethod
-    def _freed(group: ConsumerGroup, member: ConsumerMember) -> bool:
-        """Whether a partition of the member's target it does not have yet is held by no other member."""
-        target = group.target.get(member.member_id, EMPTY_ASSIGNMENT)
-        for t, ps in target.items():
+    def _await(group: ConsumerGroup, held_group: _HeldGroup, member: ConsumerMember) -> None:
+        """Note the partitions of the member's target it does not have yet."""
+        for t, ps in group.target.get(member.member_id, EMPTY_ASSIGNMENT).items():
             have = member.assigned.get(t, frozenset())
             for p in ps:
-                if p not in have and group.owners.get((t, p), member.member_id) == member.member_id:
-                    return True
-        return False
+                if p not in have:
+                    held_group.awaited[(t, p)] = member.member_id
+
+    def _wake(self, group: ConsumerGroup) -> None:
+        """Answer the group's held heartbeats whose members have something new: every one after a new target,
+        those waiting for a partition freed since the last look otherwise."""
+        freed, group.freed = group.freed, set()
+        held_group = self._held.get(group.group_id)
+        if held_group is None:
+            return
+        if held_group.epoch != group.assignment_epoch:
+            for member_id in list(held_group.members):
+                self._release(group, member_id, force=False)
+            held_group.epoch = group.assignment_epoch
+            held_group.awaited = {}
+            for member_id in held_group.members:
+                member = group.members.get(member_id)
+                if member is not None:
+                    self._await(group, held_group, member)
+            return
+        for tp in freed:
+            waiting = held_group.awaited.get(tp)
+            if waiting is not None and waiting in held_group.members:
+                self._release(group, waiting, force=False)
 
     def _release(self, group: ConsumerGroup, member_id: str, *, force: bool) -> None:
         """The member's held heartbeat moves it one step as a heartbeat would now, and is answered unless it
         still waits (`force`: answered whatever)."""
         group_id = group.group_id
-        h = self._held[group_id][member_id]
+        h = self._held[group_id].members[member_id]
         member = group.members.get(member_id)
         if member is None:
             answer = heartbeat_response(
@@ -1049,9 +1076,7 @@ class ConsumerGroupManager:
                 answer = heartbeat_response(ErrorCode.fenced_member_epoch, str(exc))
             else:
                 if not force and self._waiting(group, next_member, h.before):
-                    # still nothing new: the step is taken (and written) when the answer goes
-                    h.assignment_epoch = group.assignment_epoch
-                    return
+                    return  # still nothing new: the step is taken (and written) when the answer goes
                 self._reconciled(group, member, next_member)
                 answer = self._answer(group, next_member, next_member.assigned)
         self._forget_held(group_id, member_id)
@@ -1061,17 +1086,16 @@ class ConsumerGroupManager:
         self.calls.fx.failure_hooks.append(lambda error: {token: heartbeat_response(error)})
 
     def _forget_held(self, group_id: str, member_id: str) -> None:
-        held = self._held.get(group_id)
-        if held is not None and held.pop(member_id, None) is not None:
+        held_group = self._held.get(group_id)
+        if held_group is not None and held_group.members.pop(member_id, None) is not None:
             self.timer.cancel(hold_key(group_id, member_id))
-            if not held:
+            if not held_group.members:
                 del self._held[group_id]
 
     def _hold_ended(self, group_id: str, member_id: str, token: object) -> None:
         """The hold ran out (a call of its own): the answer goes as it is now. A group never assigned yet is
         assigned first, so that a joiner is not answered with epoch 0."""
-        held = self._held.get(group_id, {}).get(member_id)
-        if held is None or held.token is not token:
+        if self._held_token(group_id, member_id) is not token:
             return
         group = self.groups.get(group_id)
         if group is None:  # (gone meanwhile: undone, deleted)
