@@ -430,11 +430,11 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "group.consumer.join.window.ms",
-        50,
+        100,
         int,
         "A consumer group whose members hold no partitions (a new group) computes its first target assignment "
-        "once no member has joined for this long (at most 10 windows after the first join, and within "
-        "group.consumer.heartbeat.hold.ms), with the joiners' answers held until then: consumers starting "
+        "once no member has joined for this long (at most 20 windows after the first join), with the "
+        "joiners' answers held until then: consumers starting "
         "together are assigned once, and none is given partitions only to give them up to the one behind it. "
         "0, or no hold: Kafka's behaviour (a target at every join).",
         "ms",

@@ -171,7 +171,7 @@ class ConsumerGroupSettings:
     # assigned once its joins pause for join_window_ms; a heartbeat that would bring a waiting member nothing new
     # is answered when that changes, at most heartbeat_hold_ms (and a quarter of the heartbeat interval) later.
     # 0: Kafka's behaviour (the join window needs the hold).
-    join_window_ms: int = 50
+    join_window_ms: int = 100
     heartbeat_hold_ms: int = 200
     assignors: tuple[str, ...] = ("uniform", "range")
     # group.consumer.migration.policy (coordinator.consumer.migration)
@@ -199,7 +199,7 @@ class ConsumerGroupSettings:
             assignment_interval_ms=int(get("group.consumer.assignment.interval.ms", 100)),
             registration_timeout_ms=int(get("group.static.registration.timeout.ms", 0)),
             expansion_timeout_ms=int(get("group.expansion.timeout.ms", 0)),
-            join_window_ms=int(get("group.consumer.join.window.ms", 50)),
+            join_window_ms=int(get("group.consumer.join.window.ms", 100)),
             heartbeat_hold_ms=int(get("group.consumer.heartbeat.hold.ms", 200)),
             assignors=tuple(_names(assignors)) or ("uniform",),
             migration_policy=str(get("group.consumer.migration.policy", "bidirectional")).strip().lower(),
@@ -246,7 +246,7 @@ def hold_key(group_id: str, member_id: str) -> str:
 
 
 # The join window closes at the latest this many windows after the first join.
-JOIN_WINDOW_MAX_WINDOWS = 10
+JOIN_WINDOW_MAX_WINDOWS = 20
 
 
 @dataclasses.dataclass(slots=True)
