@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -57,6 +58,9 @@ class Member(threading.Thread):
             conf["heartbeat.interval.ms"] = args.heartbeat_ms
         if args.static:
             conf["group.instance.id"] = f"bench-static-{index}"
+        debug = os.environ.get("KGC_BENCH_MEMBER_DEBUG")  # librdkafka debug contexts, to the member's log
+        if debug:
+            conf["debug"], conf["log_level"] = debug, 7
         self.consumer = Consumer(conf)
 
     def _event(self, ev: str, parts) -> None:
