@@ -370,7 +370,9 @@ class ConsumerGroupManager:
         waits: Assignment | None = None  # what the member had, if its answer may be held
         held_group = self._held.get(request.group_id)
         if group is not None and held_group is not None and request.member_id in held_group.members:
-            self._release(group, request.member_id, force=True)  # its earlier heartbeat is answered first
+            # its earlier heartbeat is answered first, as it stands (no step: this one may be refused, and a
+            # refused heartbeat writes nothing)
+            self._release(group, request.member_id, force=True, step=False)
         try:
             self._validate(api_version, request)
             if request.member_epoch in (LEAVE_GROUP_EPOCH, LEAVE_GROUP_STATIC_EPOCH):
@@ -1057,9 +1059,9 @@ class ConsumerGroupManager:
             if waiting is not None and waiting in held_group.members:
                 self._release(group, waiting, force=False)
 
-    def _release(self, group: ConsumerGroup, member_id: str, *, force: bool) -> None:
+    def _release(self, group: ConsumerGroup, member_id: str, *, force: bool, step: bool = True) -> None:
         """The member's held heartbeat moves it one step as a heartbeat would now, and is answered unless it
-        still waits (`force`: answered whatever)."""
+        still waits (`force`: answered whatever; without `step`, with the member as it is)."""
         group_id = group.group_id
         h = self._held[group_id].members[member_id]
         member = group.members.get(member_id)
@@ -1067,6 +1069,8 @@ class ConsumerGroupManager:
             answer = heartbeat_response(
                 ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {group_id}."
             )
+        elif not step:
+            answer = self._answer(group, member, member.assigned)
         else:
             try:
                 next_member = reconcile(

@@ -112,3 +112,13 @@ def test_a_held_heartbeat_whose_write_fails_is_answered_with_the_error():
     assert [token for token, _ in failed.responses] == [t1]
     assert ctx.answers[t1].error_code == ErrorCode.not_coordinator
     ctx.advance(1000)  # nothing answered twice (the context asserts it)
+
+
+def test_a_refused_heartbeat_answers_the_held_one_as_it_stands_and_writes_nothing():
+    ctx = held_context(join_window_ms=0)
+    ok(ctx.heartbeat("m1"))
+    t2, _ = ctx.send("m2")
+    t3, result = ctx.send("m2", 7, owned={})  # a stale epoch: refused
+    assert [token for token, _ in result.responses] == [t2, t3] and not result.records
+    assert (ok(ctx.answers[t2]).member_epoch, assignment_of(ctx.answers[t2])) == (2, {})
+    assert ctx.answers[t3].error_code == ErrorCode.fenced_member_epoch
