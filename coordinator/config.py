@@ -433,10 +433,9 @@ SETTINGS: tuple[Setting, ...] = (
         100,
         int,
         "A consumer group whose members hold no partitions (a new group) computes its first target assignment "
-        "once no member has joined for this long (at most 20 windows after the first join), with the "
-        "joiners' answers held until then: consumers starting "
-        "together are assigned once, and none is given partitions only to give them up to the one behind it. "
-        "0, or no hold: Kafka's behaviour (a target at every join).",
+        "once no member has joined for this long (at most 20 windows after the first join), with the joiners' "
+        "answers held until then: consumers starting together are assigned once, and none is given partitions "
+        "only to give them up to the one behind it. 0, or no hold: Kafka's behaviour (a target at every join).",
         "ms",
         kafka=False,
         minimum=0,
@@ -447,9 +446,10 @@ SETTINGS: tuple[Setting, ...] = (
         int,
         "A ConsumerGroupHeartbeat whose answer would bring the member nothing new while it waits for partitions "
         "another member is giving up, or for a target assignment held back for a moment, is answered when "
-        "that changes, at most this long later (and at most a quarter of the heartbeat interval): the member "
-        "gets its partitions at once instead of at its next heartbeat. Answers that ask for revocations or "
-        "hand out partitions are never held. 0: Kafka's behaviour (answered at once).",
+        "that changes, at most this long later (and at most a quarter of the heartbeat interval; a joiner of a "
+        "new group: until its join window ends): the member gets its partitions at once instead of at its next "
+        "heartbeat. Answers that ask for revocations or hand out partitions are never held. 0: Kafka's "
+        "behaviour (answered at once).",
         "ms",
         kafka=False,
         minimum=0,

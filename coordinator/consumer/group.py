@@ -209,9 +209,8 @@ class ConsumerGroup:
         self.assigned_at_ms: int | None = None
         self.assignment_due_ms: int | None = None
         self.expansion_from_ms: int | None = None
-        self.forming_from_ms: int | None = (
-            None  # the first join of a group whose members hold nothing (join window)
-        )
+        # the first join of a group whose members hold nothing (the join window)
+        self.forming_from_ms: int | None = None
         self.joins_only = True
         self.offline: dict[str, int] = {}
         self.resolved: dict[str, frozenset[str]] = {}  # regex -> topic names, at image_version
