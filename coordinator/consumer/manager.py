@@ -1112,13 +1112,7 @@ class ConsumerGroupManager:
         snapshot = None if group.inflight else group.snapshot()
         state_before = group.state
         if group.assignment_epoch == 0 and group.group_epoch > 0 and group.members:
-            try:
-                self._compute_target(group)
-            except PartitionAssignorError as exc:
-                log.warning("group %s: the assignor failed: %s", group_id, exc)
-                self.calls.fx.records.clear()
-                if snapshot is not None:
-                    group.restore(snapshot)
+            self._compute_target_or_undo(group, snapshot)
         self._release(group, member_id, force=True)
         self._wake(group)
         if self.calls.listeners:
@@ -1514,18 +1508,25 @@ class ConsumerGroupManager:
             return
         snapshot = None if group.inflight else group.snapshot()
         state_before = group.state
-        try:
-            self._compute_target(group)  # (the interval or the expansion window ended)
-        except PartitionAssignorError as exc:
-            log.warning("group %s: the assignor failed: %s", group_id, exc)
-            self.calls.fx.records.clear()
-            if snapshot is not None:
-                group.restore(snapshot)
+        if not self._compute_target_or_undo(group, snapshot):  # (the interval or a window ended)
             return
         self._wake(group)
         if self.calls.listeners:
             self._emit_if_stable(group, state_before)
         self._track(group_id, snapshot)
+
+    def _compute_target_or_undo(self, group: ConsumerGroup, snapshot: tuple[object, ...] | None) -> bool:
+        """Compute the target in a timer's call; if the assignor fails, drop the call's records and go back to
+        `snapshot` (the state before the call, None when a write of the group is in flight). False if it failed."""
+        try:
+            self._compute_target(group)
+        except PartitionAssignorError as exc:
+            log.warning("group %s: the assignor failed: %s", group.group_id, exc)
+            self.calls.fx.records.clear()
+            if snapshot is not None:
+                group.restore(snapshot)
+            return False
+        return True
 
     def _compute_target(self, group: ConsumerGroup) -> None:
         assert self.topics is not None
