@@ -272,6 +272,10 @@ class ApiTable:
                 and ctx.api_key != ApiKey.API_VERSIONS
             )
             return _I32.pack(ctx.correlation_id) + (b"\x00" if flexible else b"") + response.body
+        seen = (id(response), ctx.api_key, ctx.api_version)
+        known = _ENCODED.get(seen)
+        if known is not None and known[0] is response:  # this very answer again (held by the entry: same id)
+            return _I32.pack(ctx.correlation_id) + known[1]
         if isinstance(response, Hashable) and (
             ctx.api_key == ApiKey.HEARTBEAT
             or (ctx.api_key == ApiKey.OFFSET_COMMIT and _few_partitions(response))
@@ -279,10 +283,17 @@ class ApiTable:
             # Encoded once per version and answer. A heartbeat's is the most frequent answer there is, and one of a
             # handful (coordinator.group.responses caches them); a consumer commits the same few partitions again
             # and again, and the answer names them with their errors only (a tenth of a pipelined commit's CPU).
+            # Those answers are themselves made once and given again, so the same object is found by identity
+            # first, without hashing it (a frozen entity's hash walks all its fields, in Python).
             try:
-                return _I32.pack(ctx.correlation_id) + _reused_body(ctx.api_key, ctx.api_version, response)
+                body = _reused_body(ctx.api_key, ctx.api_version, response)
             except TypeError:  # a field holds a list: not hashable, encoded below as any answer
                 pass
+            else:
+                if len(_ENCODED) >= _ENCODED_ANSWERS:
+                    _ENCODED.clear()
+                _ENCODED[seen] = (response, body)
+                return _I32.pack(ctx.correlation_id) + body
         if ctx.api_key == ApiKey.API_VERSIONS and isinstance(response, ApiVersionsResponseV0):
             cls: Any = ApiVersionsResponseV0
         else:
@@ -353,6 +364,11 @@ def _reused_body(api_key: int, version: int, response: Hashable) -> bytes:
 
 
 CACHED_COMMIT_PARTITIONS = 32  # OffsetCommit answers naming more partitions are encoded each time
+
+# (id(answer), api key, version) -> (the answer, its encoded body), for the answers _reused_body encodes: the entry
+# holds the answer, so while it is here no other object has its id.
+_ENCODED: dict[tuple[int, int, int], tuple[Any, bytes]] = {}
+_ENCODED_ANSWERS = 4096
 
 
 def _few_partitions(response: Any) -> bool:

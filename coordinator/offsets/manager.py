@@ -38,6 +38,7 @@ from coordinator.records import (
     new_offset_commit_tombstone,
 )
 from coordinator.result import CoordinatorResult
+from protocol.api import CACHED_COMMIT_PARTITIONS
 from protocol.build import build, ms
 from protocol.errors import ErrorCode
 
@@ -72,6 +73,7 @@ class OffsetMetadataManager:
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
         self.offsets_retention_ms = offsets_retention_ms
         self.store = OffsetStore()
+        self._answers: dict[Any, OffsetCommitResponse] = {}  # see _commit_answer
 
     # -- OffsetCommit ----------------------------------------------------------------------------------------
 
@@ -96,9 +98,11 @@ class OffsetMetadataManager:
         expire_timestamp_ms = -1 if retention_ms == DEFAULT_RETENTION_TIME_MS else now_ms + retention_ms
         records: list[CoordinatorRecord] = []
         committed: list[tuple[str, int]] = []
-        response_topics = []
+        layout = []  # (topic, ((partition, error), ...)) per topic: the answer's content, and its key in _answers
+        partitions = 0
         for topic in topics:
-            response_partitions = []
+            partitions += len(topic.partitions)
+            outcomes = []
             for partition in topic.partitions:
                 metadata = partition.committed_metadata
                 if (
@@ -122,14 +126,9 @@ class OffsetMetadataManager:
                         )
                     )
                     committed.append((topic.name, partition.partition_index))
-                response_partitions.append(
-                    OffsetCommitResponsePartition(
-                        partition_index=partition.partition_index, error_code=partition_error
-                    )
-                )
-            response_topics.append(
-                OffsetCommitResponseTopic(name=topic.name, partitions=tuple(response_partitions))
-            )
+                outcomes.append((partition.partition_index, partition_error))
+            layout.append((topic.name, tuple(outcomes)))
+        answer = self._commit_answer(tuple(layout), partitions)
 
         for topic_name, partition_index in committed:
             self.store.add_pending(group_id, topic_name, partition_index)
@@ -142,12 +141,39 @@ class OffsetMetadataManager:
 
         return CoordinatorResult(
             records=records,
-            # made directly, not with build(): this is every commit's answer
-            responses=[
-                (token, OffsetCommitResponse(throttle_time=_NO_THROTTLE, topics=tuple(response_topics)))
-            ],
+            responses=[(token, answer)],
             on_append_failure=on_append_failure if records else None,
         )
+
+    def _commit_answer(
+        self, layout: tuple[tuple[Any, tuple[tuple[Any, ErrorCode], ...]], ...], partitions: int
+    ) -> Any:
+        """The OffsetCommit answer naming these (topic, ((partition, error), ...)). A consumer commits the same few
+        partitions again and again: the answer to a commit of at most CACHED_COMMIT_PARTITIONS is made once and
+        given again (three frozen entities less per commit, and the same object lets the codec and the request
+        metrics reuse what they worked out from it; entities are immutable)."""
+        cached = partitions <= CACHED_COMMIT_PARTITIONS
+        answer = self._answers.get(layout) if cached else None
+        if answer is None:
+            # made directly, not with build(): this is every commit's answer
+            answer = OffsetCommitResponse(
+                throttle_time=_NO_THROTTLE,
+                topics=tuple(
+                    OffsetCommitResponseTopic(
+                        name=name,
+                        partitions=tuple(
+                            OffsetCommitResponsePartition(partition_index=index, error_code=error)
+                            for index, error in outcomes
+                        ),
+                    )
+                    for name, outcomes in layout
+                ),
+            )
+            if cached:
+                if len(self._answers) >= _CACHED_ANSWERS:
+                    self._answers.clear()  # a new set of partitions is committed from now on, most likely
+                self._answers[layout] = answer
+        return answer
 
     # -- OffsetFetch -----------------------------------------------------------------------------------------
 
@@ -398,6 +424,7 @@ def _unknown_partition(partition: int, error: ErrorCode) -> Any:
 
 
 _NO_THROTTLE = build(OffsetCommitResponse, {"topics": ()}).throttle_time
+_CACHED_ANSWERS = 1024
 
 # The entries of an OffsetFetch v8+ answer, made directly: kio types their fields as phantoms (i32, i64, GroupId),
 # and the values here come from the request and the store, already in range.

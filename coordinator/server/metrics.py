@@ -173,8 +173,35 @@ def error_name(code: int) -> str:
 
 def response_error(response: Any) -> int:
     """The answer's error code: the top-level one if set, else the first non-zero one in its entries."""
-    found = _error_in(response, 3, [_SCAN_LIMIT])
-    return 0 if found is None else found
+    known = _ERRORS.get(id(response))
+    if known is not None and known[0] is response:
+        return known[1]
+    budget = [_SCAN_LIMIT]
+    found = _error_in(response, 3, budget)
+    code = 0 if found is None else found
+    if 0 < _SCAN_LIMIT - budget[0] <= _REMEMBERED_ENTRIES and _frozen(type(response)):
+        # An answer made once and given again (a consumer's commit of the same few partitions): its entries are
+        # walked once. Immutable entities only; the entry holds the answer, so no other object has its id.
+        if len(_ERRORS) >= _REMEMBERED_ANSWERS:
+            _ERRORS.clear()
+        _ERRORS[id(response)] = (response, code)
+    return code
+
+
+_ERRORS: dict[int, tuple[Any, int]] = {}
+_REMEMBERED_ANSWERS = 1024
+_REMEMBERED_ENTRIES = 32
+
+
+_FROZEN: dict[Any, bool] = {}  # type -> a frozen dataclass (kio's entities are)
+
+
+def _frozen(kind: Any) -> bool:
+    frozen = _FROZEN.get(kind)
+    if frozen is None:
+        params = getattr(kind, "__dataclass_params__", None)
+        frozen = _FROZEN[kind] = params is not None and bool(params.frozen)
+    return frozen
 
 
 def _get(obj: Any, name: str) -> Any:

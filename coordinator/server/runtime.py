@@ -452,8 +452,16 @@ class ShardRuntime:
         if earlier:
             await self._wait_for(earlier)  # replay in append order
         if not self.aborted:
+            # the whole append replayed in one call, then its answers released in the order they were applied
+            replay_entries = getattr(self.machine, "replay_entries", None)
+            if replay_entries is not None:
+                replay_entries([(0, key, value, 0) for key, value in entries])
+            else:
+                for result in results:
+                    for record in result.records:
+                        self.machine.replay(record)
             for result in results:
-                self._deliver(result)
+                self._release(result.responses)
 
     async def _fail(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
         """The result's records are not written: undo what it applied and release its failure answers."""

@@ -242,6 +242,14 @@ def test_request_metric_helpers():
     assert response_error(build(OffsetCommitResponse, {"topics": nested["topics"][:0]})) == 0
     assert response_error(build(HeartbeatResponse, {"error_code": 27})) == 27
     assert response_error(build(HeartbeatResponse, {"error_code": 0})) == 0
+    # An entity given again is walked once (remembered by identity); a mapping is walked each time.
+    answer = build(OffsetCommitResponse, nested)
+    assert response_error(answer) == 22 and response_error(answer) == 22
+    from coordinator.server import metrics
+
+    assert metrics._ERRORS[id(answer)] == (answer, 22)
+    nested["topics"][0]["partitions"][1]["error_code"] = 0
+    assert response_error(nested) == 0 and id(nested) not in metrics._ERRORS
 
 
 def test_paused_partitions_count_the_assigned_partitions_the_coordinator_withholds():

@@ -274,13 +274,17 @@ def test_offset_commit_answers_are_encoded_once_and_the_same_as_any_answer():
 
     table = ApiTable()
     api._reused_body.cache_clear()
+    api._ENCODED.clear()
     for version in range(2, 10):  # the versions this server serves
-        for response in (answer(1), answer(3, ErrorCode.illegal_generation)):
+        for make in (lambda: answer(1), lambda: answer(3, ErrorCode.illegal_generation)):
+            response = make()
             body = api._encode_body(api.response_class(8, version), 8, response)  # as any answer is encoded
-            for correlation in (40 + version, 90):
-                got = table.encode_response(RequestContext(8, version, correlation, "c"), response)
+            # the same object again (found by identity), then an equal one (found by value)
+            for correlation, sent in ((40 + version, response), (90, response), (91, make())):
+                got = table.encode_response(RequestContext(8, version, correlation, "c"), sent)
                 assert got == struct.pack(">i", correlation) + body
-    assert api._reused_body.cache_info().hits == 16  # the second of each pair
+    assert api._reused_body.cache_info().hits == 16  # the equal one of each triple
+    assert api._reused_body.cache_info().misses == 16
     big = answer(api.CACHED_COMMIT_PARTITIONS + 1)
     listed = OffsetCommitResponse(
         throttle_time=big.throttle_time,

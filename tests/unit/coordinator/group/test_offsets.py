@@ -219,6 +219,28 @@ def test_offset_commit_with_offset_metadata_too_large():
     assert commit_errors(ctx.commit("foo", {("bar", 0): 1}, metadata="12345")) == {("bar", 0): ErrorCode.none}
 
 
+def test_the_answer_to_a_commit_of_the_same_partitions_is_made_once():
+    """A consumer commits the same few partitions again and again: their answer is one object, given again for the
+    same partitions and outcomes (entities are immutable); other partitions, other outcomes, or more partitions
+    than the codec keeps answers for, get answers of their own."""
+    from protocol.api import CACHED_COMMIT_PARTITIONS
+
+    ctx = GroupTestContext(offset_metadata_max_bytes=5)
+    first = ctx.commit("foo", {("bar", 0): 1, ("baz", 2): 1}).response
+    again = ctx.commit("other", {("bar", 0): 7, ("baz", 2): 8}).response
+    assert again is first
+    assert commit_errors(ctx.commit("foo", {("bar", 1): 1})) == {("bar", 1): ErrorCode.none}
+    too_large = ctx.commit("foo", {("bar", 0): 1, ("baz", 2): 1}, metadata="123456").response
+    assert (
+        too_large is not first
+        and too_large.topics[0].partitions[0].error_code == ErrorCode.offset_metadata_too_large
+    )
+    assert ctx.commit("foo", {("bar", 0): 2, ("baz", 2): 2}).response is first
+    many = {("bar", p): 1 for p in range(CACHED_COMMIT_PARTITIONS + 1)}
+    big = ctx.commit("foo", many).response
+    assert ctx.commit("foo", many).response is not big and ctx.commit("foo", many).response == big
+
+
 def test_committed_leader_epoch_and_metadata_are_kept(ctx):
     ctx.commit("foo", {("bar", 0): 42}, metadata="meta", leader_epoch=7, version=6)
     assert fetched(ctx.fetch("foo", {"bar": [0]}))[("bar", 0)] == (42, 7, "meta", ErrorCode.none)
