@@ -108,6 +108,15 @@ def _reader(cls: Any) -> Any:
 
 
 @functools.cache
+def _decoding(api_key: int, version: int) -> tuple[Any, Any, Any, Any]:
+    """A request version's class, its header's reader, its array check and its body's reader: one lookup per
+    request instead of four."""
+    cls = request_class(api_key, version)
+    header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
+    return cls, _reader(header_cls), array_check(cls), _reader(cls)
+
+
+@functools.cache
 def _writer(cls: Any) -> Any:
     return entity_writer(cls)
 
@@ -236,26 +245,24 @@ class ApiTable:
                     raise RequestDecodeError("the client id runs past the end of the request")
                 ctx.client_id = bytes(frame[start : start + length]).decode("utf-8", "replace")
             return DecodedRequest(ctx, frame, spec)
-        cls = request_class(api_key, version)
-        header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
+        cls, read_header, check, read_body = _decoding(api_key, version)
         try:
             try:
-                header, offset = _reader(header_cls)(frame, 0)
+                header, offset = read_header(frame, 0)
             except KeyError:  # a tagged field kio does not know: skipped, as Kafka does (protocol.shape)
                 frame = strip_header_tags(frame) or frame
-                header, offset = _reader(header_cls)(frame, 0)
-            check = array_check(cls)
+                header, offset = read_header(frame, 0)
             if check is not None:
                 check(
                     frame, offset
                 )  # before kio's reader, which trusts claimed array lengths (protocol.shape)
             try:
-                body, _ = _reader(cls)(frame, offset)
+                body, _ = read_body(frame, offset)
             except KeyError:
                 stripped = strip_unknown_tags(cls, frame, offset)
                 if stripped is None:
                     raise
-                body, _ = _reader(cls)(stripped, offset)
+                body, _ = read_body(stripped, offset)
         except (DecodeError, ValueError, OverflowError, KeyError) as exc:
             raise RequestDecodeError(f"cannot decode api key {api_key} v{version}: {exc!r}") from exc
         ctx.client_id = header.client_id

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from protocol.consumer import parse_subscription_topics
 from protocol.errors import ErrorCode
@@ -56,6 +57,9 @@ class ClassicGroupMember:
     joined_at_ms: int = 0  # when a new member's JoinGroup was held back by an expansion window
     # The pause state (coordinator.group.pause.PauseState) its last assignment was delivered under; None: none yet.
     delivered_pause: object | None = None
+    # (group id, member id, timer key, operation) of its session timer, made once: every heartbeat and commit
+    # schedules it again (coordinator.group.rebalance), and the key and operation are the same each time
+    session_timer: tuple[str, str, str, Any] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def is_offline(self) -> bool:

@@ -207,10 +207,16 @@ class ClassicRebalancing:
     def _reschedule_heartbeat(
         self, group: ClassicGroup, member: ClassicGroupMember, timeout_ms: int | None = None
     ) -> None:
+        timer = member.session_timer
+        if timer is None or timer[0] is not group.group_id or timer[1] is not member.member_id:
+            timer = member.session_timer = (
+                group.group_id,
+                member.member_id,
+                session_timeout_key(group.group_id, member.member_id),
+                self._op(self._expire_heartbeat, group.group_id, member.member_id),
+            )
         self.timer.schedule(
-            session_timeout_key(group.group_id, member.member_id),
-            member.session_timeout_ms if timeout_ms is None else timeout_ms,
-            self._op(self._expire_heartbeat, group.group_id, member.member_id),
+            timer[2], member.session_timeout_ms if timeout_ms is None else timeout_ms, timer[3]
         )
 
     def create_group(self, group_id: str) -> ClassicGroup:

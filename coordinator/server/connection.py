@@ -300,15 +300,17 @@ class Connection:
                 if out and not self._frame_buffered():
                     if not await self._write(out, unwritten):
                         return
-                prefix = await self.reader.readexactly(4)
-                size = frame_length(prefix, max_bytes)
-                if out and memory.would_wait(size):
-                    if not await self._write(out, unwritten):
-                        return
-                if memory.bounded:
-                    await memory.acquire(size)
-                    held = size
-                frame = await self.reader.readexactly(size)
+                frame = None if memory.bounded else self._buffered_frame(max_bytes)
+                if frame is None:
+                    prefix = await self.reader.readexactly(4)
+                    size = frame_length(prefix, max_bytes)
+                    if out and memory.would_wait(size):
+                        if not await self._write(out, unwritten):
+                            return
+                    if memory.bounded:
+                        await memory.acquire(size)
+                        held = size
+                    frame = await self.reader.readexactly(size)
                 started = time.perf_counter()
                 self.last_active = self._loop.time()
                 if self.internal is None:
@@ -353,6 +355,21 @@ class Connection:
         finally:
             if held:
                 memory.release(held)
+
+    def _buffered_frame(self, max_bytes: int) -> bytes | None:
+        """The next request, taken from the stream's buffer as `readexactly` would take it, if all of it is there
+        already (pipelined requests: two coroutines less per request); else None, and nothing is taken."""
+        reader = self.reader
+        buf = reader._buffer  # type: ignore[attr-defined]  # asyncio.StreamReader's bytearray
+        if len(buf) < 4:
+            return None
+        end = 4 + frame_length(bytes(buf[:4]), max_bytes)
+        if len(buf) < end:
+            return None
+        frame = bytes(memoryview(buf)[4:end])
+        del buf[:end]
+        reader._maybe_resume_transport()  # type: ignore[attr-defined]  # as readexactly does
+        return frame
 
     def _frame_buffered(self) -> bool:
         """A whole request is in the stream's buffer already (the next reads will not wait)."""

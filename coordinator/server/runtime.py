@@ -177,6 +177,7 @@ class ShardRuntime:
         self.barriers: set[asyncio.Task[None]] = set()
         self._group_barriers: dict[str, set[asyncio.Task[None]]] = {}  # by group id
         self._last_by_group: dict[str, asyncio.Task[None]] = {}  # the newest write in flight of each group
+        self._written: dict[asyncio.Task[None], set[str]] = {}  # a write in flight -> the groups it writes
         self._last_ungrouped: asyncio.Task[None] | None = None  # the newest write of no known group
         self._open: _Batch | None = None  # the newest write, while its task has not started
         self.append_failures = 0
@@ -344,10 +345,17 @@ class ShardRuntime:
                 self._last_ungrouped = task
             else:
                 groups.add(group)
-            for g in groups:
-                self._last_by_group[g] = task
             if groups:
-                task.add_done_callback(functools.partial(self._write_done, groups))
+                last_by_group = self._last_by_group
+                for g in groups:
+                    last_by_group[g] = task
+                # one done callback per write, for the groups of all the results that share it
+                written = self._written.get(task)
+                if written is None:
+                    self._written[task] = set(groups)
+                    task.add_done_callback(self._write_done)
+                else:
+                    written |= groups
             return
         earlier = self._earlier() if group is None else self._earlier_for(group)
         if earlier:
@@ -359,8 +367,8 @@ class ShardRuntime:
             return
         self._deliver(result)
 
-    def _write_done(self, groups: set[str], task: asyncio.Task[None]) -> None:
-        for g in groups:
+    def _write_done(self, task: asyncio.Task[None]) -> None:
+        for g in self._written.pop(task, ()):
             if self._last_by_group.get(g) is task:
                 del self._last_by_group[g]
 
