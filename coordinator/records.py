@@ -806,22 +806,38 @@ def new_offset_commit_record(
     expire_timestamp_ms: int = -1,
 ) -> CoordinatorRecord:
     if expire_timestamp_ms == -1:  # every commit but a v1-v4 one with a retention time: what encode_* write
-        g, t, m = group_id.encode("utf-8"), topic.encode("utf-8"), metadata.encode("utf-8")
-        if len(g) <= 0x7FFF and len(t) <= 0x7FFF and len(m) <= 0x7FFF:
-            return CoordinatorRecord(
-                b"".join(
+        key = _commit_keys.get((group_id, topic, partition))
+        if key is None:
+            g, t = group_id.encode("utf-8"), topic.encode("utf-8")
+            if len(g) <= 0x7FFF and len(t) <= 0x7FFF:
+                key = b"".join(
                     (_COMMIT_KEY_VERSION, _I16.pack(len(g)), g, _I16.pack(len(t)), t, _I32.pack(partition))
-                ),
-                b"".join(
-                    (
-                        _COMMIT_VALUE_HEAD.pack(
-                            OFFSET_COMMIT_VALUE_WRITE_VERSION, offset, leader_epoch, len(m)
-                        ),
-                        m,
-                        _I64.pack(commit_timestamp_ms),
-                    )
-                ),
-            )
+                )
+                if len(_commit_keys) >= _COMMIT_KEYS:
+                    _commit_keys.clear()
+                _commit_keys[(group_id, topic, partition)] = key
+        if key is not None:
+            if not metadata:
+                return CoordinatorRecord(
+                    key,
+                    _COMMIT_VALUE.pack(
+                        OFFSET_COMMIT_VALUE_WRITE_VERSION, offset, leader_epoch, 0, commit_timestamp_ms
+                    ),
+                )
+            m = metadata.encode("utf-8")
+            if len(m) <= 0x7FFF:
+                return CoordinatorRecord(
+                    key,
+                    b"".join(
+                        (
+                            _COMMIT_VALUE_HEAD.pack(
+                                OFFSET_COMMIT_VALUE_WRITE_VERSION, offset, leader_epoch, len(m)
+                            ),
+                            m,
+                            _I64.pack(commit_timestamp_ms),
+                        )
+                    ),
+                )
     value = OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp_ms, expire_timestamp_ms)
     return CoordinatorRecord(encode_key(OffsetCommitKey(group_id, topic, partition)), encode_value(value))
 
@@ -830,6 +846,10 @@ def new_offset_commit_record(
 # metadata, commit timestamp), as encode_key and encode_value write them, without a _Writer per record.
 _COMMIT_KEY_VERSION = _I16.pack(OFFSET_COMMIT_KEY_VERSION)
 _COMMIT_VALUE_HEAD = struct.Struct(">hqih")
+_COMMIT_VALUE = struct.Struct(">hqihq")  # the same without metadata: the head, then the commit timestamp
+# (group, topic, partition) -> the key of its commits: a consumer commits the same partitions again and again
+_commit_keys: dict[tuple[str, str, int], bytes] = {}
+_COMMIT_KEYS = 16384
 
 
 def new_offset_commit_tombstone(group_id: str, topic: str, partition: int) -> CoordinatorRecord:

@@ -392,12 +392,13 @@ class ShardRuntime:
         return [last] if last is not None and not last.done() else []
 
     def _deliver(self, result: Any) -> None:
-        replay_entries = getattr(self.machine, "replay_entries", None)
-        if replay_entries is not None:  # a shard: offset commits replayed without decoding objects
-            replay_entries([(0, record.key, record.value, 0) for record in result.records])
-        else:
-            for record in result.records:
-                self.machine.replay(record)
+        if result.records:  # (an answer alone, a heartbeat's, has none)
+            replay_entries = getattr(self.machine, "replay_entries", None)
+            if replay_entries is not None:  # a shard: offset commits replayed without decoding objects
+                replay_entries([(0, record.key, record.value, 0) for record in result.records])
+            else:
+                for record in result.records:
+                    self.machine.replay(record)
         self._release(result.responses)
 
     def _release(self, responses: Any) -> None:

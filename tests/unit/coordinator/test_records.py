@@ -441,6 +441,9 @@ def test_offset_commit_records_are_the_bytes_of_encode_key_and_encode_value(key,
     )
     expected = dataclasses.replace(value, expire_timestamp_ms=expire)
     assert record == CoordinatorRecord(encode_key(key), encode_value(expected))
+    # the key of a partition committed before is remembered: the same bytes again
+    again = new_offset_commit_record(key.group, key.topic, key.partition, 0, commit_timestamp_ms=0)
+    assert again.key == record.key
 
 
 def test_offset_commit_records_of_long_strings_are_refused_as_before():
