@@ -18,6 +18,7 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
+from kio.schema.offset_commit.v9.response import OffsetCommitResponse
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -179,9 +180,10 @@ def response_error(response: Any) -> int:
     budget = [_SCAN_LIMIT]
     found = _error_in(response, 3, budget)
     code = 0 if found is None else found
-    if 0 < _SCAN_LIMIT - budget[0] <= _REMEMBERED_ENTRIES and _frozen(type(response)):
-        # An answer made once and given again (a consumer's commit of the same few partitions): its entries are
-        # walked once. Immutable entities only; the entry holds the answer, so no other object has its id.
+    if type(response) is OffsetCommitResponse and 0 < _SCAN_LIMIT - budget[0] <= _REMEMBERED_ENTRIES:
+        # An answer made once and given again (a consumer's commit of the same few partitions, see
+        # coordinator.offsets.manager): its entries are walked once. Only those: an immutable entity, and small (the
+        # entry holds the answer, so no other object has its id meanwhile, and it is kept alive that long).
         if len(_ERRORS) >= _REMEMBERED_ANSWERS:
             _ERRORS.clear()
         _ERRORS[id(response)] = (response, code)
@@ -191,17 +193,6 @@ def response_error(response: Any) -> int:
 _ERRORS: dict[int, tuple[Any, int]] = {}
 _REMEMBERED_ANSWERS = 1024
 _REMEMBERED_ENTRIES = 32
-
-
-_FROZEN: dict[Any, bool] = {}  # type -> a frozen dataclass (kio's entities are)
-
-
-def _frozen(kind: Any) -> bool:
-    frozen = _FROZEN.get(kind)
-    if frozen is None:
-        params = getattr(kind, "__dataclass_params__", None)
-        frozen = _FROZEN[kind] = params is not None and bool(params.frozen)
-    return frozen
 
 
 def _get(obj: Any, name: str) -> Any:
