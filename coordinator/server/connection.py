@@ -297,11 +297,13 @@ class Connection:
         unwritten: list[tuple[Any, Any, float]] = []
         try:
             while True:
-                if out and not self._frame_buffered():
+                end = self._buffered_end(max_bytes)
+                if out and end is None:
                     if not await self._write(out, unwritten):
                         return
-                frame = None if memory.bounded else self._buffered_frame(max_bytes)
-                if frame is None:
+                if end is not None and not memory.bounded:
+                    frame = self._take_frame(end)  # (no await since `end` was found: still in the buffer)
+                else:
                     prefix = await self.reader.readexactly(4)
                     size = frame_length(prefix, max_bytes)
                     if out and memory.would_wait(size):
@@ -356,27 +358,24 @@ class Connection:
             if held:
                 memory.release(held)
 
-    def _buffered_frame(self, max_bytes: int) -> bytes | None:
-        """The next request, taken from the stream's buffer as `readexactly` would take it, if all of it is there
-        already (pipelined requests: two coroutines less per request); else None, and nothing is taken."""
-        reader = self.reader
-        buf = reader._buffer  # type: ignore[attr-defined]  # asyncio.StreamReader's bytearray
+    def _buffered_end(self, max_bytes: int) -> int | None:
+        """Where the next request ends in the stream's buffer if all of it is there already (the next reads will
+        not wait), else None. Its length prefix is checked as `frame_length` checks it."""
+        buf = self.reader._buffer  # type: ignore[attr-defined]  # asyncio.StreamReader's bytearray, peeked
         if len(buf) < 4:
             return None
         end = 4 + frame_length(bytes(buf[:4]), max_bytes)
-        if len(buf) < end:
-            return None
+        return end if len(buf) >= end else None
+
+    def _take_frame(self, end: int) -> bytes:
+        """The buffered request ending at `end` (`_buffered_end`), taken as `readexactly` would take it
+        (pipelined requests: two coroutines less per request)."""
+        reader = self.reader
+        buf = reader._buffer  # type: ignore[attr-defined]
         frame = bytes(memoryview(buf)[4:end])
         del buf[:end]
         reader._maybe_resume_transport()  # type: ignore[attr-defined]  # as readexactly does
         return frame
-
-    def _frame_buffered(self) -> bool:
-        """A whole request is in the stream's buffer already (the next reads will not wait)."""
-        buf = self.reader._buffer  # type: ignore[attr-defined]  # asyncio.StreamReader's bytearray, peeked
-        if len(buf) < 4:
-            return False
-        return len(buf) >= 4 + int.from_bytes(buf[:4], "big", signed=True)
 
     def _encode_answer(
         self,

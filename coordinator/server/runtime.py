@@ -393,13 +393,17 @@ class ShardRuntime:
 
     def _deliver(self, result: Any) -> None:
         if result.records:  # (an answer alone, a heartbeat's, has none)
-            replay_entries = getattr(self.machine, "replay_entries", None)
-            if replay_entries is not None:  # a shard: offset commits replayed without decoding objects
-                replay_entries([(0, record.key, record.value, 0) for record in result.records])
-            else:
-                for record in result.records:
-                    self.machine.replay(record)
+            self._replay(result.records)
         self._release(result.responses)
+
+    def _replay(self, records: list[Any]) -> None:
+        """Apply durable records to the state machine, in order."""
+        replay_entries = getattr(self.machine, "replay_entries", None)
+        if replay_entries is not None:  # a shard: offset commits replayed without decoding objects
+            replay_entries([(0, record.key, record.value, 0) for record in records])
+        else:
+            for record in records:
+                self.machine.replay(record)
 
     def _release(self, responses: Any) -> None:
         for token, response in responses:
@@ -462,13 +466,7 @@ class ShardRuntime:
             await self._wait_for(earlier)  # replay in append order
         if not self.aborted:
             # the whole append replayed in one call, then its answers released in the order they were applied
-            replay_entries = getattr(self.machine, "replay_entries", None)
-            if replay_entries is not None:
-                replay_entries([(0, key, value, 0) for key, value in entries])
-            else:
-                for result in results:
-                    for record in result.records:
-                        self.machine.replay(record)
+            self._replay([record for result in results for record in result.records])
             for result in results:
                 self._release(result.responses)
 
