@@ -209,8 +209,10 @@ class ConsumerGroup:
         self.assigned_at_ms: int | None = None
         self.assignment_due_ms: int | None = None
         self.expansion_from_ms: int | None = None
-        # the first join of a group whose members hold nothing (the join window)
+        # the first join of a group whose members hold nothing (the join window), and after its first target the
+        # end of the window's limit (later joins until then are still batched)
         self.forming_from_ms: int | None = None
+        self.young_until_ms: int | None = None
         self.joins_only = True
         self.offline: dict[str, int] = {}
         self.resolved: dict[str, frozenset[str]] = {}  # regex -> topic names, at image_version

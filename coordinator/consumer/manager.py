@@ -980,6 +980,21 @@ class ConsumerGroupManager:
     def _join_window_max_ms(self) -> int:
         return JOIN_WINDOW_MAX_WINDOWS * self.settings.join_window_ms
 
+    def _join_window_closes(self, group: ConsumerGroup, now: int) -> int | None:
+        """When the group's join window closes at the latest (monotonic ms), None if it is not in one. A group whose
+        members hold nothing opens it with its first join. Joins that keep coming after its first target (a pause
+        longer than the window among clients starting together) are batched the same way until the window's
+        limit: each target computed on the way makes the members holding partitions give some up."""
+        if not group.joins_only or self.settings.join_window_ms <= 0 or self._hold_ms(group) <= 0:
+            return None
+        forming = group.forming_from_ms
+        if forming is not None and not group.owners:
+            return forming + self._join_window_max_ms()
+        young = group.young_until_ms
+        if young is not None and now < young:
+            return young
+        return None
+
     def _waiting(self, group: ConsumerGroup, member: ConsumerMember, before: Assignment) -> bool:
         """Whether the member's answer brings it nothing new while it waits for partitions or a target."""
         if member.classic is not None or member.state == MemberState.UNREVOKED_PARTITIONS:
@@ -995,8 +1010,8 @@ class ConsumerGroupManager:
         joiner of a group in its join window waits for the window's end (a client's first heartbeat is timed out
         after its session timeout, not an interval)."""
         hold_ms = self._hold_ms(group)
-        if joining and group.forming_from_ms is not None and hold_ms > 0:
-            hold_ms = max(hold_ms, self._join_window_max_ms())
+        if joining and self._join_window_closes(group, self.clock.monotonic_ms()) is not None:
+            hold_ms = max(hold_ms, self._join_window_max_ms())  # (released when the target is computed)
         member = group.members.get(member_id)
         if hold_ms <= 0 or member is None or not self._waiting(group, member, before):
             return False
@@ -1446,6 +1461,7 @@ class ConsumerGroupManager:
         if not joined:
             group.expansion_from_ms = None
             group.forming_from_ms = None
+            group.young_until_ms = None
             group.joins_only = False
             return
         if 0 < group.group_epoch == group.assignment_epoch and group.joins_only:
@@ -1460,16 +1476,14 @@ class ConsumerGroupManager:
         if group.group_epoch <= group.assignment_epoch:
             return
         now = self.clock.monotonic_ms()
-        forming = group.forming_from_ms
-        if forming is not None and group.joins_only and not group.owners:
+        closes = self._join_window_closes(group, now)
+        if closes is not None:
             # the join window: members starting together are assigned once, so nobody is given partitions only
             # to give them up to the members right behind it (each revocation costs heartbeat intervals)
-            window = self.settings.join_window_ms if self._hold_ms(group) > 0 else 0
-            if window > 0:
-                due = min(now + window, forming + self._join_window_max_ms())
-                if now < due:
-                    self._hold_target(group, due)
-                    return
+            due = min(now + self.settings.join_window_ms, closes)
+            if now < due:
+                self._hold_target(group, due)
+                return
         opened = group.expansion_from_ms
         if opened is not None and group.joins_only:
             window = self._own(group.group_id, EXPANSION_TIMEOUT, self.settings.expansion_timeout_ms)
@@ -1533,6 +1547,8 @@ class ConsumerGroupManager:
         group.assigned_at_ms = self.clock.monotonic_ms()
         group.assignment_due_ms = None
         group.expansion_from_ms = None
+        if group.forming_from_ms is not None:  # the first target of a new group: joins may still be coming
+            group.young_until_ms = group.forming_from_ms + self._join_window_max_ms()
         group.forming_from_ms = None
         group.joins_only = True
         self.timer.cancel(assignment_key(group.group_id))

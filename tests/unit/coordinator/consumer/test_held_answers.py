@@ -49,6 +49,43 @@ def test_the_join_window_closes_at_most_its_limit_after_the_first_join():
     assert {ok(ctx.answers[t]).member_epoch for t in tokens} == {len(tokens)}
 
 
+def test_joins_after_a_pause_are_still_batched_until_the_windows_limit():
+    ctx = held_context()
+    t1, _ = ctx.send("m1")
+    ctx.advance(50)  # the window went quiet: m1 is assigned every partition
+    assert targets_computed(ctx) == 1 and assignment_of(ok(ctx.answers[t1])) == parts(foo=range(6))
+    ctx.advance(10)
+    t2, _ = ctx.send("m2")
+    ctx.advance(40)
+    t3, _ = ctx.send("m3")
+    ctx.advance(49)
+    assert targets_computed(ctx) == 1 and t2 not in ctx.answers and t3 not in ctx.answers
+    ctx.advance(1)  # one target for both late joiners: m1 gives partitions up once
+    assert targets_computed(ctx) == 2
+    answer, _ = ctx.heartbeat("m1", 1, owned=parts(foo=range(6)))
+    assert assignment_of(ok(answer)) == parts(foo=[0, 1])
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=[0, 1]))[0])
+    assert assignment_of(ok(ctx.answers[t2])) == parts(foo=[2, 3])
+    assert assignment_of(ok(ctx.answers[t3])) == parts(foo=[4, 5])
+    # past the limit a join is assigned at once, as Kafka does
+    ctx.advance(JOIN_WINDOW_MAX_WINDOWS * 50)
+    ctx.send("m4")
+    assert targets_computed(ctx) == 3
+
+
+def test_a_leave_ends_the_batching_of_late_joins():
+    ctx = held_context()
+    ctx.send("m1")
+    ctx.send("m2")
+    ctx.advance(50)
+    assert targets_computed(ctx) == 1
+    ctx.heartbeat("m2", -1)  # m2 leaves: assigned at m1's next heartbeat, and the next join at once
+    ok(ctx.heartbeat("m1", 2, owned=parts(foo=[0, 1, 2]))[0])
+    assert targets_computed(ctx) == 2
+    ctx.send("m3")
+    assert targets_computed(ctx) == 3
+
+
 def test_a_joiner_waits_for_partitions_being_revoked_and_gets_them_as_they_are_freed():
     ctx = held_context(join_window_ms=0)
     ok(ctx.heartbeat("m1"))  # alone: every partition at once
