@@ -213,6 +213,7 @@ class ConsumerGroup:
         # end of the window's limit (later joins until then are still batched)
         self.forming_from_ms: int | None = None
         self.young_until_ms: int | None = None
+        self.last_join_ms: int | None = None  # (monotonic) the last join that bumped the group epoch
         self.joins_only = True
         self.offline: dict[str, int] = {}
         self.resolved: dict[str, frozenset[str]] = {}  # regex -> topic names, at image_version

@@ -245,8 +245,10 @@ def hold_key(group_id: str, member_id: str) -> str:
     return f"consumer-hold-{group_id}-{member_id}"
 
 
-# The join window closes at the latest this many windows after the first join.
+# The join window closes at the latest this many windows after the first join; after the group's first target,
+# a pause in joins of this many windows closes it.
 JOIN_WINDOW_MAX_WINDOWS = 20
+YOUNG_GROUP_WINDOWS = 3
 
 
 @dataclasses.dataclass(slots=True)
@@ -980,19 +982,21 @@ class ConsumerGroupManager:
     def _join_window_max_ms(self) -> int:
         return JOIN_WINDOW_MAX_WINDOWS * self.settings.join_window_ms
 
-    def _join_window_closes(self, group: ConsumerGroup, now: int) -> int | None:
-        """When the group's join window closes at the latest (monotonic ms), None if it is not in one. A group whose
-        members hold nothing opens it with its first join. Joins that keep coming after its first target (a pause
-        longer than the window among clients starting together) are batched the same way until the window's
-        limit: each target computed on the way makes the members holding partitions give some up."""
-        if not group.joins_only or self.settings.join_window_ms <= 0 or self._hold_ms(group) <= 0:
+    def _join_window(self, group: ConsumerGroup, now: int) -> tuple[int, int] | None:
+        """The group's join window: the pause in joins that closes it (ms) and when it closes at the latest
+        (monotonic ms); None if it is not in one. A group whose members hold nothing opens it with its first
+        join. Joins that keep coming after its first target are batched the same way until the window's limit,
+        each target computed on the way making the members holding partitions give some up: these clients have
+        paused for longer than the window, so the pause that closes it is three windows."""
+        window = self.settings.join_window_ms
+        if not group.joins_only or window <= 0 or self._hold_ms(group) <= 0:
             return None
         forming = group.forming_from_ms
         if forming is not None and not group.owners:
-            return forming + self._join_window_max_ms()
+            return window, forming + self._join_window_max_ms()
         young = group.young_until_ms
         if young is not None and now < young:
-            return young
+            return YOUNG_GROUP_WINDOWS * window, young
         return None
 
     def _waiting(self, group: ConsumerGroup, member: ConsumerMember, before: Assignment) -> bool:
@@ -1010,7 +1014,7 @@ class ConsumerGroupManager:
         joiner of a group in its join window waits for the window's end (a client's first heartbeat is timed out
         after its session timeout, not an interval)."""
         hold_ms = self._hold_ms(group)
-        if joining and self._join_window_closes(group, self.clock.monotonic_ms()) is not None:
+        if joining and self._join_window(group, self.clock.monotonic_ms()) is not None:
             hold_ms = max(hold_ms, self._join_window_max_ms())  # (released when the target is computed)
         member = group.members.get(member_id)
         if hold_ms <= 0 or member is None or not self._waiting(group, member, before):
@@ -1464,6 +1468,7 @@ class ConsumerGroupManager:
             group.young_until_ms = None
             group.joins_only = False
             return
+        group.last_join_ms = self.clock.monotonic_ms()
         if 0 < group.group_epoch == group.assignment_epoch and group.joins_only:
             group.expansion_from_ms = self.clock.monotonic_ms()
         if group.forming_from_ms is None and group.joins_only and not group.owners and not classic:
@@ -1476,11 +1481,13 @@ class ConsumerGroupManager:
         if group.group_epoch <= group.assignment_epoch:
             return
         now = self.clock.monotonic_ms()
-        closes = self._join_window_closes(group, now)
-        if closes is not None:
+        join_window = self._join_window(group, now)
+        if join_window is not None:
             # the join window: members starting together are assigned once, so nobody is given partitions only
             # to give them up to the members right behind it (each revocation costs heartbeat intervals)
-            due = min(now + self.settings.join_window_ms, closes)
+            pause, closes = join_window
+            last_join = group.last_join_ms
+            due = min((now if last_join is None else last_join) + pause, closes)
             if now < due:
                 self._hold_target(group, due)
                 return
