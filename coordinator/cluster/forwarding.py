@@ -19,7 +19,11 @@ InitProducerId, and whatever a client sends before it has read Metadata. They an
   await: connection handlers start in request order, so requests reach worker 0 in the order the client sent
   them, and a long-polling Fetch of one client never holds back another client's requests. The answer is
   decoded and returned to the client connection's ordered writer, which encodes it with the client's own
-  correlation id. Produce with acks=0 gets no answer upstream, and none here.
+  correlation id. Produce with acks=0 gets no answer upstream, and none here. One exception: a Metadata request
+  that creates no topic, from a connection that has relayed nothing yet, goes on an upstream such requests share
+  (every member of a group owned here asks for Metadata the moment it is assigned). It changes nothing, so a
+  later request of the same client that overtakes it sees what it would have seen. If that upstream breaks, the
+  clients whose requests it lost are dropped, as with their own.
 * Metadata is the one answer changed on the way: its broker list is this worker's view of every worker (for a
   wildcard listener, the address the client reached here, not the loopback address the relay used).
 * When worker 0 cannot be reached or the upstream connection breaks with requests in flight, the client
@@ -57,7 +61,7 @@ from protocol.api_keys import ApiKey
 from protocol.build import build
 
 from .internal import InternalChannel, origin_of
-from .upstream import Upstream
+from .upstream import Upstream, UpstreamError
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,7 @@ LATEST_TIMESTAMP = -1
 REFRESH_INTERVAL_S = 1.0
 METADATA_ANSWERS_BYTES = 32 << 20  # kept Metadata answers (and the answers they were made from), at most
 CACHE_CONNECTION = -1  # the connection key of the forwarder's own requests (cache refresh, admin)
+SHARED_CONNECTION = -2  # the connection key of the upstream that clients without their own share (Metadata)
 # What worker 0 serves besides the group APIs, as the embedded data plane and the security part declare it: the
 # same ranges here, so ApiVersions is identical on every worker.
 API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
@@ -163,14 +168,19 @@ class ForwardingDataPlane:
         reconnects and retries, as after losing a broker)."""
         if self._upstreams.get(connection_id) is upstream:
             del self._upstreams[connection_id]
-        if lost:
+        if lost and connection_id >= 0:  # (the shared upstream's clients are dropped by their requests)
             log.info("closing connection %d: its relay to worker 0 failed", connection_id)
             self._abort_connection(connection_id)
 
     def _handler(self, api_key: int) -> Any:
         async def forward(ctx: RequestContext, request: Any) -> Any:
             no_answer = api_key == ApiKey.PRODUCE and getattr(request, "acks", 1) == 0
-            future = self._upstream(ctx.connection_id).send(
+            upstream = self._upstreams.get(ctx.connection_id)
+            # (the shared upstream: see the module doc)
+            shared = upstream is None and api_key == ApiKey.METADATA and not _may_create_topics(ctx, request)
+            if upstream is None:
+                upstream = self._upstream(SHARED_CONNECTION if shared else ctx.connection_id)
+            future = upstream.send(
                 api_key,
                 ctx.api_version,
                 ctx.client_id,
@@ -180,7 +190,12 @@ class ForwardingDataPlane:
             )
             if future is None:
                 return None
-            payload = await future
+            try:
+                payload = await future
+            except UpstreamError:
+                if shared:  # as when a client's own upstream breaks with its requests in flight
+                    self._abort_connection(ctx.connection_id)
+                raise
             if api_key == ApiKey.METADATA:
                 return self._metadata_answer(ctx.api_version, payload)
             return decode_response(api_key, ctx.api_version, payload)
@@ -278,3 +293,11 @@ class ForwardingDataPlane:
             for p in t.partitions
             if p.error_code == 0
         }
+
+
+def _may_create_topics(ctx: RequestContext, request: Any) -> bool:
+    """Whether a Metadata request may create a topic (it names one, and v0-v3 or allow_auto_topic_creation)."""
+    topics = request.topics
+    if not topics or all(getattr(t, "name", None) is None for t in topics):
+        return False
+    return ctx.api_version < 4 or bool(getattr(request, "allow_auto_topic_creation", True))

@@ -257,3 +257,67 @@ def test_auto_is_one_worker_per_core_whatever_the_security_settings(monkeypatch)
     assert resolve_workers("auto", secured) == 2
     assert resolve_workers("1", secured) == 1
     assert resolve_workers(None, Config()) == 2
+
+
+def test_metadata_that_creates_nothing_goes_on_the_shared_upstream_until_a_client_has_its_own():
+    import asyncio
+
+    from coordinator.cluster.forwarding import SHARED_CONNECTION, ForwardingDataPlane
+    from protocol.api_keys import ApiKey
+
+    def payload(version: int) -> bytes:
+        answer = build(
+            response_class(3, version),
+            {
+                "brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}],
+                "cluster_id": "c",
+                "controller_id": 1,
+                "topics": [],
+            },
+        )
+        return ApiTable().encode_response(RequestContext(3, version, 5, "c"), answer)[4:]  # (after the cid)
+
+    sent: list[tuple[int, int]] = []
+
+    class Recorder:
+        def __init__(self, key: int) -> None:
+            self.key = key
+
+        def send(self, api_key, version, client_id, request, *, expect_answer, origin):
+            sent.append((self.key, api_key))
+            if api_key != ApiKey.METADATA:
+                return None  # (as for an answer that does not come: this test looks at the routing only)
+            future = asyncio.get_running_loop().create_future()
+            future.set_result(payload(version))
+            return future
+
+    plane = ForwardingDataPlane(Config(), ("127.0.0.1", 1), brokers=list, abort_connection=print)
+    plane._upstream = lambda key: plane._upstreams.setdefault(key, Recorder(key))  # type: ignore[method-assign]
+    forward = plane._handler(ApiKey.METADATA)
+    list_offsets = plane._handler(ApiKey.LIST_OFFSETS)
+
+    def metadata(version: int, names: list[str] | None, create: bool) -> object:
+        topics = None if names is None else [{"name": n, "topic_id": None} for n in names]
+        return build(request_class(3, version), {"topics": topics, "allow_auto_topic_creation": create})
+
+    def ctx(version: int, connection: int) -> RequestContext:
+        return RequestContext(3, version, 1, "c", connection_id=connection)
+
+    async def scenario() -> None:
+        await forward(ctx(12, 1), metadata(12, ["t"], False))  # creates nothing: shared
+        await forward(ctx(12, 2), metadata(12, None, True))  # every topic: creates nothing, shared
+        await forward(ctx(12, 3), metadata(12, ["t"], True))  # may create "t": its own upstream
+        await forward(ctx(3, 4), metadata(3, ["t"], False))  # v0-v3 create what they name: its own
+        await list_offsets(RequestContext(2, 7, 1, "c", connection_id=1), None)  # client 1 now has its own...
+        await forward(ctx(12, 1), metadata(12, ["t"], False))  # ...and its Metadata follows it there
+
+    asyncio.run(scenario())
+    metadata_key = int(ApiKey.METADATA)
+    assert sent == [
+        (SHARED_CONNECTION, metadata_key),
+        (SHARED_CONNECTION, metadata_key),
+        (3, metadata_key),
+        (4, metadata_key),
+        (1, int(ApiKey.LIST_OFFSETS)),
+        (1, metadata_key),
+    ]
