@@ -194,10 +194,9 @@ def test_a_relayed_request_decodes_to_the_same_entity(api_key, version):
     assert decoded.body == body
 
 
-@pytest.mark.parametrize("version", [0, 9, 12])
-def test_a_relayed_response_decodes_after_its_correlation_id(version):
-    table = ApiTable()
-    response = build(
+def metadata_response(version: int) -> object:
+    """A Metadata answer naming one broker and no topics."""
+    return build(
         response_class(3, version),
         {
             "brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}],
@@ -206,7 +205,12 @@ def test_a_relayed_response_decodes_after_its_correlation_id(version):
             "topics": [],
         },
     )
-    payload = table.encode_response(RequestContext(3, version, 5, "c"), response)
+
+
+@pytest.mark.parametrize("version", [0, 9, 12])
+def test_a_relayed_response_decodes_after_its_correlation_id(version):
+    response = metadata_response(version)
+    payload = ApiTable().encode_response(RequestContext(3, version, 5, "c"), response)
     assert decode_response(3, version, payload[4:]) == response
 
 
@@ -265,17 +269,8 @@ def test_metadata_that_creates_nothing_goes_on_the_shared_upstream_until_a_clien
     from coordinator.cluster.forwarding import SHARED_CONNECTION, ForwardingDataPlane
     from protocol.api_keys import ApiKey
 
-    def payload(version: int) -> bytes:
-        answer = build(
-            response_class(3, version),
-            {
-                "brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}],
-                "cluster_id": "c",
-                "controller_id": 1,
-                "topics": [],
-            },
-        )
-        return ApiTable().encode_response(RequestContext(3, version, 5, "c"), answer)[4:]  # (after the cid)
+    def payload(version: int) -> bytes:  # (after the correlation id, as the upstream hands it over)
+        return ApiTable().encode_response(RequestContext(3, version, 5, "c"), metadata_response(version))[4:]
 
     sent: list[tuple[int, int]] = []
 
