@@ -177,7 +177,7 @@ class ForwardingDataPlane:
             no_answer = api_key == ApiKey.PRODUCE and getattr(request, "acks", 1) == 0
             upstream = self._upstreams.get(ctx.connection_id)
             # (the shared upstream: see the module doc)
-            shared = upstream is None and api_key == ApiKey.METADATA and not _may_create_topics(ctx, request)
+            shared = upstream is None and api_key == ApiKey.METADATA and not _may_create_topics(request)
             if upstream is None:
                 upstream = self._upstream(SHARED_CONNECTION if shared else ctx.connection_id)
             future = upstream.send(
@@ -295,9 +295,10 @@ class ForwardingDataPlane:
         }
 
 
-def _may_create_topics(ctx: RequestContext, request: Any) -> bool:
-    """Whether a Metadata request may create a topic (it names one, and v0-v3 or allow_auto_topic_creation)."""
+def _may_create_topics(request: Any) -> bool:
+    """Whether a Metadata request may create a topic: it names one, and allows it as the embedded data plane reads
+    it (before v4 the field is absent, and naming a topic is enough)."""
     topics = request.topics
     if not topics or all(getattr(t, "name", None) is None for t in topics):
         return False
-    return ctx.api_version < 4 or bool(getattr(request, "allow_auto_topic_creation", True))
+    return bool(getattr(request, "allow_auto_topic_creation", True))
