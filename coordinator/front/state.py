@@ -348,7 +348,9 @@ class StateTopic:
                 if data:
                     raise StateTopicError(f"{self.name}-{partition}: no progress at offset {position}")
                 break  # the end moved back (should not happen): take what there is
-            position = after
+            # The owner may have committed more between the ListOffsets and this Fetch: what the Fetch gave past
+            # `end` was left out above, so the next read starts at `end` (a batch boundary) and reads it then.
+            position = min(after, end)
         follower.position = max(position, follower.position)
         return out
 

@@ -514,7 +514,9 @@ class Shards:
                 records = await self.log_opener.read_on(shard.follower)  # type: ignore[union-attr]
                 if records:
                     shard.replaying = loop.run_in_executor(None, shard.machine.replay_entries, records)
-                    await shard.replaying
+                    # Shielded: cancelling the wait must not mark the replay done while its thread still runs
+                    # (_await_replay waits for the thread itself).
+                    await asyncio.shield(shard.replaying)
                     shard.replaying = None
                 failures = 0
                 continue

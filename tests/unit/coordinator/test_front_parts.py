@@ -3,6 +3,7 @@ from a raw frame, undecoded (raw) requests in the API table, and the `upstream.`
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -305,6 +306,50 @@ def test_a_read_committed_read_leaves_out_aborted_transactions():
     aborted.add([(8, 0)])
     compacted = _control_batch(1, 8, abort=True) + txn(2, 8, b"next")
     assert [r[1] for r in decode_batches(compacted, aborted)] == [b"next"]
+
+
+def test_a_follower_reads_what_the_owner_commits_while_its_read_is_under_way():
+    """A hot standby's read asks for the last stable offset, then fetches up to it. Records the owner commits
+    between the two come in the Fetch's answer past that end: they are left for the next read, never skipped."""
+    import types
+
+    from coordinator.front.records import Producer, encode_batch
+    from coordinator.front.state import EARLIEST, Follower, StateTopic
+
+    def committed(base: int, key: bytes) -> bytes:
+        return _at(encode_batch([(key, b"v")], 5, Producer(7, 0, base)), base) + _control_batch(
+            base + 1, 7, abort=False
+        )
+
+    log = [committed(0, b"g1")]  # the partition's batches, as the leader holds them
+    fetches = []
+
+    class Topic(StateTopic):
+        async def _ensure_once(self) -> None:
+            pass
+
+        async def offset(self, partition: int, timestamp: int) -> int:
+            return 0 if timestamp == EARLIEST else 2 * len(log)
+
+        async def _to_leader(self, partition: int, api_key: int, newest: int, body: dict[str, Any]) -> Any:
+            at = body["topics"][0]["partitions"][0]["fetch_offset"]
+            fetches.append(at)
+            log.append(committed(2 * len(log), b"g%d" % (len(log) + 1)))  # committed since the ListOffsets
+            data = b"".join(batch for i, batch in enumerate(log) if 2 * i + 1 >= at)
+            return types.SimpleNamespace(aborted_transactions=[], records=data)
+
+    async def scenario() -> None:
+        topic = Topic(None, "state", 1)  # type: ignore[arg-type]
+        follower = Follower(0)
+        first = await topic.read_on(follower)
+        assert [r[1] for r in first] == [b"g1"] and follower.position == 2
+        second = await topic.read_on(follower)
+        assert [r[1] for r in second] == [b"g2"] and follower.position == 4
+        third = await topic.read_on(follower)
+        assert [r[1] for r in third] == [b"g3"] and follower.position == 6
+        assert fetches == [0, 2, 4]
+
+    asyncio.run(scenario())
 
 
 def test_describe_transactions_answer_with_no_transaction_open():

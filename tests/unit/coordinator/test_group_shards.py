@@ -430,3 +430,56 @@ async def test_a_hot_standby_takes_a_shard_over_replaying_only_what_it_had_not()
     finally:
         await owner.close()
         await standby.close()
+
+
+async def test_a_standby_taking_its_shard_over_waits_for_the_replay_under_way():
+    """A standby's replay runs in a thread that cancelling its following cannot stop: taken over meanwhile, the
+    shard loads only once that replay has ended (never two replays of one state machine at once)."""
+    import threading
+
+    topic = _SharedTopic()
+
+    def server() -> Shard:
+        h = Shard("", FaultFS(MemFS()), **{"offsets.topic.num.partitions": 2})
+        h.part = GroupCoordinatorService(Shards(h.config, None, log_opener=topic, assigned_later=True))
+        h.table = type(h.table)()
+        h.part.register(h.table)
+        return h
+
+    owner, standby = server(), server()
+    await owner.start()
+    await standby.start()
+    gate, entered = threading.Event(), threading.Event()
+    try:
+        owner.part.shards.assign(frozenset({0, 1}))
+        standby.part.shards.assign(frozenset())
+        await _wait_for(lambda: owner.part.shards.ready, 3, "the owner to serve")
+        group = groups_in(0, 2)[0]
+        assert await owner.commit(group, {P0: 4}) == {P0: ErrorCode.none}
+
+        standby.part.shards.follow(frozenset({0}))
+        machine = standby.part.shards.standby[0].machine
+        replay = machine.replay_entries
+
+        def slow_replay(records: Any) -> int:
+            if not entered.is_set():  # the following's replay; the load's own goes straight on
+                entered.set()
+                gate.wait(5)
+            return replay(records)
+
+        machine.replay_entries = slow_replay  # type: ignore[method-assign]
+        await _wait_for(entered.is_set, 3, "the standby's replay to start")
+
+        owner.part.shards.assign(frozenset({1}))
+        standby.part.shards.assign(frozenset({0}))
+        standby.part.shards.follow(frozenset())
+        await asyncio.sleep(0.3)
+        assert not standby.part.shards.ready  # still loading: its replay has not ended
+        gate.set()
+        await _wait_for(lambda: standby.part.shards.ready, 3, "the standby to serve the shard")
+        assert standby.part.shards.by_index[0].machine is machine
+        assert await standby.fetch(group, [P0]) == {P0: 4}
+    finally:
+        gate.set()
+        await owner.close()
+        await standby.close()
