@@ -130,18 +130,20 @@ class Shard:
     def fenced(self) -> bool:
         return self.lease is not None and self.lease.fenced
 
-    async def load(self) -> None:
+    async def load(self, open_timeout_s: float | None = None) -> None:
+        """Open the shard's log (within `open_timeout_s`: TimeoutError) and replay it, however long that takes."""
         started = time.monotonic()
         if self.log_opener is not None:
             # A hot standby's read goes on from where it stopped; should this load fail, the next reads everything
             # (what this one read may not all have been replayed).
             follower, self.follower = self.follower, None
-            if follower is not None:
-                opened = await self.log_opener(self.index, follower=follower)
-            else:
-                opened = await self.log_opener(self.index)
+            async with asyncio.timeout(open_timeout_s):
+                if follower is not None:
+                    opened = await self.log_opener(self.index, follower=follower)
+                else:
+                    opened = await self.log_opener(self.index)
             try:
-                count = await asyncio.to_thread(self._replay_all, opened)
+                count = await self._replay(opened)
             except BaseException:
                 opened.close()
                 raise
@@ -152,19 +154,20 @@ class Shard:
                 self.load_stats["standby"] = True  # what a hot standby had not replayed yet, only
         elif self.directory is not None:
             directory = self.directory
-            the_log = await asyncio.to_thread(
-                Log.open,
-                directory,
-                fs=self.fs,
-                segment_bytes=self.config["offsets.topic.segment.bytes"],
-                linger_ms=self.config["group.coordinator.append.linger.ms"],
-                settled=self.runtime.settled_hook(),
-            )
+            async with asyncio.timeout(open_timeout_s):
+                the_log = await asyncio.to_thread(
+                    Log.open,
+                    directory,
+                    fs=self.fs,
+                    segment_bytes=self.config["offsets.topic.segment.bytes"],
+                    linger_ms=self.config["group.coordinator.append.linger.ms"],
+                    settled=self.runtime.settled_hook(),
+                )
             recovery = the_log.recovery
             if recovery.truncation is not None or recovery.lost_segments:
                 log.warning("group log %s recovery: %s", directory, recovery)
             try:
-                count = await asyncio.to_thread(self._replay_all, the_log)
+                count = await self._replay(the_log)
             except BaseException:
                 await asyncio.to_thread(the_log.close)
                 raise
@@ -175,6 +178,17 @@ class Shard:
         self._schedule_offset_expiration()
         self.loaded = True
         self.state = ShardState.ACTIVE
+
+    async def _replay(self, the_log: Any) -> int:
+        """Replay the log in a worker thread, to its end: a thread cannot be stopped, so a load cancelled meanwhile
+        waits for it before it ends (never two replays of one state machine at once, nor a log closed under one).
+        A replay is CPU and reads only: it has no timeout of its own."""
+        replay = asyncio.ensure_future(asyncio.to_thread(self._replay_all, the_log))
+        try:
+            return await asyncio.shield(replay)
+        except asyncio.CancelledError:
+            await asyncio.wait({replay})
+            raise
 
     def _replay_all(self, the_log: Any) -> int:
         """Runs in a worker thread; nothing else touches the state machine until loading ends."""
@@ -625,8 +639,7 @@ class Shards:
             while True:
                 shard.state = ShardState.LOADING
                 try:
-                    async with asyncio.timeout(max(self.failure_timeout_s, 1.0)):
-                        await shard.load()
+                    await shard.load(open_timeout_s=max(self.failure_timeout_s, 1.0))
                 except asyncio.CancelledError:
                     raise
                 except ShardOwnedElsewhere:

@@ -483,3 +483,48 @@ async def test_a_standby_taking_its_shard_over_waits_for_the_replay_under_way():
         gate.set()
         await owner.close()
         await standby.close()
+
+
+async def test_a_shard_whose_replay_outlasts_the_failure_timeout_loads_once():
+    """The failure timeout bounds a load's opening of its log, not its replay (CPU in a thread that cannot be
+    stopped): a shard too big to replay within it is replayed once and served, not reloaded over and over with
+    replays piling up in one state machine."""
+    topic = _SharedTopic()
+
+    def server() -> Shard:
+        h = Shard(
+            "",
+            FaultFS(MemFS()),
+            **{"offsets.topic.num.partitions": 2, "coordinator.shard.failure.timeout.ms": 200},
+        )
+        h.part = GroupCoordinatorService(Shards(h.config, None, log_opener=topic, assigned_later=True))
+        h.table = type(h.table)()
+        h.part.register(h.table)
+        return h
+
+    first, second = server(), server()
+    await first.start()
+    await second.start()
+    try:
+        first.part.shards.assign(frozenset({0, 1}))
+        await _wait_for(lambda: first.part.shards.ready, 3, "the first server to serve")
+        group = groups_in(0, 2)[0]
+        assert await first.commit(group, {P0: 6}) == {P0: ErrorCode.none}
+        first.part.shards.assign(frozenset({1}))
+
+        second.part.shards.assign(frozenset({0}))
+        machine = second.part.shards.by_index[0].machine
+        replay, calls = machine.replay_entries, []
+
+        def slow_replay(records: Any) -> int:
+            calls.append(time.monotonic())
+            time.sleep(1.5)  # past the 1 s a load's opening may take here
+            return replay(records)
+
+        machine.replay_entries = slow_replay  # type: ignore[method-assign]
+        await _wait_for(lambda: second.part.shards.ready, 5, "the second server to serve")
+        assert len(calls) == 1
+        assert await second.fetch(group, [P0]) == {P0: 6}
+    finally:
+        await first.close()
+        await second.close()
