@@ -201,6 +201,67 @@ def _loads(
     return found
 
 
+def _probe(survivor: Any, probes: dict[int, str], killed_at: float) -> dict[int, float]:
+    """Seconds from the kill to the first commit of each shard's probe group acknowledged by its owner (found
+    through `survivor`), each shard probed by its own thread (one shard's round trips never delay another's)."""
+    served: dict[int, float] = {}
+
+    def probe(shard: int, group: str) -> None:
+        while time.monotonic() - killed_at < 60:
+            try:
+                code, host, port = _find(survivor, group)
+                if code == 0:
+                    with WireClient(host, port, timeout=5) as c:
+                        (code,) = simple_commit(c, group, TOPIC, {0: 1})
+            except OSError:
+                code = -1
+            if code == 0:
+                served[shard] = time.monotonic() - killed_at
+                return
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=probe, args=item, daemon=True) for item in probes.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return served
+
+
+PHASES = ("detected", "new plan", "claimed and read")
+
+
+def _phases(
+    servers: list[Any], logged: list[int], victim: int, shards: set[int], killed_wall: float
+) -> dict[str, float]:
+    """When the survivors logged each step of the takeover, in seconds after the kill: the first "left without a
+    word" (a dead peer noticed), the first new plan, and the last load of `shards` ended (claimed and read; it
+    is served a lease after its claim)."""
+    import datetime
+    import re
+
+    def at(line: str) -> float:
+        stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        return stamp - killed_wall
+
+    found: dict[str, list[float]] = {name: [] for name in PHASES}
+    for i, s in enumerate(servers):
+        if i == victim:
+            continue
+        for line in s.stderr_path.read_text()[logged[i] :].splitlines():
+            if "left without a word" in line:
+                found["detected"].append(at(line))
+            elif re.search(r"instance group \S+ generation \d+:", line):
+                found["new plan"].append(at(line))
+            elif (m := re.search(r"group shard (\d+) reloaded in", line)) and int(m.group(1)) in shards:
+                found["claimed and read"].append(at(line))
+    return {
+        name: (max(times) if name == "claimed and read" else min(times))
+        for name, times in found.items()
+        if times
+    }
+
+
 def _cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -311,6 +372,7 @@ def main() -> None:
         takeovers: list[float] = []
         # (records, seconds, from a standby) of each shard taken over
         replayed: list[tuple[int, float, bool]] = []
+        steps: list[dict[str, float]] = []  # each round's phases (_phases), seconds after the kill
         for round_ in range(args.rounds):
             victim = round_ % 3
             probes: dict[int, str] = {}
@@ -318,29 +380,17 @@ def main() -> None:
                 if _owner_index(servers, g) == victim:
                     probes.setdefault(shard_of(g, args.shards), g)
             logged = [len(s.stderr_path.read_text()) for s in servers]
-            killed_at = time.monotonic()
+            killed_wall, killed_at = time.time(), time.monotonic()
             servers[victim].proc.send_signal(signal.SIGKILL)
             servers[victim].proc.wait(10)
-            served: dict[int, float] = {}
             survivor = servers[(victim + 1) % 3]
-            while len(served) < len(probes) and time.monotonic() - killed_at < 60:
-                for shard, group in probes.items():
-                    if shard in served:
-                        continue
-                    try:
-                        code, host, port = _find(survivor, group)
-                        if code == 0:
-                            with WireClient(host, port, timeout=5) as c:
-                                (code,) = simple_commit(c, group, TOPIC, {0: 1})
-                    except OSError:
-                        code = -1
-                    if code == 0:
-                        served[shard] = time.monotonic() - killed_at
-                time.sleep(0.02)
+            served = _probe(survivor, probes, killed_at)
             slowest = max(served.values(), default=float("nan"))
             takeovers.append(slowest)
             loads = _loads(servers, logged, victim, set(probes))
             replayed.extend(loads)
+            phases = _phases(servers, logged, victim, set(probes), killed_wall)
+            steps.append(phases)
             print(
                 f"round {round_}: killed instance {victim} ({len(probes)} shards): served again after "
                 f"{min(served.values(), default=float('nan')):.2f}-{slowest:.2f} s"
@@ -351,7 +401,8 @@ def main() -> None:
                 )
                 + f"; the new owners replayed {sum(r for r, _, _ in loads)} records in "
                 f"{max((t for _, t, _ in loads), default=0.0):.2f} s at most"
-                f" ({sum(1 for *_, standby in loads if standby)} of {len(loads)} shards from a hot standby)",
+                f" ({sum(1 for *_, standby in loads if standby)} of {len(loads)} shards from a hot standby); "
+                + ", ".join(f"{name} {at:.2f} s" for name, at in phases.items()),
                 flush=True,
             )
             servers[victim] = start_server(run / f"instance-{victim}-{round_}", settings)
@@ -382,6 +433,13 @@ def main() -> None:
                 f"max {max(r for r, _, _ in replayed)}; load seconds per shard: median "
                 f"{statistics.median(t for _, t, _ in replayed):.2f}, max {max(t for _, t, _ in replayed):.2f}"
             )
+        for name in PHASES:
+            seen = [p[name] for p in steps if name in p]
+            if seen:
+                print(
+                    f"{name}: median {statistics.median(seen):.2f} s, max {max(seen):.2f} s after the kill "
+                    f"({len(seen)} rounds)"
+                )
         print(f"errors seen by the load (retried): {dict(load.errors)}")
         print(f"shards per instance at the end: {[_shards_of(s) for s in servers]}")
     finally:
