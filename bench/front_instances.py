@@ -267,6 +267,17 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _upstream_requests(server: Any) -> float:
+    """The instance's own requests to the brokers so far (its kafka_group_coordinator_upstream_requests)."""
+    with urllib.request.urlopen(f"{server.admin_url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("kafka_group_coordinator_upstream_requests_total{")
+    )
+
+
 def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
     rows = []
     for count in (1, 2):
@@ -295,15 +306,18 @@ def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
             load = Load(servers, [f"bench-scale-{i}" for i in range(args.groups)], args.workers)
             time.sleep(5.0)  # warm: every group's owner known
             cpu0 = sum(_cpu_s(s.proc.pid) for s in servers)
+            asked0 = sum(_upstream_requests(s) for s in servers)
             commits0, started = load.commits, time.monotonic()
             time.sleep(args.seconds)
             commits = load.commits - commits0
             elapsed = time.monotonic() - started
             cpu = sum(_cpu_s(s.proc.pid) for s in servers) - cpu0
+            asked = sum(_upstream_requests(s) for s in servers) - asked0
             load.stop()
             rows.append((count, commits / elapsed, cpu, commits / cpu))
             print(
-                f"{count} instance(s): {commits / elapsed:.0f} commits/s, {cpu:.1f} CPU s, {commits / cpu:.0f} commits per CPU-s",
+                f"{count} instance(s): {commits / elapsed:.0f} commits/s, {cpu:.1f} CPU s, {commits / cpu:.0f} commits "
+                f"per CPU-s, {asked / commits:.2f} requests of the instances' own to the brokers per commit",
                 flush=True,
             )
         finally:
