@@ -4,10 +4,11 @@
 Starts a 3-node Apache Kafka 4.x cluster (tests/support/kafka_cluster.py) once and three instances on one state
 topic (--shards partitions). A load of --workers threads commits offsets of --groups simple groups without pause,
 each commit sent where FindCoordinator says (asked again after any error), as a client does. Then --rounds times:
-SIGKILL one instance (in turn), and measure, for a probe group in each of its shards, the time from the kill to
-the first commit that a survivor's owner acknowledges; then start a new instance in its place and wait until the
-three have divided the shards again. Every acknowledged commit is checked at the end: the offset each group holds
-(asked of its owner's admin API) is at least the last one acknowledged for it.
+SIGKILL one instance (in turn), and measure, for a probe group in each of its shards (each probed by a thread of
+its own), the time from the kill to the first commit that a survivor's owner acknowledges; then start a new
+instance in its place and wait until the three have divided the shards again. Every acknowledged commit is checked
+at the end: the offset each group holds (asked of its owner's admin API) is at least the last one acknowledged for
+it.
 
 With --offsets N, N offsets are committed first (groups of 200 partitions), so that a shard taken over is big to
 replay; --no-standby turns the instances' hot standbys off (coordinator.instance.standby=false), so a takeover reads
@@ -15,11 +16,13 @@ and replays the whole shard: the two side by side show what the standbys save.
 
 With --scale: instead of the rounds, 1 then 2 instances (instance i pinned to core i with taskset), each under the
 same closed-loop commit load for --seconds: commits/s in all, the instances' CPU seconds (user + system, from
-/proc), and commits per CPU-second; the ratio 2-to-1 of each.
+/proc), commits per CPU-second and the instances' own requests to the brokers per commit (their metrics); the
+ratio 2-to-1 of each.
 
-Prints each round, then: the takeover (the slowest shard of each round) median and max over the rounds, the commit
-rate achieved (the load is closed-loop: this is the rate the instances sustain with --workers in flight), errors
-by code, and the lost commits (0 expected).
+Prints each round, then: the takeover (the slowest shard of each round) median and max over the rounds, when the
+survivors logged each step of it (the dead instance noticed, the new plan, the last shard claimed and read), the
+commit rate achieved (the load is closed-loop: this is the rate the instances sustain with --workers in flight),
+errors by code, and the lost commits (0 expected).
 
     .venv/bin/python bench/front_instances.py [--rounds 10] [--workers 48] [--groups 480] [--shards 12]
         [--offsets 1000000] [--no-standby]
