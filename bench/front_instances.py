@@ -16,8 +16,8 @@ and replays the whole shard: the two side by side show what the standbys save.
 
 With --scale: instead of the rounds, 1 then 2 instances (instance i pinned to core i with taskset), each under the
 same closed-loop commit load for --seconds: commits/s in all, the instances' CPU seconds (user + system, from
-/proc), commits per CPU-second and the instances' own requests to the brokers per commit (their metrics); the
-ratio 2-to-1 of each.
+/proc), commits per CPU-second, and per commit the instances' own requests to the brokers (their metrics) and
+their threads' waits (voluntary context switches); the ratio 2-to-1 of each.
 
 Prints each round, then: the takeover (the slowest shard of each round) median and max over the rounds, when the
 survivors logged each step of it (the dead instance noticed, the new plan, the last shard claimed and read), the
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -270,6 +271,18 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _waits(pid: int) -> int:
+    """How often the process's threads have waited so far (voluntary context switches: an event loop's sleeps in
+    epoll among them)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
+
+
 def _upstream_requests(server: Any) -> float:
     """The instance's own requests to the brokers so far (its kafka_group_coordinator_upstream_requests)."""
     with urllib.request.urlopen(f"{server.admin_url}/metrics", timeout=10) as answer:
@@ -310,17 +323,20 @@ def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
             time.sleep(5.0)  # warm: every group's owner known
             cpu0 = sum(_cpu_s(s.proc.pid) for s in servers)
             asked0 = sum(_upstream_requests(s) for s in servers)
+            waits0 = sum(_waits(s.proc.pid) for s in servers)
             commits0, started = load.commits, time.monotonic()
             time.sleep(args.seconds)
             commits = load.commits - commits0
             elapsed = time.monotonic() - started
             cpu = sum(_cpu_s(s.proc.pid) for s in servers) - cpu0
             asked = sum(_upstream_requests(s) for s in servers) - asked0
+            waits = sum(_waits(s.proc.pid) for s in servers) - waits0
             load.stop()
             rows.append((count, commits / elapsed, cpu, commits / cpu))
             print(
                 f"{count} instance(s): {commits / elapsed:.0f} commits/s, {cpu:.1f} CPU s, {commits / cpu:.0f} commits "
-                f"per CPU-s, {asked / commits:.2f} requests of the instances' own to the brokers per commit",
+                f"per CPU-s, {asked / commits:.2f} requests of the instances' own to the brokers per commit, "
+                f"{waits / commits:.2f} waits of their threads per commit",
                 flush=True,
             )
         finally:
