@@ -383,20 +383,22 @@ class _SharedLog(_LeasedLog):
         return future
 
 
+def _on_topic(topic: _SharedTopic, **settings: Any) -> Shard:
+    """A server of 2 shards whose logs are `topic`'s partitions, given its shards later (Shards.assign)."""
+    h = Shard("", FaultFS(MemFS()), **{"offsets.topic.num.partitions": 2, **settings})
+    h.part = GroupCoordinatorService(Shards(h.config, None, log_opener=topic, assigned_later=True))
+    h.table = type(h.table)()
+    h.part.register(h.table)
+    return h
+
+
 async def test_a_hot_standby_takes_a_shard_over_replaying_only_what_it_had_not():
     """A server that follows a shard another server owns (Shards.follow) keeps its state replayed as the owner
     writes; given the shard, it loads only the records it had not read, and serves everything the owner
     acknowledged."""
     topic = _SharedTopic()
 
-    def server() -> Shard:
-        h = Shard("", FaultFS(MemFS()), **{"offsets.topic.num.partitions": 2})
-        h.part = GroupCoordinatorService(Shards(h.config, None, log_opener=topic, assigned_later=True))
-        h.table = type(h.table)()
-        h.part.register(h.table)
-        return h
-
-    owner, standby = server(), server()
+    owner, standby = _on_topic(topic), _on_topic(topic)
     await owner.start()
     await standby.start()
     try:
@@ -439,14 +441,7 @@ async def test_a_standby_taking_its_shard_over_waits_for_the_replay_under_way():
 
     topic = _SharedTopic()
 
-    def server() -> Shard:
-        h = Shard("", FaultFS(MemFS()), **{"offsets.topic.num.partitions": 2})
-        h.part = GroupCoordinatorService(Shards(h.config, None, log_opener=topic, assigned_later=True))
-        h.table = type(h.table)()
-        h.part.register(h.table)
-        return h
-
-    owner, standby = server(), server()
+    owner, standby = _on_topic(topic), _on_topic(topic)
     await owner.start()
     await standby.start()
     gate, entered = threading.Event(), threading.Event()
@@ -491,18 +486,7 @@ async def test_a_shard_whose_replay_outlasts_the_failure_timeout_loads_once():
     replays piling up in one state machine."""
     topic = _SharedTopic()
 
-    def server() -> Shard:
-        h = Shard(
-            "",
-            FaultFS(MemFS()),
-            **{"offsets.topic.num.partitions": 2, "coordinator.shard.failure.timeout.ms": 200},
-        )
-        h.part = GroupCoordinatorService(Shards(h.config, None, log_opener=topic, assigned_later=True))
-        h.table = type(h.table)()
-        h.part.register(h.table)
-        return h
-
-    first, second = server(), server()
+    first, second = (_on_topic(topic, **{"coordinator.shard.failure.timeout.ms": 200}) for _ in range(2))
     await first.start()
     await second.start()
     try:
