@@ -184,21 +184,19 @@ def _preload(servers: list[Any], offsets: int) -> None:
     print(f"preloaded {offsets} offsets in {time.monotonic() - started:.1f} s", flush=True)
 
 
-def _loads(
-    servers: list[Any], logged: list[int], victim: int, shards: set[int]
-) -> list[tuple[int, float, bool]]:
-    """(records replayed, seconds, from a hot standby) of each load of `shards` the survivors logged since
-    `logged` (their logs' lengths before the kill)."""
+def _since_kill(servers: list[Any], logged: list[int], victim: int) -> list[str]:
+    """What each survivor logged since `logged` (the logs' lengths before the kill)."""
+    return [s.stderr_path.read_text()[logged[i] :] for i, s in enumerate(servers) if i != victim]
+
+
+def _loads(tails: list[str], shards: set[int]) -> list[tuple[int, float, bool]]:
+    """(records replayed, seconds, from a hot standby) of each load of `shards` in the survivors' `tails`."""
     import ast
     import re
 
     found = []
-    for i, s in enumerate(servers):
-        if i == victim:
-            continue
-        for m in re.finditer(
-            r"group shard (\d+) reloaded in [\d.]+s: (\{.*\})", s.stderr_path.read_text()[logged[i] :]
-        ):
+    for tail in tails:
+        for m in re.finditer(r"group shard (\d+) reloaded in [\d.]+s: (\{.*\})", tail):
             if int(m.group(1)) in shards:
                 stats = ast.literal_eval(m.group(2))
                 found.append((int(stats["records"]), float(stats["seconds"]), bool(stats.get("standby"))))
@@ -235,12 +233,10 @@ def _probe(survivor: Any, probes: dict[int, str], killed_at: float) -> dict[int,
 PHASES = ("detected", "new plan", "claimed and read")
 
 
-def _phases(
-    servers: list[Any], logged: list[int], victim: int, shards: set[int], killed_wall: float
-) -> dict[str, float]:
-    """When the survivors logged each step of the takeover, in seconds after the kill: the first "left without a
-    word" (a dead peer noticed), the first new plan, and the last load of `shards` ended (claimed and read; it
-    is served a lease after its claim)."""
+def _phases(tails: list[str], shards: set[int], killed_wall: float) -> dict[str, float]:
+    """When the survivors' `tails` logged each step of the takeover, in seconds after the kill: the first "left
+    without a word" (a dead peer noticed), the first new plan, and the last load of `shards` ended (claimed and
+    read; it is served a lease after its claim)."""
     import datetime
     import re
 
@@ -249,10 +245,8 @@ def _phases(
         return stamp - killed_wall
 
     found: dict[str, list[float]] = {name: [] for name in PHASES}
-    for i, s in enumerate(servers):
-        if i == victim:
-            continue
-        for line in s.stderr_path.read_text()[logged[i] :].splitlines():
+    for tail in tails:
+        for line in tail.splitlines():
             if "left without a word" in line:
                 found["detected"].append(at(line))
             elif re.search(r"instance group \S+ generation \d+:", line):
@@ -420,9 +414,10 @@ def main() -> None:
             served = _probe(survivor, probes, killed_at)
             slowest = max(served.values(), default=float("nan"))
             takeovers.append(slowest)
-            loads = _loads(servers, logged, victim, set(probes))
+            tails = _since_kill(servers, logged, victim)
+            loads = _loads(tails, set(probes))
             replayed.extend(loads)
-            phases = _phases(servers, logged, victim, set(probes), killed_wall)
+            phases = _phases(tails, set(probes), killed_wall)
             steps.append(phases)
             print(
                 f"round {round_}: killed instance {victim} ({len(probes)} shards): served again after "
