@@ -104,7 +104,13 @@ def build(
 
     topology: Topology | None = None
     channel: InternalChannel | None = None
-    if placement is not None:
+    # In front of a cluster a worker is an instance like any other (coordinator.front.instances divides the shards),
+    # on the primary socket its supervisor shares among the workers, with a data directory of its own.
+    instance_worker = placement is not None and bool(config["upstream.bootstrap.servers"])
+    if instance_worker and placement is not None and placement.index > 0:
+        data_dir = os.path.join(data_dir, f"worker-{placement.index}")
+        os.makedirs(data_dir, exist_ok=True)
+    if placement is not None and not instance_worker:
         named = parse_listeners(config["listeners"], config["listener.security.protocol.map"])
         topology = Topology(
             placement,
@@ -149,6 +155,7 @@ def build(
             primary=lambda: primary[0],
             add_listener=add_listener,
             abort_connection=abort_connection,
+            worker=(placement.index, placement.count) if placement is not None else (0, 1),
         )
     elif topology is None or topology.index == 0:
         dataplane = EmbeddedDataPlane(
@@ -181,8 +188,9 @@ def build(
     if topology is not None and channel is not None:
         security.sync = SecuritySync(config, topology, channel, security.store)
 
-    if placement is None:
-        listeners = _kafka_listeners(listen, advertised, security)
+    if placement is None or instance_worker:
+        shared = socket.socket(fileno=placement.listener_fds[0]) if placement is not None else None
+        listeners = _kafka_listeners(listen, advertised, security, sock=shared)
     else:
         assert topology is not None and channel is not None
         listeners = _worker_listeners(placement, topology, security, channel)
@@ -248,7 +256,10 @@ def build(
             def me() -> tuple[str, str, dict[int, int]]:
                 host, ports = front.announced()
                 configured = primary[0].port or min(ports.values(), default=0)
-                return config["coordinator.instance.id"] or f"{host}:{configured}", host, ports
+                name = config["coordinator.instance.id"] or f"{host}:{configured}"
+                if placement is not None:  # the workers share the primary port: one name each
+                    name = f"{name}/worker-{placement.index}"
+                return name, host, ports
 
             open_relay = None
             if config["coordinator.instance.relay.listener"]:
@@ -304,7 +315,7 @@ def build(
             security=security if topology is None or topology.index == 0 else None,
             peers=peers,
             sock=socket.socket(fileno=placement.admin_fd),
-            worker=topology.index if topology is not None else 0,
+            worker=placement.index,
         )
     elif placement is None and admin_listen is not None:
         admin = AdminListener(
@@ -317,11 +328,12 @@ def _kafka_listeners(
     listen: tuple[str, int],
     advertised: tuple[str, int] | None,
     security: Security,
+    sock: socket.socket | None = None,
 ) -> list[KafkaListener]:
     """--listen, or with the `listeners` setting its listeners (the first one is the primary; --advertised-listener
-    applies to it when `advertised.listeners` does not name it)."""
+    applies to it when `advertised.listeners` does not name it). `sock`: the primary's, bound by a supervisor."""
     if not security.listeners:
-        return [KafkaListener("PLAINTEXT", listen[0], listen[1], advertised=advertised)]
+        return [KafkaListener("PLAINTEXT", listen[0], listen[1], advertised=advertised, sock=sock)]
     listeners = []
     for i, spec in enumerate(security.listeners):
         named = security.advertised.get(spec.name)
@@ -333,6 +345,7 @@ def _kafka_listeners(
                 advertised=named or (advertised if i == 0 else None),
                 ssl=security.ssl_context if spec.tls else None,
                 spec=spec,
+                sock=sock if i == 0 else None,
             )
         )
     return listeners

@@ -95,6 +95,19 @@ def main(argv: list[str] | None = None) -> int:
             except (ListenerConfigError, ValueError) as exc:
                 print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
                 return 2
+            shared = bool(config["upstream.bootstrap.servers"])
+            if shared and (
+                len(named) > 1
+                or str(config["authorizer.class.name"]).strip()
+                or any(spec.sasl for spec in named)
+            ):
+                print(
+                    "kafka-group-coordinator: in front of an upstream cluster, several workers take one listener "
+                    "and neither SASL nor an authorizer (each keeps its own DATA_DIR/security); run one worker "
+                    "per instance for those",
+                    file=sys.stderr,
+                )
+                return 2
             supervisor = Supervisor(
                 count,
                 sys.argv[1:] if argv is None else argv,
@@ -102,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 admin,
                 config["shutdown.timeout.ms"] / 1000,
                 listeners=[(spec.name, spec.host, spec.port) for spec in named],
+                shared=shared,
             )
             return supervisor.run()
         from coordinator import app  # not before: a supervisor does not need it
@@ -140,6 +154,10 @@ def _serve_worker(args: argparse.Namespace, spec_json: str) -> int:
     config = Config.load(args.config, overrides=args.set)
     advertised = parse_hostport(args.advertised_listener, 9092) if args.advertised_listener else None
     listen = (spec.host, spec.kafka_ports[spec.index])
+    if config[
+        "upstream.bootstrap.servers"
+    ]:  # an instance: the port asked for (0: its broker ports are free ones)
+        listen = parse_hostport(args.listen, 9092)
     app.run(
         app.build(config, listen, None, advertised, args.data_dir, placement=spec), notify_fd=spec.notify_fd
     )

@@ -148,8 +148,9 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         _workers,
         "Worker processes, each owning a share of the group shards behind its own listeners (each listener's "
-        "port + worker index) and node id (node.id + index); 0 or `auto`: one per core. `serve --workers` "
-        "overrides it.",
+        "port + worker index) and node id (node.id + index); 0 or `auto`: one per core. In front of a "
+        "cluster (upstream.bootstrap.servers) the workers are instances sharing the --listen socket and "
+        "dividing the shards through the cluster; `auto` is one there. `serve --workers` overrides it.",
         kafka=False,
         minimum=0,
     ),
@@ -757,8 +758,9 @@ SETTINGS: tuple[Setting, ...] = (
         "upstream.node.port.base",
         -1,
         int,
-        "Upstream broker N is reached through this server's port BASE+N (on the --listen host). -1: the "
-        "--listen port + 1; with --listen port 0, every node's port is a free one.",
+        "Upstream broker N is reached through this server's port BASE+N (on the --listen host); with W "
+        "workers, worker w's at BASE + N*W + w. -1: the --listen port + 1; with --listen port 0, every node's "
+        "port is a free one.",
         kafka=False,
         minimum=-1,
     ),

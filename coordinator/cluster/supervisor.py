@@ -16,6 +16,13 @@ Admin HTTP. Worker 0's admin listener stays the one entry point; every other wor
 127.0.0.1 (coordinator.admin.peers fronts them). With one worker none of this exists: `serve` runs the server in
 its own process.
 
+In front of a cluster (`shared`), the workers are instances of one coordinator (coordinator.front.instances): the
+cluster divides the shards among them, as among instances on several machines, and none of the above division
+applies. The supervisor binds the primary listener once and every worker accepts on that one socket (any instance
+answers any request, so the bootstrap address is the same whichever worker takes a connection, and stays open
+while one restarts); each worker opens its own broker listeners (coordinator.front.dataplane) and has its own
+admin listener at the admin port + w, as separate instances have theirs.
+
 Light on imports: nothing of the server is imported here, so the supervisor starts its workers quickly.
 """
 
@@ -100,9 +107,12 @@ class Supervisor:
         admin_listen: tuple[str, int] | None,
         shutdown_timeout_s: float,
         listeners: Sequence[tuple[str, str, int]] = (),
+        shared: bool = False,
     ) -> None:
-        """`listeners`: the `listeners` setting as (name, host, port), in its order; none: --listen only."""
+        """`listeners`: the `listeners` setting as (name, host, port), in its order; none: --listen only.
+        `shared`: in front of a cluster, every worker an instance on the one socket of the primary listener."""
         self.count = count
+        self.shared = shared
         self.child_args = list(child_args)
         self.named_listeners = bool(listeners)
         self.listeners = list(listeners) or [("PLAINTEXT", *listen)]
@@ -122,6 +132,9 @@ class Supervisor:
         return self.listener_sockets[0] if self.listener_sockets else []
 
     def bind(self) -> None:
+        if self.shared:
+            self._bind_shared()
+            return
         for _name, host, port in self.listeners:
             if port:
                 self.listener_sockets.append([bind_listener(host, port + w) for w in range(self.count)])
@@ -137,6 +150,18 @@ class Supervisor:
             else:
                 self.admin_sockets.append(bind_listener("127.0.0.1", 0))
 
+    def _bind_shared(self) -> None:
+        (_name, host, port) = self.listeners[0]
+        self.listener_sockets = [[bind_listener(host, port)] * self.count]
+        if self.admin_listen is None:
+            self.admin_sockets = [None] * self.count
+            return
+        admin_host, admin_port = self.admin_listen
+        if admin_port:
+            self.admin_sockets = [bind_listener(admin_host, admin_port + w) for w in range(self.count)]
+        else:
+            self.admin_sockets = list(_bind_block(admin_host, self.count))
+
     def spec(self, w: int, notify_fd: int) -> WorkerSpec:
         admin = self.admin_sockets[w]
         return WorkerSpec(
@@ -148,14 +173,16 @@ class Supervisor:
             ),
             listener_fds=tuple(socks[w].fileno() for socks in self.listener_sockets),
             internal_ports=tuple(s.getsockname()[1] for s in self.internal_sockets),
-            internal_fd=self.internal_sockets[w].fileno(),
+            internal_fd=self.internal_sockets[w].fileno() if self.internal_sockets else -1,
             secret=self.secret,
             internal_admin=tuple(
-                None if w2 == 0 or s is None else f"127.0.0.1:{s.getsockname()[1]}"
+                None if w2 == 0 or s is None or self.shared else f"127.0.0.1:{s.getsockname()[1]}"
                 for w2, s in enumerate(self.admin_sockets)
             ),
             admin_fd=admin.fileno() if admin is not None else None,
-            admin_host=(self.admin_listen[0] if w == 0 and self.admin_listen else "127.0.0.1")
+            admin_host=(
+                self.admin_listen[0] if (w == 0 or self.shared) and self.admin_listen else "127.0.0.1"
+            )
             if admin is not None
             else None,
             notify_fd=notify_fd,
@@ -184,7 +211,9 @@ class Supervisor:
     def spawn(self, child: _Child) -> None:
         read_fd, write_fd = os.pipe()
         spec = self.spec(child.index, write_fd)
-        fds = [*spec.listener_fds, spec.internal_fd, write_fd]
+        fds = [*spec.listener_fds, write_fd]
+        if spec.internal_fd >= 0:
+            fds.append(spec.internal_fd)
         if spec.admin_fd is not None:
             fds.append(spec.admin_fd)
         cmd = [sys.executable, "-m", "coordinator", *self.child_args]

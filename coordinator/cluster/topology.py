@@ -65,14 +65,17 @@ def requested_workers(value: int | str | None, config: Config) -> int:
 
 def resolve_workers(value: int | str | None, config: Config) -> int:
     """How many workers to run: as requested, or one per core for auto (the default). In front of an upstream
-    cluster (coordinator.front) one: each upstream broker has one listener port here."""
+    cluster (coordinator.front) the workers are instances of one coordinator that happen to share a machine
+    (coordinator.front.instances divides the shards among them): as many as asked for, with the state in the
+    cluster (coordinator.state.topic); auto is one there."""
     requested = requested_workers(value, config)
     if config["upstream.bootstrap.servers"]:
-        if requested > 1:
+        if requested > 1 and not config["coordinator.state.topic"]:
             raise ValueError(
-                "in front of an upstream cluster (upstream.bootstrap.servers) the server runs one worker"
+                "in front of an upstream cluster, several workers keep their state in the cluster: "
+                "coordinator.state.topic must not be empty"
             )
-        return 1
+        return requested or 1
     return requested or cores()
 
 
@@ -91,8 +94,8 @@ class WorkerSpec:
     listener_fds: tuple[int, ...]  # this worker's socket of each listener
     internal_ports: tuple[
         int, ...
-    ]  # each worker's internal listener on 127.0.0.1 (coordinator.cluster.internal)
-    internal_fd: int
+    ]  # each worker's internal listener on 127.0.0.1 (coordinator.cluster.internal); none in front of a cluster
+    internal_fd: int  # -1: none
     secret: str  # the internal channel's token, the same for every worker of this supervisor
     internal_admin: tuple[str | None, ...]  # "127.0.0.1:PORT" of each worker's internal admin listener
     admin_fd: int | None  # worker 0: the public admin socket; others: their internal one

@@ -2,7 +2,8 @@
 an upstream broker over the client's own connection, and every broker address a client can learn is one of ours.
 
 Addresses. Each upstream broker N gets a listener of this server (port `upstream.node.port.base` + N; by default
-the --listen port + 1 + N), a copy of the primary listener (same host, TLS and SASL). Metadata, DescribeCluster and
+the --listen port + 1 + N; worker w of W: BASE + N * W + w), a copy of the primary listener (same host, TLS and
+SASL). Metadata, DescribeCluster and
 FindCoordinator answers keep the cluster's node ids and name, for node N, that listener: the same address in every
 answer, so librdkafka never re-points a node. The primary listener is the bootstrap address; what a client sends
 there goes to the first live broker. A broker that joins the cluster later gets its listener when an answer first
@@ -116,8 +117,12 @@ class FrontDataPlane:
         primary: Callable[[], KafkaListener],
         add_listener: Callable[[KafkaListener], Awaitable[None]],
         abort_connection: Callable[[int], None],
+        worker: tuple[int, int] = (0, 1),
     ) -> None:
+        """`worker`: (index, count) of this process among the workers of `serve --workers N` (each an instance;
+        their broker listeners interleave: `_port_for`)."""
         self._config = config
+        self._worker = worker
         self.cluster = cluster
         self._primary = primary
         self._add_listener = add_listener
@@ -245,13 +250,16 @@ class FrontDataPlane:
     # -- node listeners -----------------------------------------------------------------------------------------
 
     def _port_for(self, node: int) -> int:
+        """BASE + node, or with W workers (the primary listener's socket shared by all) worker w's BASE + node * W
+        + w: one port per worker and broker, the same across restarts."""
         base = int(self._config["upstream.node.port.base"])
         if base < 0:
             port = self._primary().port
             if not port:
                 return 0
             base = port + 1
-        return base + node
+        index, count = self._worker
+        return base + node * count + index
 
     async def _ensure_listener(self, node: int) -> KafkaListener:
         listener = self.listeners.get(node)

@@ -6,7 +6,10 @@ commit, with no rebalance and no acknowledged commit lost; a graceful stop hands
 from __future__ import annotations
 
 import functools
+import os
+import re
 import signal
+import socket
 import time
 import uuid
 
@@ -24,7 +27,7 @@ from tests.support.members import (
     wait_for,
     wait_split,
 )
-from tests.support.server import readyz
+from tests.support.server import readyz, worker_pid
 from tests.support.wire import WireClient, join_group, make, request_class, simple_commit, sync_alone
 
 pytestmark = pytest.mark.e2e
@@ -301,4 +304,86 @@ def test_a_rolling_restart_of_every_instance_rebalances_no_group(
             front.output,
         )
     groups.produce(front, 120, 70)
+    groups.check(direct)
+
+
+def _ports_of_workers(server) -> dict[int, int]:
+    """Each broker port of `serve --workers N`'s workers: port -> the worker that listens on it (from the log)."""
+    owners = {}
+    for line in server.stderr_path.read_text().splitlines():
+        match = re.search(r"worker=(\d+) .*through port (\d+) here", line)
+        if match:
+            owners[int(match[2])] = int(match[1])
+    return owners
+
+
+def _free_block(count: int) -> int:
+    """The first of `count` consecutive ports free now."""
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            base = first.getsockname()[1]
+            rest = [socket.socket() for _ in range(count - 1)]
+            try:
+                for i, sock in enumerate(rest, 1):
+                    sock.bind(("127.0.0.1", base + i))
+                return base
+            except OSError:
+                continue
+            finally:
+                for sock in rest:
+                    sock.close()
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
+def test_two_workers_are_two_instances_and_a_killed_one_is_taken_over_and_restarted(
+    members, server_factory, kafka_cluster, direct, tmp_path
+):
+    """`coordinator.workers=2` in front of a cluster: the two workers divide the shards as two instances do (one
+    bootstrap address, the broker addresses spread over both, every group at one of them), and a SIGKILLed worker's
+    groups are served by the other, then the supervisor's restart joins again: no rebalance, no lost commit. The
+    broker ports are fixed (as with a fixed --listen port), so the restarted worker has its predecessor's."""
+    base = _free_block(2 * (max(kafka_cluster.ports) + 1))
+    server = server_factory(
+        {**_settings(kafka_cluster), "coordinator.workers": 2, "upstream.node.port.base": base}
+    )
+    wait_for(lambda: "2 instances" in server.stderr_path.read_text(), 60, "the plan of two", server.output)
+    wait_for(lambda: readyz(server.admin_url), 60, "ready", server.output)
+    brokers = _brokers(server)
+    owners = _ports_of_workers(server)
+    assert len({p for _, _, p in brokers}) == len(brokers) == 3, brokers
+    assert {owners[p] for _, _, p in brokers} == {0, 1}, (brokers, owners)  # the brokers spread over both
+    front = Instances([server])
+    groups = Groups(members, front, tmp_path, "workers")
+    served_by = {}
+    for i in range(40):
+        code, _, _, port = _coordinator(server, f"workers-probe-{i}")
+        assert code == 0
+        served_by[f"workers-probe-{i}"] = owners[port]
+    assert set(served_by.values()) == {0, 1}, served_by  # the groups divided between the two
+
+    _, _, _, port = _coordinator(server, groups.static)
+    victim = owners[port]
+    probes = [g for g, w in served_by.items() if w == victim][:4]
+    pid = worker_pid(server, victim)
+    logged = len(server.stderr_path.read_text())
+    killed_at = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    served: dict[str, float] = {}
+    while len(served) < len(probes):
+        for group in probes:
+            if group not in served and _commit_at_owner(server, group, groups.topic, 1) == 0:
+                served[group] = time.monotonic() - killed_at
+        assert time.monotonic() - killed_at < 30, (served, server.output()[-8000:])
+        time.sleep(0.05)
+    print(f"\nthe killed worker's groups were served again after {sorted(served.values())} s")
+    # the supervisor restarted it, and it is an instance again
+    wait_for(lambda: worker_pid(server, victim) != pid, 30, "the worker restarted", server.output)
+    wait_for(
+        lambda: re.search(r"worker=\d .*: 2 instances", server.stderr_path.read_text()[logged:]),
+        60,
+        "the plan of two again",
+        server.output,
+    )
+    groups.produce(front, 300, 43)
     groups.check(direct)

@@ -316,3 +316,69 @@ def test_metadata_that_creates_nothing_goes_on_the_shared_upstream_until_a_clien
         (1, int(ApiKey.LIST_OFFSETS)),
         (1, metadata_key),
     ]
+
+
+# -- in front of a cluster: the workers are instances -------------------------------------------------------------
+
+
+def test_in_front_of_a_cluster_the_workers_asked_for_are_instances_and_auto_is_one(monkeypatch):
+    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: {0, 1})
+    front = ["upstream.bootstrap.servers=127.0.0.1:9092"]
+    assert resolve_workers(None, Config.load(environ={}, overrides=front)) == 1
+    assert resolve_workers("auto", Config.load(environ={}, overrides=front)) == 1
+    assert resolve_workers("2", Config.load(environ={}, overrides=front)) == 2
+    # several instances share their state only through the cluster
+    local = Config.load(environ={}, overrides=[*front, "coordinator.state.topic="])
+    assert resolve_workers("1", local) == 1
+    with pytest.raises(ValueError, match="coordinator.state.topic"):
+        resolve_workers("2", local)
+
+
+def test_workers_in_front_of_a_cluster_share_the_bootstrap_socket_and_interleave_their_broker_ports():
+    from coordinator.cluster.supervisor import Supervisor
+    from coordinator.front.dataplane import FrontDataPlane
+    from coordinator.server.listener import KafkaListener
+
+    supervisor = Supervisor(3, [], ("127.0.0.1", 0), ("127.0.0.1", 0), 1.0, shared=True)
+    supervisor.bind()
+    try:
+        (sockets,) = supervisor.listener_sockets
+        assert len({id(s) for s in sockets}) == 1  # every worker accepts on the one socket
+        specs = [supervisor.spec(w, notify_fd=99) for w in range(3)]
+        assert {s.listener_fds for s in specs} == {(sockets[0].fileno(),)}
+        assert all(s.internal_fd == -1 and s.internal_ports == () for s in specs)
+        admin_ports = [s.getsockname()[1] for s in supervisor.admin_sockets if s is not None]
+        assert admin_ports == list(range(admin_ports[0], admin_ports[0] + 3))  # worker w: the admin port + w
+        assert all(s.admin_host == "127.0.0.1" and s.internal_admin == (None, None, None) for s in specs)
+    finally:
+        for sock in [*supervisor.listener_sockets[0], *supervisor.admin_sockets]:
+            if sock is not None:
+                sock.close()
+
+    primary = KafkaListener("PLAINTEXT", "127.0.0.1", 9092)
+    ports = {
+        (node, w): FrontDataPlane(Config(), None, lambda: primary, None, None, worker=(w, 2))._port_for(node)
+        for node in (0, 1, 2)
+        for w in (0, 1)
+    }
+    assert sorted(ports.values()) == list(range(9093, 9099))  # one port per broker and worker, none shared
+    assert ports[(0, 0)] == 9093 and ports[(0, 1)] == 9094 and ports[(2, 1)] == 9098
+    one = FrontDataPlane(Config(), None, lambda: primary, None, None)
+    assert [one._port_for(node) for node in (0, 1, 2)] == [9093, 9094, 9095]  # one worker: as before
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        ["coordinator.state.topic="],  # the state on the local disk
+        ["listeners=SASL_PLAINTEXT://127.0.0.1:0"],  # SCRAM credentials in each worker's own directory
+        ["authorizer.class.name=kafka.security.authorizer.AclAuthorizer"],  # ACLs there too
+    ],
+)
+def test_workers_in_front_of_a_cluster_refuse_what_they_would_not_share(settings, tmp_path, capsys):
+    from coordinator.cli import main
+
+    overrides = [f"--set={s}" for s in ["upstream.bootstrap.servers=127.0.0.1:9", *settings]]
+    code = main(["serve", "--workers", "2", "--data-dir", str(tmp_path), "--admin-listen", "off", *overrides])
+    assert code == 2
+    assert "several workers" in capsys.readouterr().err
