@@ -156,6 +156,8 @@ def build(
             add_listener=add_listener,
             abort_connection=abort_connection,
             worker=(placement.index, placement.count) if placement is not None else (0, 1),
+            remembered=placement.broker_ports if placement is not None else None,
+            on_bound=functools.partial(_tell_port, placement.notify_fd) if placement is not None else None,
         )
     elif topology is None or topology.index == 0:
         dataplane = EmbeddedDataPlane(
@@ -322,6 +324,14 @@ def build(
             config, server, *admin_listen, groups=groups, dataplane=dataplane, security=security
         )
     return App(server, admin, groups)
+
+
+def _tell_port(notify_fd: int, node: int, port: int) -> None:
+    """Tell the supervisor a broker listener's port, for the worker that would replace this one."""
+    try:
+        os.write(notify_fd, f"port {node} {port}\n".encode())
+    except OSError:
+        pass  # the supervisor is gone; PR_SET_PDEATHSIG ends us
 
 
 def _kafka_listeners(

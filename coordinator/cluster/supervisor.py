@@ -20,8 +20,9 @@ In front of a cluster (`shared`), the workers are instances of one coordinator (
 cluster divides the shards among them, as among instances on several machines, and none of the above division
 applies. The supervisor binds the primary listener once and every worker accepts on that one socket (any instance
 answers any request, so the bootstrap address is the same whichever worker takes a connection, and stays open
-while one restarts); each worker opens its own broker listeners (coordinator.front.dataplane) and has its own
-admin listener at the admin port + w, as separate instances have theirs.
+while one restarts); each worker opens its own broker listeners (coordinator.front.dataplane) and tells their
+ports on its pipe, and a worker that replaces it gets them to listen on again; each has its own admin listener at
+the admin port + w, as separate instances have theirs.
 
 Light on imports: nothing of the server is imported here, so the supervisor starts its workers quickly.
 """
@@ -89,11 +90,15 @@ def _bind_block(host: str, count: int) -> list[socket.socket]:
 class _Child:
     index: int
     proc: subprocess.Popen[bytes] | None = None
-    notify: int | None = None  # read end of its ready pipe
+    notify: int | None = None  # read end of its ready pipe (`_told`)
     ready: bool = False
     started: float = 0.0
     failures: int = 0
     restart_at: float | None = None
+    unread: bytes = b""  # the start of a line on its pipe
+    broker_ports: dict[int, int] = dataclasses.field(
+        default_factory=dict
+    )  # in front of a cluster: its last ones
 
 
 class Supervisor:
@@ -187,6 +192,7 @@ class Supervisor:
             else None,
             notify_fd=notify_fd,
             supervisor_pid=os.getpid(),
+            broker_ports=dict(self.children[w].broker_ports),
         )
 
     def announce(self) -> str:
@@ -286,12 +292,24 @@ class Supervisor:
             return
         for child in self.children:
             if child.notify is not None and child.notify in readable:
-                data = os.read(child.notify, 64)
+                data = os.read(child.notify, 4096)
                 if data:
-                    child.ready = True
+                    self._told(child, data)
                 else:  # the worker closed its end: it is gone or going
                     os.close(child.notify)
                     child.notify = None
+
+    @staticmethod
+    def _told(child: _Child, data: bytes) -> None:
+        """A worker's lines: `serving` once it serves; in front of a cluster `port NODE PORT` for each broker
+        listener it binds (given to the worker that replaces it, coordinator.front.dataplane)."""
+        *lines, child.unread = (child.unread + data).split(b"\n")
+        for line in lines:
+            words = line.split()
+            if words == [b"serving"]:
+                child.ready = True
+            elif len(words) == 3 and words[0] == b"port" and words[1].isdigit() and words[2].isdigit():
+                child.broker_ports[int(words[1])] = int(words[2])
 
     def _died(self, child: _Child, now: float) -> None:
         assert child.proc is not None
@@ -299,6 +317,7 @@ class Supervisor:
         if child.notify is not None:
             os.close(child.notify)
             child.notify = None
+        child.unread = b""
         child.proc = None
         child.ready = False
         child.failures = 0 if now - child.started > STABLE_AFTER_S else child.failures + 1

@@ -102,6 +102,9 @@ class WorkerSpec:
     admin_host: str | None
     notify_fd: int
     supervisor_pid: int
+    # In front of a cluster: the broker ports (upstream node id -> port) of this worker's predecessor, which it
+    # told the supervisor on its notify pipe (`port NODE PORT` lines; coordinator.front.dataplane)
+    broker_ports: dict[int, int] = dataclasses.field(default_factory=dict)
 
     @property
     def host(self) -> str:
@@ -122,6 +125,7 @@ class WorkerSpec:
         data["listeners"] = tuple((name, host, tuple(ports)) for name, host, ports in data["listeners"])
         for name in ("listener_fds", "internal_ports", "internal_admin"):
             data[name] = tuple(data[name])
+        data["broker_ports"] = {int(node): int(port) for node, port in data.get("broker_ports", {}).items()}
         return cls(**data)
 
 

@@ -42,13 +42,14 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import socket
 import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from coordinator.brokers import Broker, client_address, local_address
+from coordinator.brokers import Broker, ListenError, bind_listener, client_address, local_address
 from coordinator.cluster.upstream import UpstreamError
 from coordinator.config import Config
 from coordinator.dataplane import SharedRefresh
@@ -105,6 +106,9 @@ WITHHELD = frozenset(
 # Produce and Fetch: up to the versions whose NodeEndpoints this server can rewrite (coordinator.front.endpoints)
 CAPS: dict[int, int] = dict(ENDPOINTS_NEWEST)
 ENDPOINTS = frozenset(ENDPOINTS_NEWEST)
+PREDECESSOR_BIND_S = (
+    1.0  # a restarted worker retries its predecessor's port this long (its socket may linger)
+)
 # Rewritten answers (decoded), at this server's versions narrowed to the cluster's.
 REWRITTEN = {ApiKey.METADATA: (0, 13), ApiKey.DESCRIBE_CLUSTER: (0, 2)}
 
@@ -118,11 +122,16 @@ class FrontDataPlane:
         add_listener: Callable[[KafkaListener], Awaitable[None]],
         abort_connection: Callable[[int], None],
         worker: tuple[int, int] = (0, 1),
+        remembered: dict[int, int] | None = None,
+        on_bound: Callable[[int, int], None] | None = None,
     ) -> None:
         """`worker`: (index, count) of this process among the workers of `serve --workers N` (each an instance;
-        their broker listeners interleave: `_port_for`)."""
+        their broker listeners interleave: `_port_for`). `remembered`: a restarted worker's predecessor's broker
+        ports, taken again where they were free ones; `on_bound(node, port)`: told each broker listener's port."""
         self._config = config
         self._worker = worker
+        self._remembered = dict(remembered or {})
+        self._on_bound = on_bound
         self.cluster = cluster
         self._primary = primary
         self._add_listener = add_listener
@@ -271,18 +280,35 @@ class FrontDataPlane:
                 return listener
             primary = self._primary()
             advertised = (primary.advertised[0], 0) if primary.advertised is not None else None
+            port = self._port_for(node)
             listener = KafkaListener(
                 primary.name,
                 primary.host,
-                self._port_for(node),
+                port,
                 advertised=advertised,
                 ssl=primary.ssl,
                 spec=primary.spec,
+                sock=await self._predecessors(node) if not port else None,
             )
             await self._add_listener(listener)
             self.listeners[node] = listener
             log.info("upstream broker %d is reached through port %d here", node, listener.bound_port)
+            if self._on_bound is not None:
+                self._on_bound(node, listener.bound_port)
         return listener
+
+    async def _predecessors(self, node: int) -> socket.socket | None:
+        """A restarted worker's listener for `node` on its predecessor's free port, so a client that kept that
+        broker's address (librdkafka keeps its group coordinator's while the node id stays) finds it again;
+        None (a new free port) when there is none or it is taken."""
+        port = self._remembered.get(node)
+        if port is None:
+            return None
+        try:
+            return await asyncio.to_thread(bind_listener, self._primary().host, port, PREDECESSOR_BIND_S)
+        except ListenError as exc:
+            log.warning("upstream broker %d: the port it had here before the restart is taken: %s", node, exc)
+            return None
 
     def announced(self) -> tuple[str, dict[int, int]]:
         """This server's host as clients reach it, and its port for each upstream node: what it tells the other

@@ -9,7 +9,6 @@ import functools
 import os
 import re
 import signal
-import socket
 import time
 import uuid
 
@@ -317,36 +316,15 @@ def _ports_of_workers(server) -> dict[int, int]:
     return owners
 
 
-def _free_block(count: int) -> int:
-    """The first of `count` consecutive ports free now."""
-    for _ in range(50):
-        with socket.socket() as first:
-            first.bind(("127.0.0.1", 0))
-            base = first.getsockname()[1]
-            rest = [socket.socket() for _ in range(count - 1)]
-            try:
-                for i, sock in enumerate(rest, 1):
-                    sock.bind(("127.0.0.1", base + i))
-                return base
-            except OSError:
-                continue
-            finally:
-                for sock in rest:
-                    sock.close()
-    raise AssertionError(f"no {count} consecutive free ports")
-
-
 def test_two_workers_are_two_instances_and_a_killed_one_is_taken_over_and_restarted(
     members, server_factory, kafka_cluster, direct, tmp_path
 ):
     """`coordinator.workers=2` in front of a cluster: the two workers divide the shards as two instances do (one
     bootstrap address, the broker addresses spread over both, every group at one of them), and a SIGKILLed worker's
     groups are served by the other, then the supervisor's restart joins again: no rebalance, no lost commit. The
-    broker ports are fixed (as with a fixed --listen port), so the restarted worker has its predecessor's."""
-    base = _free_block(2 * (max(kafka_cluster.ports) + 1))
-    server = server_factory(
-        {**_settings(kafka_cluster), "coordinator.workers": 2, "upstream.node.port.base": base}
-    )
+    restarted worker listens on its predecessor's broker ports (free ones, with --listen port 0): a client whose
+    coordinator keeps its node id finds it at the same address."""
+    server = server_factory({**_settings(kafka_cluster), "coordinator.workers": 2})
     wait_for(lambda: "2 instances" in server.stderr_path.read_text(), 60, "the plan of two", server.output)
     wait_for(lambda: readyz(server.admin_url), 60, "ready", server.output)
     brokers = _brokers(server)
@@ -385,5 +363,6 @@ def test_two_workers_are_two_instances_and_a_killed_one_is_taken_over_and_restar
         "the plan of two again",
         server.output,
     )
+    assert _ports_of_workers(server) == owners  # the same ports, each at the same worker
     groups.produce(front, 300, 43)
     groups.check(direct)

@@ -382,3 +382,75 @@ def test_workers_in_front_of_a_cluster_refuse_what_they_would_not_share(settings
     code = main(["serve", "--workers", "2", "--data-dir", str(tmp_path), "--admin-listen", "off", *overrides])
     assert code == 2
     assert "several workers" in capsys.readouterr().err
+
+
+def test_the_supervisor_hands_a_workers_broker_ports_to_the_worker_that_replaces_it():
+    from coordinator.cluster.supervisor import Supervisor, _Child
+
+    child = _Child(1)
+    Supervisor._told(child, b"port 1 4100")  # a line may arrive in pieces
+    assert child.broker_ports == {} and not child.ready
+    Supervisor._told(child, b"1\nport 3 4103\nport x 1\nserv")
+    assert child.broker_ports == {1: 41001, 3: 4103} and not child.ready
+    Supervisor._told(child, b"ing\n")
+    assert child.ready
+
+    supervisor = Supervisor(2, [], ("127.0.0.1", 0), None, 1.0, shared=True)
+    supervisor.children[1] = child
+    supervisor.admin_sockets = [None, None]
+    supervisor.listener_sockets = [[_Fake(), _Fake()]]  # the shared one, as bind() leaves it
+    told = supervisor.spec(1, notify_fd=9)
+    assert WorkerSpec.from_json(told.to_json()).broker_ports == {1: 41001, 3: 4103}
+    assert supervisor.spec(0, notify_fd=9).broker_ports == {}
+
+
+class _Fake:
+    def fileno(self) -> int:
+        return 7
+
+    def getsockname(self) -> tuple[str, int]:
+        return "127.0.0.1", 9092
+
+
+def test_a_restarted_worker_listens_on_its_predecessors_free_broker_ports_else_new_ones():
+    import asyncio
+    import socket
+
+    from coordinator.front.dataplane import FrontDataPlane
+    from coordinator.server.listener import KafkaListener
+
+    async def scenario():
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            free = probe.getsockname()[1]
+        taken = socket.create_server(("127.0.0.1", 0))
+        primary = KafkaListener("PLAINTEXT", "127.0.0.1", 0)
+        added, told = [], []
+
+        async def add(listener):
+            listener.sock = listener.sock or socket.create_server((listener.host, listener.port))
+            listener.bound_port = listener.sock.getsockname()[1]
+            added.append(listener)
+
+        plane = FrontDataPlane(
+            Config(),
+            None,
+            lambda: primary,
+            add,
+            None,
+            worker=(1, 2),
+            remembered={1: free, 2: taken.getsockname()[1]},
+            on_bound=lambda node, port: told.append((node, port)),
+        )
+        try:
+            one, two, three = [await plane._ensure_listener(node) for node in (1, 2, 3)]
+            assert one.bound_port == free  # its predecessor's
+            assert two.bound_port not in (0, taken.getsockname()[1])  # taken meanwhile: a new free one
+            assert three.bound_port != 0  # none remembered
+            assert told == [(1, free), (2, two.bound_port), (3, three.bound_port)]
+        finally:
+            taken.close()
+            for listener in added:
+                listener.sock.close()
+
+    asyncio.run(scenario())
