@@ -96,9 +96,8 @@ class _Child:
     failures: int = 0
     restart_at: float | None = None
     unread: bytes = b""  # the start of a line on its pipe
-    broker_ports: dict[int, int] = dataclasses.field(
-        default_factory=dict
-    )  # in front of a cluster: its last ones
+    # in front of a cluster: the ports of its broker listeners, for the worker that replaces it
+    broker_ports: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 class Supervisor:

@@ -3,9 +3,8 @@ an upstream broker over the client's own connection, and every broker address a 
 
 Addresses. Each upstream broker N gets a listener of this server (port `upstream.node.port.base` + N; by default
 the --listen port + 1 + N; worker w of W: BASE + N * W + w), a copy of the primary listener (same host, TLS and
-SASL). Metadata, DescribeCluster and
-FindCoordinator answers keep the cluster's node ids and name, for node N, that listener: the same address in every
-answer, so librdkafka never re-points a node. The primary listener is the bootstrap address; what a client sends
+SASL). Metadata, DescribeCluster and FindCoordinator answers keep the cluster's node ids and name, for node N, that
+listener: the same address in every answer, so librdkafka never re-points a node. The primary listener is the bootstrap address; what a client sends
 there goes to the first live broker. A broker that joins the cluster later gets its listener when an answer first
 names it.
 
@@ -106,9 +105,8 @@ WITHHELD = frozenset(
 # Produce and Fetch: up to the versions whose NodeEndpoints this server can rewrite (coordinator.front.endpoints)
 CAPS: dict[int, int] = dict(ENDPOINTS_NEWEST)
 ENDPOINTS = frozenset(ENDPOINTS_NEWEST)
-PREDECESSOR_BIND_S = (
-    1.0  # a restarted worker retries its predecessor's port this long (its socket may linger)
-)
+# A restarted worker retries its predecessor's broker port this long (the dead one's socket may linger).
+PREDECESSOR_BIND_S = 1.0
 # Rewritten answers (decoded), at this server's versions narrowed to the cluster's.
 REWRITTEN = {ApiKey.METADATA: (0, 13), ApiKey.DESCRIBE_CLUSTER: (0, 2)}
 
@@ -259,8 +257,8 @@ class FrontDataPlane:
     # -- node listeners -----------------------------------------------------------------------------------------
 
     def _port_for(self, node: int) -> int:
-        """BASE + node, or with W workers (the primary listener's socket shared by all) worker w's BASE + node * W
-        + w: one port per worker and broker, the same across restarts."""
+        """BASE + node; with W workers, worker w's is BASE + node * W + w: one port per worker and broker, the
+        same across restarts (0: a free one)."""
         base = int(self._config["upstream.node.port.base"])
         if base < 0:
             port = self._primary().port
