@@ -26,7 +26,10 @@ errors by code, and the lost commits (0 expected).
 
     .venv/bin/python bench/front_instances.py [--rounds 10] [--workers 48] [--groups 480] [--shards 12]
         [--offsets 1000000] [--no-standby]
-    .venv/bin/python bench/front_instances.py --scale [--seconds 30]
+    .venv/bin/python bench/front_instances.py --scale [--seconds 30] [--as-workers]
+
+With --as-workers, the 1 and 2 instances of --scale are the workers of one `serve --workers N` (not pinned: the
+supervisor's workers run on either core), measured the same way (the supervisor and its workers' CPU and waits).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ sys.path.insert(0, str(REPO))
 
 from coordinator.sharding import shard_of  # noqa: E402
 from tests.support.kafka_cluster import KafkaCluster, create_replicated_topic  # noqa: E402
-from tests.support.server import readyz, start_server  # noqa: E402
+from tests.support.server import readyz, start_server, worker_pids  # noqa: E402
 from tests.support.wire import WireClient, make, request_class, simple_commit  # noqa: E402
 
 TOPIC = "bench-instances"
@@ -277,15 +280,26 @@ def _waits(pid: int) -> int:
     return total
 
 
-def _upstream_requests(server: Any) -> float:
-    """The instance's own requests to the brokers so far (its kafka_group_coordinator_upstream_requests)."""
-    with urllib.request.urlopen(f"{server.admin_url}/metrics", timeout=10) as answer:
+def _upstream_requests(admin_url: str) -> float:
+    """An instance's own requests to the brokers so far (its kafka_group_coordinator_upstream_requests)."""
+    with urllib.request.urlopen(f"{admin_url}/metrics", timeout=10) as answer:
         text = answer.read().decode()
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
         if line.startswith("kafka_group_coordinator_upstream_requests_total{")
     )
+
+
+def _processes(servers: list[Any]) -> tuple[list[int], list[str]]:
+    """The pids of the servers' processes (a supervisor's workers too) and every instance's admin URL (worker w of
+    a `serve --workers N` has its own at the admin port + w)."""
+    pids, admins = [], []
+    for s in servers:
+        pids += [s.proc.pid, *worker_pids(s.proc.pid)]
+        host, port = s.admin_url.rsplit(":", 1)
+        admins += [f"{host}:{int(port) + w}" for w in range(int(s.settings.get("coordinator.workers", 1)))]
+    return pids, admins
 
 
 def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
@@ -296,12 +310,15 @@ def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
             "coordinator.state.topic": f"bench-scale-{uuid.uuid4().hex[:6]}",
             "offsets.topic.num.partitions": args.shards,
         }
-        servers = [
-            start_server(
-                run / f"scale-{count}-{i}", settings, prefix=["taskset", "-c", str(i % os.cpu_count())]
-            )
-            for i in range(count)
-        ]
+        if args.as_workers:  # one `serve --workers N`: its workers are the instances (on either core)
+            servers = [start_server(run / f"scale-{count}", {**settings, "coordinator.workers": count})]
+        else:
+            servers = [
+                start_server(
+                    run / f"scale-{count}-{i}", settings, prefix=["taskset", "-c", str(i % os.cpu_count())]
+                )
+                for i in range(count)
+            ]
         try:
             deadline = time.monotonic() + 90
             while not all(
@@ -315,16 +332,17 @@ def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
                 create_replicated_topic(servers[0].bootstrap, TOPIC, 1)
             load = Load(servers, [f"bench-scale-{i}" for i in range(args.groups)], args.workers)
             time.sleep(5.0)  # warm: every group's owner known
-            cpu0 = sum(_cpu_s(s.proc.pid) for s in servers)
-            asked0 = sum(_upstream_requests(s) for s in servers)
-            waits0 = sum(_waits(s.proc.pid) for s in servers)
+            pids, admins = _processes(servers)
+            cpu0 = sum(_cpu_s(pid) for pid in pids)
+            asked0 = sum(_upstream_requests(url) for url in admins)
+            waits0 = sum(_waits(pid) for pid in pids)
             commits0, started = load.commits, time.monotonic()
             time.sleep(args.seconds)
             commits = load.commits - commits0
             elapsed = time.monotonic() - started
-            cpu = sum(_cpu_s(s.proc.pid) for s in servers) - cpu0
-            asked = sum(_upstream_requests(s) for s in servers) - asked0
-            waits = sum(_waits(s.proc.pid) for s in servers) - waits0
+            cpu = sum(_cpu_s(pid) for pid in pids) - cpu0
+            asked = sum(_upstream_requests(url) for url in admins) - asked0
+            waits = sum(_waits(pid) for pid in pids) - waits0
             load.stop()
             rows.append((count, commits / elapsed, cpu, commits / cpu))
             print(
@@ -356,6 +374,11 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=12)
     parser.add_argument("--scale", action="store_true")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--as-workers",
+        action="store_true",
+        help="with --scale: the instances as the workers of one `serve --workers N` instead of N servers",
+    )
     parser.add_argument(
         "--offsets",
         type=int,
