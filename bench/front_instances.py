@@ -26,10 +26,12 @@ errors by code, and the lost commits (0 expected).
 
     .venv/bin/python bench/front_instances.py [--rounds 10] [--workers 48] [--groups 480] [--shards 12]
         [--offsets 1000000] [--no-standby]
-    .venv/bin/python bench/front_instances.py --scale [--seconds 30] [--as-workers]
+    .venv/bin/python bench/front_instances.py --scale [--seconds 30] [--counts 1,2] [--as-workers] [--no-standby]
 
-With --as-workers, the 1 and 2 instances of --scale are the workers of one `serve --workers N` (not pinned: the
-supervisor's workers run on either core), measured the same way (the supervisor and its workers' CPU and waits).
+--counts 1,2,2,1 measures each count twice, in an order that puts the machine's drift during the run on both
+alike; the ratio is of each count's phases summed. With --as-workers, the instances of --scale are the workers of
+one `serve --workers N` (not pinned: the supervisor's workers run on either core), measured the same way (the
+supervisor's and its workers' CPU and waits).
 """
 
 from __future__ import annotations
@@ -304,11 +306,13 @@ def _processes(servers: list[Any]) -> tuple[list[int], list[str]]:
 
 def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
     rows = []
-    for count in (1, 2):
+    counts = [int(c) for c in args.counts.split(",")]
+    for round_, count in enumerate(counts):
         settings = {
             "upstream.bootstrap.servers": cluster.bootstrap,
             "coordinator.state.topic": f"bench-scale-{uuid.uuid4().hex[:6]}",
             "offsets.topic.num.partitions": args.shards,
+            "coordinator.instance.standby": not args.no_standby,
         }
         if args.as_workers:  # one `serve --workers N`: its workers are the instances (on either core)
             servers = [start_server(run / f"scale-{count}", {**settings, "coordinator.workers": count})]
@@ -328,7 +332,7 @@ def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
                     raise SystemExit("the instances did not form one coordinator in time")
                 time.sleep(0.2)
             time.sleep(2.0)
-            if count == 1:
+            if round_ == 0:
                 create_replicated_topic(servers[0].bootstrap, TOPIC, 1)
             load = Load(servers, [f"bench-scale-{i}" for i in range(args.groups)], args.workers)
             time.sleep(5.0)  # warm: every group's owner known
@@ -344,7 +348,7 @@ def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
             asked = sum(_upstream_requests(url) for url in admins) - asked0
             waits = sum(_waits(pid) for pid in pids) - waits0
             load.stop()
-            rows.append((count, commits / elapsed, cpu, commits / cpu))
+            rows.append((count, commits, elapsed, cpu))
             print(
                 f"{count} instance(s): {commits / elapsed:.0f} commits/s, {cpu:.1f} CPU s, {commits / cpu:.0f} commits "
                 f"per CPU-s, {asked / commits:.2f} requests of the instances' own to the brokers per commit, "
@@ -359,9 +363,13 @@ def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
     print()
     print("| instances | commits/s | instances' CPU s | commits per CPU-s |")
     print("|---|---|---|---|")
-    for count, rate, cpu, per in rows:
-        print(f"| {count} | {rate:.0f} | {cpu:.1f} | {per:.0f} |")
-    print(f"| 2 / 1 | {rows[1][1] / rows[0][1]:.2f}x | | {rows[1][3] / rows[0][3]:.2f}x |")
+    for count, commits, elapsed, cpu in rows:
+        print(f"| {count} | {commits / elapsed:.0f} | {cpu:.1f} | {commits / cpu:.0f} |")
+    # every phase of one count together (with --counts 1,2,2,1 the drift of the machine falls on both alike)
+    total = {c: [sum(row[k] for row in rows if row[0] == c) for k in (1, 2, 3)] for c in sorted(set(counts))}
+    if 1 in total and 2 in total:
+        (c1, e1, u1), (c2, e2, u2) = total[1], total[2]
+        print(f"| 2 / 1 | {(c2 / e2) / (c1 / e1):.2f}x | | {(c2 / u2) / (c1 / u1):.2f}x |")
 
 
 def main() -> None:
@@ -374,6 +382,11 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=12)
     parser.add_argument("--scale", action="store_true")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--counts",
+        default="1,2",
+        help="with --scale: the instance counts measured, in this order (e.g. 1,2,2,1; each count's phases summed)",
+    )
     parser.add_argument(
         "--as-workers",
         action="store_true",
