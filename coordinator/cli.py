@@ -158,7 +158,17 @@ def _serve_worker(args: argparse.Namespace, spec_json: str) -> int:
     # ports are free ones, coordinator.front.dataplane).
     if config["upstream.bootstrap.servers"]:
         listen = parse_hostport(args.listen, 9092)
-    app.run(
-        app.build(config, listen, None, advertised, args.data_dir, placement=spec), notify_fd=spec.notify_fd
-    )
+    from coordinator.brokers import ListenError
+    from coordinator.front.connect import UpstreamAuthError
+    from coordinator.front.state import StateTopicError
+
+    try:
+        app.run(
+            app.build(config, listen, None, advertised, args.data_dir, placement=spec),
+            notify_fd=spec.notify_fd,
+        )
+    except (ListenError, UpstreamAuthError, StateTopicError) as exc:
+        # as one process says it (the supervisor then restarts the worker, or gives up before the announce line)
+        print(f"kafka-group-coordinator: worker {spec.index}: {exc}", file=sys.stderr)
+        return 1
     return 0
