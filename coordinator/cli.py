@@ -153,11 +153,16 @@ def _serve_worker(args: argparse.Namespace, spec_json: str) -> int:
     )
     config = Config.load(args.config, overrides=args.set)
     advertised = parse_hostport(args.advertised_listener, 9092) if args.advertised_listener else None
-    listen = (spec.host, spec.kafka_ports[spec.index])
+    if not config["upstream.bootstrap.servers"]:
+        listen = (spec.host, spec.kafka_ports[spec.index])
+        app.run(
+            app.build(config, listen, None, advertised, args.data_dir, placement=spec),
+            notify_fd=spec.notify_fd,
+        )
+        return 0
     # In front of a cluster a worker is an instance on the shared socket, with the port asked for (0: its broker
     # ports are free ones, coordinator.front.dataplane).
-    if config["upstream.bootstrap.servers"]:
-        listen = parse_hostport(args.listen, 9092)
+    listen = parse_hostport(args.listen, 9092)
     from coordinator.brokers import ListenError
     from coordinator.front.connect import UpstreamAuthError
     from coordinator.front.state import StateTopicError
