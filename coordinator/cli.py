@@ -119,9 +119,6 @@ def main(argv: list[str] | None = None) -> int:
             )
             return supervisor.run()
         from coordinator import app  # not before: a supervisor does not need it
-        from coordinator.brokers import ListenError
-        from coordinator.front.connect import UpstreamAuthError
-        from coordinator.front.state import StateTopicError
 
         try:
             built = app.build(config, listen, admin, advertised, args.data_dir)
@@ -130,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         try:
             app.run(built)
-        except (ListenError, UpstreamAuthError, StateTopicError) as exc:
+        except _start_errors() as exc:
             # a listener that cannot be bound; in front of a cluster: refused credentials, an unusable state topic
             print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
             return 1
@@ -153,27 +150,30 @@ def _serve_worker(args: argparse.Namespace, spec_json: str) -> int:
     )
     config = Config.load(args.config, overrides=args.set)
     advertised = parse_hostport(args.advertised_listener, 9092) if args.advertised_listener else None
-    if not config["upstream.bootstrap.servers"]:
-        listen = (spec.host, spec.kafka_ports[spec.index])
-        app.run(
-            app.build(config, listen, None, advertised, args.data_dir, placement=spec),
-            notify_fd=spec.notify_fd,
-        )
-        return 0
-    # In front of a cluster a worker is an instance on the shared socket, with the port asked for (0: its broker
-    # ports are free ones, coordinator.front.dataplane).
-    listen = parse_hostport(args.listen, 9092)
-    from coordinator.brokers import ListenError
-    from coordinator.front.connect import UpstreamAuthError
-    from coordinator.front.state import StateTopicError
-
+    listen = (spec.host, spec.kafka_ports[spec.index])
+    errors: tuple[type[BaseException], ...] = ()  # an embedded worker's sockets are bound by its supervisor
+    if config["upstream.bootstrap.servers"]:
+        # an instance on the shared socket, with the port asked for (0: its broker ports are free ones,
+        # coordinator.front.dataplane), which says why it cannot start as one process does
+        listen = parse_hostport(args.listen, 9092)
+        errors = _start_errors()
     try:
         app.run(
             app.build(config, listen, None, advertised, args.data_dir, placement=spec),
             notify_fd=spec.notify_fd,
         )
-    except (ListenError, UpstreamAuthError, StateTopicError) as exc:
-        # as one process says it (the supervisor then restarts the worker, or gives up before the announce line)
+    except errors as exc:
+        # the supervisor then restarts the worker, or gives up before the announce line
         print(f"kafka-group-coordinator: worker {spec.index}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _start_errors() -> tuple[type[BaseException], ...]:
+    """What stops a server from starting with a message rather than a traceback: a listener that cannot be bound;
+    in front of a cluster, refused credentials or an unusable state topic."""
+    from coordinator.brokers import ListenError
+    from coordinator.front.connect import UpstreamAuthError
+    from coordinator.front.state import StateTopicError
+
+    return ListenError, UpstreamAuthError, StateTopicError

@@ -86,6 +86,13 @@ def _bind_block(host: str, count: int) -> list[socket.socket]:
     )
 
 
+def _bind_each(host: str, port: int, count: int) -> list[socket.socket]:
+    """One listening socket per worker: worker w's on PORT+w, or with PORT 0 on a block of free ports."""
+    if port:
+        return [bind_listener(host, port + w) for w in range(count)]
+    return _bind_block(host, count)
+
+
 @dataclasses.dataclass
 class _Child:
     index: int
@@ -140,10 +147,7 @@ class Supervisor:
             self._bind_shared()
             return
         for _name, host, port in self.listeners:
-            if port:
-                self.listener_sockets.append([bind_listener(host, port + w) for w in range(self.count)])
-            else:
-                self.listener_sockets.append(_bind_block(host, self.count))
+            self.listener_sockets.append(_bind_each(host, port, self.count))
         self.internal_sockets = [bind_listener("127.0.0.1", 0) for _ in range(self.count)]
         for w in range(self.count):
             if w == 0:
@@ -160,11 +164,7 @@ class Supervisor:
         if self.admin_listen is None:
             self.admin_sockets = [None] * self.count
             return
-        admin_host, admin_port = self.admin_listen
-        if admin_port:
-            self.admin_sockets = [bind_listener(admin_host, admin_port + w) for w in range(self.count)]
-        else:
-            self.admin_sockets = list(_bind_block(admin_host, self.count))
+        self.admin_sockets = list(_bind_each(*self.admin_listen, self.count))
 
     def spec(self, w: int, notify_fd: int) -> WorkerSpec:
         admin = self.admin_sockets[w]

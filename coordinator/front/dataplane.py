@@ -4,9 +4,9 @@ an upstream broker over the client's own connection, and every broker address a 
 Addresses. Each upstream broker N gets a listener of this server (port `upstream.node.port.base` + N; by default
 the --listen port + 1 + N; worker w of W: BASE + N * W + w), a copy of the primary listener (same host, TLS and
 SASL). Metadata, DescribeCluster and FindCoordinator answers keep the cluster's node ids and name, for node N, that
-listener: the same address in every answer, so librdkafka never re-points a node. The primary listener is the bootstrap address; what a client sends
-there goes to the first live broker. A broker that joins the cluster later gets its listener when an answer first
-names it.
+listener: the same address in every answer, so librdkafka never re-points a node. The primary listener is the
+bootstrap address; what a client sends there goes to the first live broker. A broker that joins the cluster later
+gets its listener when an answer first names it.
 
 Forwarding. A client connection on node N's listener has one upstream connection to broker N, opened with its
 first forwarded request and closed with it; requests are written in the order the client sent them (handlers
