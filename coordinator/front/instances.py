@@ -53,6 +53,7 @@ from protocol.build import build
 from protocol.errors import ErrorCode
 
 from .cluster import COORDINATOR_MOVED, UpstreamCluster, UpstreamTimeout
+from .state import StateTopic
 
 log = logging.getLogger(__name__)
 
@@ -399,6 +400,17 @@ class InstanceGroup:
         pass
 
     async def start(self) -> None:
+        opener = self.shards.log_opener
+        if isinstance(opener, StateTopic):
+            # An unusable state topic (another partition count, no permission, a cluster without transactions)
+            # stops the start with its reason (StateTopicError), before this instance joins or claims anything.
+            # A cluster that does not answer now is retried when the shards are opened.
+            try:
+                await opener.ensure_once()
+            except (UpstreamTimeout, UpstreamError, OSError) as exc:
+                log.warning(
+                    "instance group %s: the state topic is not checked yet: %r (retrying)", self.group_id, exc
+                )
         if self._open_relay is not None:
             self._relay = await self._open_relay(self.secret)
         self._run_task = asyncio.create_task(self._run())

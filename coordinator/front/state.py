@@ -296,7 +296,7 @@ class StateTopic:
         """The committed records of the follower's partition from where it stands (its start: the log start) to
         the last stable offset now; the follower then stands there. Raises StateTopicError when its position is
         no longer in the log (the records it needs are gone: it must start over)."""
-        await self._ensure_once()  # (a standby may read before any shard of this server is loaded)
+        await self.ensure_once()  # (a standby may read before any shard of this server is loaded)
         partition = follower.partition
         end = await self.offset(partition, LATEST)
         if follower.position < 0:
@@ -652,10 +652,11 @@ class StateTopic:
 
     async def __call__(self, partition: int, follower: Follower | None = None) -> TopicLog:
         """The log opener of coordinator.server.shards: the topic is made sure of before the first log."""
-        await self._ensure_once()
+        await self.ensure_once()
         return await self.open_log(partition, follower)
 
-    async def _ensure_once(self) -> None:
+    async def ensure_once(self) -> None:
+        """`ensure`, until it has succeeded once."""
         async with self._ensured:
             if not self._ensured_done:
                 await self.ensure()

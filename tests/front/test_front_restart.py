@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import socket
 import time
+import uuid
 
 import pytest
 
@@ -21,6 +22,7 @@ from tests.support.members import (
     wait_for,
     wait_split,
 )
+from tests.support.server import ServerStartError, start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -112,3 +114,33 @@ def test_killed_and_restarted_on_an_empty_disk(members, kafka_cluster, direct, t
         check_exactly_once(ms, placed)
     finally:
         front.kill()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_state_topic_with_another_partition_count_is_refused_at_start(kafka_cluster, tmp_path, workers):
+    """Groups hash to shards by offsets.topic.num.partitions: on a state topic made with another count, groups
+    would be looked for in other shards than they are in, so the server does not start (one process, or every
+    worker of `--workers 2`), and says how to fix it."""
+    topic = f"kgc-state-{uuid.uuid4().hex[:8]}"
+    create_replicated_topic(kafka_cluster.bootstrap, topic, 3)
+    settings = {
+        "upstream.bootstrap.servers": kafka_cluster.bootstrap,
+        "coordinator.state.topic": topic,
+        "offsets.topic.num.partitions": 6,
+    }
+    started = time.monotonic()
+    try:
+        server = start_server(
+            tmp_path / "server", settings, extra_args=["--workers", str(workers)], ready_timeout=90
+        )
+    except ServerStartError as refused:
+        message = str(refused)
+    else:
+        output = server.output()
+        server.stop()
+        pytest.fail(f"the server started on a state topic of 3 partitions for 6 shards\n{output}")
+    assert "exited with code 1" in message, message
+    assert f"the state topic '{topic}' has 3 partitions" in message, message
+    assert "Set offsets.topic.num.partitions=3." in message, message
+    assert "Traceback" not in message, message
+    assert time.monotonic() - started < 60, message

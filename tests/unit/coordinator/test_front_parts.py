@@ -325,7 +325,7 @@ def test_a_follower_reads_what_the_owner_commits_while_its_read_is_under_way():
     fetches = []
 
     class Topic(StateTopic):
-        async def _ensure_once(self) -> None:
+        async def ensure_once(self) -> None:
             pass
 
         async def offset(self, partition: int, timestamp: int) -> int:
