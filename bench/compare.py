@@ -60,6 +60,7 @@ sys.path.insert(0, str(REPO))
 
 import rawkafka as rk  # noqa: E402
 import targets as tg  # noqa: E402
+from goloadgen import GO_LOADGEN, build_go_loadgen  # noqa: E402
 
 from tests.support.wire import WireClient, decode_response, encode_request, recv_frame  # noqa: E402
 
@@ -314,30 +315,6 @@ def roundtrip(target, v: dict, args) -> dict:
 
 
 # -- workload: throughput ------------------------------------------------------------------------------------
-
-GO_LOADGEN = REPO / ".deps" / "go" / "bin" / "bench-loadgen"
-
-
-def build_go_loadgen() -> str | None:
-    """Build bench/loadgen (Go, franz-go's kmsg; module cache in .deps/go). None when built, else why not."""
-    env = dict(
-        os.environ,
-        GOMODCACHE=str(REPO / ".deps" / "go" / "mod"),
-        GOCACHE=str(REPO / ".deps" / "go" / "cache"),
-        GOFLAGS="-mod=mod",
-    )
-    try:
-        out = subprocess.run(
-            ["go", "build", "-o", str(GO_LOADGEN), "."],
-            cwd=BENCH / "loadgen",
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"go build: {exc}"
-    return None if out.returncode == 0 else f"go build: {(out.stderr or out.stdout).strip()[-300:]}"
 
 
 def throughput_one(

@@ -27,6 +27,13 @@ errors by code, and the lost commits (0 expected).
     .venv/bin/python bench/front_instances.py [--rounds 10] [--workers 48] [--groups 480] [--shards 12]
         [--offsets 1000000] [--no-standby]
     .venv/bin/python bench/front_instances.py --scale [--seconds 30] [--counts 1,2] [--as-workers] [--no-standby]
+        [--op heartbeat] [--generator go [--conns 200] [--window 8]]
+
+--op heartbeat measures heartbeats instead of commits in each --scale phase, from bench/loadgen (Go; built on first
+use into .deps/go): it joins --conns members, a group each, through the first instance, and each then heartbeats at
+its group's owner (as FindCoordinator names it) with --window requests in flight. A heartbeat is answered by its
+owner without a request to the brokers, so this load shows what the instances themselves do with a core each.
+--generator go sends the commits of --op commit the same way (one partition each, pipelined).
 
 --counts 1,2,2,1 measures each count twice, in an order that puts the machine's drift during the run on both
 alike; the ratio is of each count's phases summed. With --as-workers, the instances of --scale are the workers of
@@ -43,6 +50,7 @@ import json
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -54,6 +62,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import rawkafka as rk  # noqa: E402
+from goloadgen import GO_LOADGEN, build_go_loadgen  # noqa: E402
 
 from coordinator.sharding import shard_of  # noqa: E402
 from tests.support.kafka_cluster import KafkaCluster, create_replicated_topic  # noqa: E402
@@ -304,9 +316,88 @@ def _processes(servers: list[Any]) -> tuple[list[int], list[str]]:
     return pids, admins
 
 
+def _commit_phase(servers: list[Any], pids: list[int], admins: list[str], args: argparse.Namespace) -> tuple:
+    """One phase of --op commit: the closed-loop committers (Load) for --seconds. Returns (commits acknowledged,
+    seconds, the instances' CPU s, a note: per commit, the instances' own requests to the brokers and their
+    threads' waits)."""
+    load = Load(servers, [f"bench-scale-{i}" for i in range(args.groups)], args.workers)
+    time.sleep(5.0)  # warm: every group's owner known
+    cpu0 = sum(_cpu_s(pid) for pid in pids)
+    asked0 = sum(_upstream_requests(url) for url in admins)
+    waits0 = sum(_waits(pid) for pid in pids)
+    commits0, started = load.commits, time.monotonic()
+    time.sleep(args.seconds)
+    commits = load.commits - commits0
+    elapsed = time.monotonic() - started
+    cpu = sum(_cpu_s(pid) for pid in pids) - cpu0
+    asked = sum(_upstream_requests(url) for url in admins) - asked0
+    waits = sum(_waits(pid) for pid in pids) - waits0
+    load.stop()
+    note = (
+        f"{asked / commits:.2f} requests of the instances' own to the brokers per commit, "
+        f"{waits / commits:.2f} waits of their threads per commit"
+    )
+    return commits, elapsed, cpu, note
+
+
+def _go_phase(bootstrap: str, pids: list[int], args: argparse.Namespace, log: Path, prefix: str) -> tuple:
+    """One phase with bench/loadgen: its --conns members, one group each, send --op requests (heartbeats, or
+    commits of one partition of TOPIC) with --window in flight each for --seconds, each where FindCoordinator
+    names the group's owner. Returns (requests answered, seconds, the instances' CPU s, a note: the generator's
+    cores and any error codes)."""
+    versions = json.dumps({str(k): v for k, v in rk.negotiate(bootstrap).items()})
+    command = [
+        str(GO_LOADGEN),
+        "-bootstrap",
+        bootstrap,
+        "-versions",
+        versions,
+        "-op",
+        args.op,
+        "-topic",
+        TOPIC,
+    ]
+    command += ["-conns", str(args.conns), "-window", str(args.window), "-duration", str(args.seconds)]
+    command += ["-prefix", prefix, "-session-ms", "30000"]
+    with open(log, "w") as err:
+        gen = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+
+        def event(name: str) -> dict[str, Any]:
+            assert gen.stdout is not None
+            for line in gen.stdout:
+                doc = json.loads(line)
+                if doc.get("ev") == "failed":
+                    raise SystemExit(f"the load generator failed: {doc}")
+                if doc.get("ev") == name:
+                    return doc
+            raise SystemExit(f"the load generator ended before {name!r} (its log: {log})")
+
+        event("ready")
+        cpu0 = sum(_cpu_s(pid) for pid in pids)
+        assert gen.stdin is not None
+        gen.stdin.write("go\n")
+        gen.stdin.flush()
+        time.sleep(args.seconds)  # the generator's own --seconds, from the same "go"
+        cpu = sum(_cpu_s(pid) for pid in pids) - cpu0
+        result = event("result")
+    finally:
+        gen.kill()
+        gen.wait(10)
+    note = f"the generator at {result['cpu_s'] / result['seconds']:.2f} cores"
+    if result.get("error_codes"):
+        note += f", error codes in {result['checked']} answers checked: {result['error_codes']}"
+    return result["answers"], result["seconds"], cpu, note
+
+
 def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
     rows = []
     counts = [int(c) for c in args.counts.split(",")]
+    unit = "heartbeats" if args.op == "heartbeat" else "commits"
+    if args.op == "heartbeat":
+        args.generator = "go"
+    if args.generator == "go" and (why := build_go_loadgen()) is not None:
+        raise SystemExit(f"the Go load generator (bench/loadgen) did not build: {why}")
     for round_, count in enumerate(counts):
         settings = {
             "upstream.bootstrap.servers": cluster.bootstrap,
@@ -334,25 +425,17 @@ def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
             time.sleep(2.0)
             if round_ == 0:
                 create_replicated_topic(servers[0].bootstrap, TOPIC, 1)
-            load = Load(servers, [f"bench-scale-{i}" for i in range(args.groups)], args.workers)
-            time.sleep(5.0)  # warm: every group's owner known
             pids, admins = _processes(servers)
-            cpu0 = sum(_cpu_s(pid) for pid in pids)
-            asked0 = sum(_upstream_requests(url) for url in admins)
-            waits0 = sum(_waits(pid) for pid in pids)
-            commits0, started = load.commits, time.monotonic()
-            time.sleep(args.seconds)
-            commits = load.commits - commits0
-            elapsed = time.monotonic() - started
-            cpu = sum(_cpu_s(pid) for pid in pids) - cpu0
-            asked = sum(_upstream_requests(url) for url in admins) - asked0
-            waits = sum(_waits(pid) for pid in pids) - waits0
-            load.stop()
-            rows.append((count, commits, elapsed, cpu))
+            if args.generator == "go":
+                done, elapsed, cpu, note = _go_phase(
+                    servers[0].bootstrap, pids, args, run / f"loadgen-{round_}.log", f"bench-hb-{round_}"
+                )
+            else:
+                done, elapsed, cpu, note = _commit_phase(servers, pids, admins, args)
+            rows.append((count, done, elapsed, cpu))
             print(
-                f"{count} instance(s): {commits / elapsed:.0f} commits/s, {cpu:.1f} CPU s, {commits / cpu:.0f} commits "
-                f"per CPU-s, {asked / commits:.2f} requests of the instances' own to the brokers per commit, "
-                f"{waits / commits:.2f} waits of their threads per commit",
+                f"{count} instance(s): {done / elapsed:.0f} {unit}/s, {cpu:.1f} CPU s, {done / cpu:.0f} {unit} "
+                f"per CPU-s, {note}",
                 flush=True,
             )
         finally:
@@ -361,15 +444,17 @@ def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
             for s in servers:
                 s.proc.wait(30)
     print()
-    print("| instances | commits/s | instances' CPU s | commits per CPU-s |")
+    print(f"| instances | {unit}/s | instances' CPU s | {unit} per CPU-s |")
     print("|---|---|---|---|")
-    for count, commits, elapsed, cpu in rows:
-        print(f"| {count} | {commits / elapsed:.0f} | {cpu:.1f} | {commits / cpu:.0f} |")
+    for count, done, elapsed, cpu in rows:
+        print(f"| {count} | {done / elapsed:.0f} | {cpu:.1f} | {done / cpu:.0f} |")
     # every phase of one count together (with --counts 1,2,2,1 the drift of the machine falls on both alike)
     total = {c: [sum(row[k] for row in rows if row[0] == c) for k in (1, 2, 3)] for c in sorted(set(counts))}
-    if 1 in total and 2 in total:
-        (c1, e1, u1), (c2, e2, u2) = total[1], total[2]
-        print(f"| 2 / 1 | {(c2 / e2) / (c1 / e1):.2f}x | | {(c2 / u2) / (c1 / u1):.2f}x |")
+    if 1 in total:
+        d1, e1, u1 = total[1]
+        for count, (d, e, u) in total.items():
+            if count > 1:
+                print(f"| {count} / 1 | {(d / e) / (d1 / e1):.2f}x | | {(d / u) / (d1 / u1):.2f}x |")
 
 
 def main() -> None:
@@ -387,6 +472,21 @@ def main() -> None:
         default="1,2",
         help="with --scale: the instance counts measured, in this order (e.g. 1,2,2,1; each count's phases summed)",
     )
+    parser.add_argument(
+        "--op",
+        choices=("commit", "heartbeat"),
+        default="commit",
+        help="with --scale: what the load sends",
+    )
+    parser.add_argument(
+        "--generator",
+        choices=("python", "go"),
+        default="python",
+        help="with --scale: the load, closed-loop commits from threads here (--workers, --groups), or bench/loadgen "
+        "(--conns members of a group each, --window requests in flight each; always for --op heartbeat)",
+    )
+    parser.add_argument("--conns", type=int, default=200, help="with --generator go: members")
+    parser.add_argument("--window", type=int, default=8, help="with --generator go: requests in flight each")
     parser.add_argument(
         "--as-workers",
         action="store_true",
