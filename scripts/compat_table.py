@@ -65,9 +65,13 @@ def merge(committed: dict, latest_dir: Path) -> dict:
         key = new["client"]
         old = committed["clients"].get(key, {})
         merged = dict(old)
-        merged.update(
-            {k: v for k, v in new.items() if k not in ("scenarios", "api_versions", "notes", "front")}
+        # A run that only marked scenarios n.a. (or n.t.) did not run the client: its version and date stay.
+        ran = any(
+            r["result"] in ("pass", "fail")
+            for r in [*new.get("scenarios", {}).values(), *new.get("front", {}).values()]
         )
+        kept = {"scenarios", "api_versions", "notes", "front"} | (set() if ran else {"recorded_at"})
+        merged.update({k: v for k, v in new.items() if k not in kept and v not in (None, "")})
         merged["scenarios"] = {**old.get("scenarios", {}), **new.get("scenarios", {})}
         merged["front"] = {**old.get("front", {}), **new.get("front", {})}
         merged["api_versions"] = new.get("api_versions") or old.get("api_versions", {})

@@ -42,6 +42,7 @@ SCENARIOS = {
     "fencing": "fencing dup. instance id",
     "admin": "admin list/describe/delete",
     "upgrade": "rolling upgrade classic→consumer and back",
+    "regex": "regex subscription, later topic",
 }
 
 # Every client of the table: key -> (display name, library, client.id prefixes whose requests are its own).
@@ -100,6 +101,7 @@ TEST_SCENARIOS = {
     "test_java_consumer_protocol_static_member_restart_keeps_partitions": ["static_restart"],
     "test_java_consumer_protocol_duplicate_instance_id_is_refused": ["fencing"],
     "test_java_consumer_protocol_rolling_upgrade_and_downgrade": ["upgrade"],
+    "test_java_consumer_protocol_regex_subscription_picks_up_a_later_topic": ["regex"],
 }
 
 _RANK = {"n.t.": 0, "n.a.": 1, "pass": 2, "fail": 3}  # n.t.: not tested

@@ -16,11 +16,13 @@ from test_client_matrix import (  # noqa: F401
     franz_go_binary,
     kafkajs_dir,
     test_group_lifecycle,
+    test_regex_subscription_picks_up_a_later_topic,
     test_rolling_upgrade_and_downgrade,
     test_static_membership,
 )
 from test_java_clients import (  # noqa: F401
     test_java_consumer_protocol_duplicate_instance_id_is_refused,
+    test_java_consumer_protocol_regex_subscription_picks_up_a_later_topic,
     test_java_consumer_protocol_rolling_upgrade_and_downgrade,
     test_java_consumer_protocol_split_consume_exactly_once_and_take_over_a_leaver,
     test_java_consumer_protocol_static_member_restart_keeps_partitions,

@@ -19,6 +19,7 @@ from tests.support.members import (
     create_topic,
     high_watermarks,
     produce_batch,
+    regex_subscription,
     rolling_migration,
     wait_for,
     wait_split,
@@ -321,4 +322,31 @@ def test_java_consumer_protocol_rolling_upgrade_and_downgrade(
         540,
         lambda name: start_java_member(members, java_clients, name, server, group, topic, settings=DYNAMIC),
         lambda name: start_java_member(members, java_clients, name, server, group, topic, settings=KIP848),
+    )
+
+
+def test_java_consumer_protocol_regex_subscription_picks_up_a_later_topic(
+    members, server, tmp_path, java_clients, request
+):
+    """subscribe(SubscriptionPattern): the server resolves the pattern (KIP-848's SubscribedTopicRegex), a
+    matching topic created while the member runs is assigned and consumed, another is not
+    (tests/support/members.py regex_subscription)."""
+    not_applicable(
+        JAVA_SETS[java_clients.set_name],
+        "regex",
+        request,
+        "run in the row of kafka-clients 4.x with the consumer group protocol (KIP-848)",
+    )
+    kip848_only(java_clients)
+    group = "java-848-regex"
+    regex_subscription(
+        members,
+        server,
+        tmp_path,
+        group,
+        "java-rx",
+        560,
+        lambda pattern: start_java_member(
+            members, java_clients, "rx", server, group, pattern, settings=KIP848, regex=True
+        ),
     )

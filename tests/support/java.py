@@ -111,7 +111,9 @@ def start_java_member(
     assignor: str = "range",
     settings: dict[str, object] | None = None,
     max_runtime: float = 150.0,
+    regex: bool = False,
 ) -> JavaMember:
+    """`regex`: `topic` is a regular expression, subscribed as a SubscriptionPattern (kafka-clients 4.x)."""
     pool.server = server
     cmd = [
         "java",
@@ -134,6 +136,8 @@ def start_java_member(
     ]
     if instance_id:
         cmd += ["--instance-id", instance_id]
+    if regex:
+        cmd.append("--regex")
     for k, v in (settings or {}).items():
         cmd += ["--set", f"{k}={v}"]
     member = JavaMember(f"java-{java_clients.version}", name, cmd, pool.run_dir)

@@ -446,3 +446,61 @@ def rolling_migration(
     assert not [e for m in everyone for e in m.errors()], pool.describe()
     check_exactly_once(everyone, placed)
     return everyone
+
+
+def regex_subscription(
+    pool: Members,
+    server: ServerProcess,
+    tmp_path: Path,
+    group: str,
+    prefix: str,
+    seed: int,
+    start: Callable[[str], Member],
+    *,
+    timeout: float = 40,
+) -> Member:
+    """KIP-848's regex subscription: one member of `group` subscribed to `^PREFIX-.*` (`start(pattern)`) consumes
+    PREFIX-one, then PREFIX-two, created while it runs, and never `other-PREFIX`, created with it: the server
+    resolves the pattern against the topics as they come. Every record of both topics is consumed and committed,
+    with no commit error; the member is closed. Returns it."""
+    one, two, other = f"{prefix}-one", f"{prefix}-two", f"other-{prefix}"
+    create_topic(server, one, 2)
+    placed_one = produce_batch(server, one, 50, seed, tmp_path, partitions=2)
+    m = start(f"^{prefix}-.*")
+
+    def topics_seen() -> set[str]:
+        return {t for e in m.events("records") for t in e.get("topics", ())}
+
+    wait_for(
+        lambda: topics_seen() == {one} and len(m.records()) >= len(placed_one),
+        timeout,
+        f"{one} consumed",
+        pool.describe,
+    )
+    assert group_type(server, group) == "consumer", pool.describe([m])  # the server resolves the pattern
+    create_topic(server, two, 3)
+    create_topic(server, other, 1)
+    placed_two = produce_batch(server, two, 30, seed + 1, tmp_path, partitions=3)
+    produce_batch(server, other, 5, seed + 2, tmp_path)
+    wait_for(lambda: two in topics_seen(), timeout, "the later topic picked up and consumed", pool.describe)
+    wait_for(
+        lambda: len(m.records()) >= len(placed_one) + len(placed_two),
+        20,
+        "every record of both topics",
+        pool.describe,
+    )
+    assigned = {t for e in m.events("assigned") for t in e.get("topics", ())}
+    assert assigned == {one, two} and topics_seen() == {one, two}, pool.describe([m])
+    for topic, placed, partitions in ((one, placed_one, 2), (two, placed_two, 3)):
+        hw = high_watermarks(placed, partitions)
+        wait_for(
+            lambda topic=topic, partitions=partitions, hw=hw: (
+                committed_offsets(server, group, topic, partitions) == hw
+            ),
+            20,
+            f"the offsets of {topic} committed",
+            pool.describe,
+        )
+    assert not commit_errors([m]), pool.describe([m])
+    assert m.close() == 0, pool.describe([m])
+    return m

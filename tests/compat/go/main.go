@@ -98,6 +98,16 @@ func parts(m map[string][]int32, topic string) []int {
 	return out
 }
 
+// topicsOf: the topics of an assignment (or of a batch of records), sorted.
+func topicsOf(m map[string][]int32) []string {
+	out := []string{}
+	for t := range m {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
 func sortedHeld(held map[int]bool) []int {
 	out := []int{}
 	for p := range held {
@@ -126,7 +136,8 @@ func balancer(name string) kgo.GroupBalancer {
 func member(args []string) {
 	fs := flag.NewFlagSet("member", flag.ExitOnError)
 	bootstrap := fs.String("bootstrap", "", "HOST:PORT")
-	topic := fs.String("topic", "", "topic")
+	topic := fs.String("topic", "", "topic (with --regex: a regular expression of topic names)")
+	regex := fs.Bool("regex", false, "subscribe to the topics --topic matches (with KIP-848: the server resolves it)")
 	group := fs.String("group", "", "group id")
 	instanceID := fs.String("instance-id", "", "group.instance.id (static membership)")
 	clientID := fs.String("client-id", "", "client id (default franz-go-NAME)")
@@ -179,7 +190,8 @@ func member(args []string) {
 			for _, p := range ps {
 				held[p] = true
 			}
-			emit("assigned", "partitions", ps, "held", sortedHeld(held), "protocol", protocol, "member_id", memberID())
+			emit("assigned", "partitions", ps, "held", sortedHeld(held), "protocol", protocol, "member_id", memberID(),
+				"topics", topicsOf(m))
 		}),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			ps := parts(m, *topic)
@@ -208,6 +220,9 @@ func member(args []string) {
 	}
 	if *instanceID != "" {
 		opts = append(opts, kgo.InstanceID(*instanceID))
+	}
+	if *regex {
+		opts = append(opts, kgo.ConsumeRegex())
 	}
 	if *serverSide {
 		opts = append(opts, kgo.ServerSideBalancer())
@@ -271,7 +286,9 @@ loop:
 		if len(recs) > 0 && !fatal {
 			out := make([][]any, 0, len(recs))
 			next := map[string]int64{}
+			seen := map[string][]int32{}
 			for _, r := range recs {
+				seen[r.Topic] = nil
 				var key any
 				if r.Key != nil {
 					key = hex.EncodeToString(r.Key)
@@ -279,7 +296,7 @@ loop:
 				out = append(out, []any{r.Partition, r.Offset, key})
 				next[fmt.Sprint(r.Partition)] = r.Offset + 1
 			}
-			emit("records", "recs", out)
+			emit("records", "recs", out, "topics", topicsOf(seen))
 			cctx, ccancel := context.WithTimeout(context.Background(), 15*time.Second)
 			err := cl.CommitRecords(cctx, recs...)
 			ccancel()

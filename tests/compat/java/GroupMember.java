@@ -9,13 +9,15 @@
 //
 // Usage: java -cp CLASSES:JARS/* GroupMember --bootstrap HOST:PORT --topic T --group G [--instance-id ID]
 //            [--assignor range|roundrobin|sticky|cooperative-sticky] [--name NAME] [--client-id ID]
-//            [--max-runtime SECONDS] [--commit sync|none] [--set consumer.property=value]...
+//            [--max-runtime SECONDS] [--commit sync|none] [--regex] [--set consumer.property=value]...
+// --regex: --topic is a regular expression, subscribed as a SubscriptionPattern (kafka-clients 4.x: with the
+// consumer group protocol the server resolves it, in RE2/J's dialect, against every topic, created later too).
 //
 // Events: one JSON object per line on stdout, flushed at once (same shapes as tests/e2e/groups/clients/_events.py):
 //   {"ev": NAME, "t": UNIX_SECONDS, "member": NAME, ...}
 //   started (pid, client_version) / subscribed
-//   assigned (partitions, held, protocol, member_id) / revoked (partitions, held, protocol) / lost (...)
-//   records (recs: [[partition, offset, key_hex], ...]) / commit (offsets: {partition: next_offset})
+//   assigned (partitions, held, protocol, member_id, topics) / revoked (partitions, held, protocol) / lost (...)
+//   records (recs: [[partition, offset, key_hex], ...], topics) / commit (offsets: {partition: next_offset})
 //   commit_error (offsets, error: {name, str}) / error (source, code, name, str, fatal, retriable)
 //   closing (fatal) / closed / exiting
 // Commands, one a line on stdin: close (close the consumer, exit 0), exit (halt at once, like a crash but the
@@ -175,6 +177,12 @@ public final class GroupMember {
         return ps;
     }
 
+    static List<String> topics(Collection<TopicPartition> tps) {
+        TreeSet<String> names = new TreeSet<>();
+        for (TopicPartition tp : tps) names.add(tp.topic());
+        return new ArrayList<>(names);
+    }
+
     static String assignorClass(String assignor) {
         switch (assignor) {
             case "range": return "org.apache.kafka.clients.consumer.RangeAssignor";
@@ -188,6 +196,7 @@ public final class GroupMember {
     public static void main(String[] argv) throws Exception {
         String bootstrap = null, topic = null, group = null, instanceId = null, clientId = null;
         String assignor = "range", commit = "sync";
+        boolean regex = false;
         double maxRuntime = 150.0;
         Map<String, String> extra = new LinkedHashMap<>();
         for (int i = 0; i < argv.length; i++) {
@@ -203,6 +212,7 @@ public final class GroupMember {
                 case "--name": name = v; i++; break;
                 case "--max-runtime": maxRuntime = Double.parseDouble(v); i++; break;
                 case "--commit": commit = v; i++; break;
+                case "--regex": regex = true; break;
                 case "--set": {
                     int eq = v.indexOf('=');
                     extra.put(v.substring(0, eq), v.substring(eq + 1));
@@ -266,7 +276,7 @@ public final class GroupMember {
                 if (protocol.equals("EAGER")) held.clear();
                 held.addAll(parts(tps));
                 emit("assigned", "partitions", parts(tps), "held", new ArrayList<>(held), "protocol", protocol,
-                     "member_id", consumer.groupMetadata().memberId());
+                     "member_id", consumer.groupMetadata().memberId(), "topics", topics(tps));
             }
 
             @Override
@@ -287,7 +297,14 @@ public final class GroupMember {
                 emit("lost", "partitions", parts(tps), "held", new ArrayList<>(held), "protocol", protocol);
             }
         };
-        consumer.subscribe(Collections.singletonList(topic), listener);
+        if (regex) {
+            // By reflection: kafka-clients 3.9, which this file also compiles against, has no SubscriptionPattern.
+            Class<?> pattern = Class.forName("org.apache.kafka.clients.consumer.SubscriptionPattern");
+            KafkaConsumer.class.getMethod("subscribe", pattern, ConsumerRebalanceListener.class)
+                .invoke(consumer, pattern.getConstructor(String.class).newInstance(topic), listener);
+        } else {
+            consumer.subscribe(Collections.singletonList(topic), listener);
+        }
         emit("subscribed");
         control.start();
 
@@ -320,7 +337,7 @@ public final class GroupMember {
                     recs.add(java.util.Arrays.asList(r.partition(), r.offset(), hex(r.key())));
                     next.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
                 }
-                emit("records", "recs", recs);
+                emit("records", "recs", recs, "topics", topics(batch.partitions()));
                 if (!commitSync) continue;
                 uncommitted.putAll(next);
                 fatal = commitOffsets(consumer, uncommitted, null);

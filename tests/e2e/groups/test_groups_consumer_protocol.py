@@ -19,6 +19,7 @@ from tests.support.members import (
     create_topic,
     group_type,
     produce_batch,
+    regex_subscription,
     rolling_migration,
     wait_for,
     wait_ready,
@@ -122,31 +123,15 @@ def test_instance_id_in_use_is_refused(members, server, tmp_path):
 
 def test_regex_subscription_picks_up_a_topic_created_later(members, server, tmp_path):
     group = "kip848-regex"
-    create_topic(server, "rx-one", 2)
-    placed_one = produce_batch(server, "rx-one", 50, 852, tmp_path)
-    m = members.start("ck", "rx", server, group, "^rx-.*", settings=CONSUMER)
-
-    def topics_seen() -> set[str]:
-        return {t for e in m.events("records") for t in e.get("topics", ())}
-
-    wait_for(
-        lambda: topics_seen() == {"rx-one"} and len(m.records()) >= len(placed_one),
-        30,
-        "rx-one consumed",
-        members.describe,
+    regex_subscription(
+        members,
+        server,
+        tmp_path,
+        group,
+        "rx",
+        852,
+        lambda pattern: members.start("ck", "rx", server, group, pattern, settings=CONSUMER),
     )
-    create_topic(server, "rx-two", 3)
-    create_topic(server, "other", 1)
-    produce_batch(server, "rx-two", 30, 853, tmp_path)
-    produce_batch(server, "other", 5, 854, tmp_path)
-    wait_for(
-        lambda: "rx-two" in topics_seen(), 40, "the later topic picked up and consumed", members.describe
-    )
-    assigned_topics = {t for e in m.events("assigned") for t in e.get("topics", ())}
-    assert assigned_topics == {"rx-one", "rx-two"}, members.describe([m])
-    wait_for(lambda: len(m.records()) >= 80, 20, "every record of both topics", members.describe)
-    assert not commit_errors([m]), members.describe([m])
-    assert m.close() == 0, members.describe([m])
 
 
 def test_consumer_groups_in_the_admin_api_cli_and_metrics(members, server, tmp_path):
