@@ -428,7 +428,11 @@ def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
             pids, admins = _processes(servers)
             if args.generator == "go":
                 done, elapsed, cpu, note = _go_phase(
-                    servers[0].bootstrap, pids, args, run / f"loadgen-{round_}.log", f"bench-hb-{round_}"
+                    servers[0].bootstrap,
+                    pids,
+                    args,
+                    run / f"loadgen-{round_}.log",
+                    f"bench-{args.op}-{round_}",
                 )
             else:
                 done, elapsed, cpu, note = _commit_phase(servers, pids, admins, args)
