@@ -394,9 +394,9 @@ def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
     rows = []
     counts = [int(c) for c in args.counts.split(",")]
     unit = "heartbeats" if args.op == "heartbeat" else "commits"
-    if args.op == "heartbeat":
-        args.generator = "go"
-    if args.generator == "go" and (why := build_go_loadgen()) is not None:
+    # heartbeats come from bench/loadgen only
+    generator = "go" if args.op == "heartbeat" else args.generator
+    if generator == "go" and (why := build_go_loadgen()) is not None:
         raise SystemExit(f"the Go load generator (bench/loadgen) did not build: {why}")
     for round_, count in enumerate(counts):
         settings = {
@@ -426,7 +426,7 @@ def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
             if round_ == 0:
                 create_replicated_topic(servers[0].bootstrap, TOPIC, 1)
             pids, admins = _processes(servers)
-            if args.generator == "go":
+            if generator == "go":
                 done, elapsed, cpu, note = _go_phase(
                     servers[0].bootstrap,
                     pids,
