@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Several instances in front of one cluster (coordinator.front.instances): what a SIGKILL costs, under commit load.
 
-Starts a 3-node Apache Kafka 4.x cluster (tests/support/kafka_cluster.py) once and three instances on one state
-topic (--shards partitions). A load of --workers threads commits offsets of --groups simple groups without pause,
+Starts a 3-node Apache Kafka 4.x cluster (tests/support/kafka_cluster.py; its brokers with kafka-server-start.sh's
+JVM flags, or with the tests' faster-starting ones with --test-jvm) once and three instances on one state topic
+(--shards partitions). A load of --workers threads commits offsets of --groups simple groups without pause,
 each commit sent where FindCoordinator says (asked again after any error), as a client does. Then --rounds times:
 SIGKILL one instance (in turn), and measure, for a probe group in each of its shards (each probed by a thread of
 its own), the time from the kill to the first commit that a survivor's owner acknowledges; then start a new
@@ -503,6 +504,12 @@ def main() -> None:
         help="offsets committed before the rounds (groups of 200 partitions), so that shards are big to replay",
     )
     parser.add_argument(
+        "--test-jvm",
+        action="store_true",
+        help="the brokers with the tests' JVM flags (C1 only, 384 MB), as the figures before 2026-11-29 were "
+        "measured; by default they run with kafka-server-start.sh's, as a user's cluster does",
+    )
+    parser.add_argument(
         "--no-standby",
         action="store_true",
         help="coordinator.instance.standby=false: takeovers replay whole shards",
@@ -511,7 +518,7 @@ def main() -> None:
 
     run = Path(tempfile.mkdtemp(prefix="bench-instances-"))
     (run / "kafka").mkdir()
-    cluster = KafkaCluster(run / "kafka")
+    cluster = KafkaCluster(run / "kafka", production_jvm=not args.test_jvm)
     servers: list[Any] = []
     if args.scale:
         try:

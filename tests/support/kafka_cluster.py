@@ -25,6 +25,17 @@ from tests.support.wire import WireClient, make, request_class
 NODE_IDS = (1, 2, 3)
 SASL_USER = ("kgc-front", "front-secret")  # user and password on the cluster's SASL listener
 HEAP = "384m"
+# The JVM flags of Kafka's bin/kafka-server-start.sh (its KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS defaults):
+# how a user's cluster runs. Benchmarks ask for them (KafkaCluster(production_jvm=True)); tests keep the flags that
+# start fastest (C1 only, a small heap), which cost the brokers more CPU per request once they run.
+PRODUCTION_JVM = [
+    "-Xmx1G",
+    "-Xms1G",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+]
 
 
 def _free_port() -> int:
@@ -36,8 +47,9 @@ def _free_port() -> int:
 
 
 class KafkaCluster:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, production_jvm: bool = False) -> None:
         need_tools("java")
+        self.production_jvm = production_jvm
         self.jars = fetch_jar_set("kafka-server")
         self.version = (self.jars / ".complete").read_text().strip().rsplit(":", 1)[1]
         self.run_dir = run_dir
@@ -142,7 +154,9 @@ class KafkaCluster:
 
     def _java(self, main: str, *args: str, heap: str | None = None) -> list[str]:
         cmd = ["java"]
-        if heap:
+        if heap and self.production_jvm:
+            cmd += [*PRODUCTION_JVM, "-Djava.awt.headless=true"]
+        elif heap:
             cmd += [f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1"]
             cmd += ["-Djava.awt.headless=true", "-XX:ActiveProcessorCount=2"]
             cmd += [
