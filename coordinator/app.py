@@ -189,6 +189,16 @@ def build(
     )
     if topology is not None and channel is not None:
         security.sync = SecuritySync(config, topology, channel, security.store)
+    if front is not None:
+        from coordinator.front.security import TopicSecurity, security_topic_name, served_here
+
+        front.served_here = served_here(security.authorizer_enabled, security.listeners)
+        if front.served_here and config["coordinator.state.topic"]:
+            # its ACLs and SCRAM credentials in a topic of the cluster, the same on every instance and worker
+            security.store.topic = TopicSecurity(
+                front.cluster, security_topic_name(config["coordinator.state.topic"])
+            )
+            front.own_topic_sources.append(security.store.topic.topic)
 
     if placement is None or instance_worker:
         shared = socket.socket(fileno=placement.listener_fds[0]) if placement is not None else None
@@ -220,6 +230,7 @@ def build(
             int(config["offsets.topic.num.partitions"]),
             config["coordinator.state.lease.ms"],
         )
+        front.own_topic_sources.append(log_opener)
     shards = Shards(
         config,
         None if log_opener is not None else data_dir,

@@ -96,15 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"kafka-group-coordinator: {exc}", file=sys.stderr)
                 return 2
             shared = bool(config["upstream.bootstrap.servers"])
-            if shared and (
-                len(named) > 1
-                or str(config["authorizer.class.name"]).strip()
-                or any(spec.sasl for spec in named)
-            ):
+            if shared and len(named) > 1:
                 print(
-                    "kafka-group-coordinator: in front of an upstream cluster, several workers take one listener "
-                    "and neither SASL nor an authorizer (each keeps its own DATA_DIR/security); run one worker "
-                    "per instance for those",
+                    "kafka-group-coordinator: in front of an upstream cluster, several workers take one listener",
                     file=sys.stderr,
                 )
                 return 2

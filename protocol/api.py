@@ -116,6 +116,23 @@ def _decoding(api_key: int, version: int) -> tuple[Any, Any, Any, Any]:
     return cls, _reader(header_cls), array_check(cls), _reader(cls)
 
 
+def decode_request_body(frame: bytes | memoryview) -> Any:
+    """The body of a whole request frame (header first), of any API and version kio knows, whatever a table
+    serves: for a part that looks into a request it passes on undecoded. Raises RequestDecodeError."""
+    if len(frame) < _PREFIX.size:
+        raise RequestDecodeError(f"request of {len(frame)} bytes is shorter than a request header")
+    api_key, version, _ = _PREFIX.unpack_from(frame, 0)
+    try:
+        _, read_header, check, read_body = _decoding(api_key, version)
+        _, offset = read_header(frame, 0)
+        if check is not None:
+            check(frame, offset)
+        body, _ = read_body(frame, offset)
+    except (DecodeError, ValueError, OverflowError, KeyError, UnknownAPIKey, UnknownEntity) as exc:
+        raise RequestDecodeError(f"cannot decode api key {api_key} v{version}: {exc!r}") from exc
+    return body
+
+
 @functools.cache
 def _writer(cls: Any) -> Any:
     return entity_writer(cls)

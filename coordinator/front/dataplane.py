@@ -55,13 +55,21 @@ from coordinator.dataplane import SharedRefresh
 from coordinator.server.connection import CLOSE
 from coordinator.server.listener import KafkaListener
 from coordinator.tasks import cancel_and_wait
-from protocol.api import ApiTable, RequestContext, decode_response, encode_body
+from protocol.api import (
+    ApiTable,
+    RequestContext,
+    RequestDecodeError,
+    decode_request_body,
+    decode_response,
+    encode_body,
+)
 from protocol.api_keys import ApiKey
 
 from .cluster import UpstreamCluster, UpstreamTimeout
 from .connect import unused_settings
 from .endpoints import NEWEST as ENDPOINTS_NEWEST
 from .endpoints import has_endpoints, produce_acks
+from .security import security_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +115,9 @@ CAPS: dict[int, int] = dict(ENDPOINTS_NEWEST)
 ENDPOINTS = frozenset(ENDPOINTS_NEWEST)
 # A restarted worker retries its predecessor's broker port this long (the dead one's socket may linger).
 PREDECESSOR_BIND_S = 1.0
+# Passed on decoded (coordinator.front.groups: the configs of what is not a group), refused for this server's own
+# topics
+ALTERING_CONFIGS = frozenset({ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS})
 # Rewritten answers (decoded), at this server's versions narrowed to the cluster's.
 REWRITTEN = {ApiKey.METADATA: (0, 13), ApiKey.DESCRIBE_CLUSTER: (0, 2)}
 
@@ -157,6 +168,15 @@ class FrontDataPlane:
         self.consumer_topics = FrontTopics(self)
         self.started = False
         self.groups: Any = None  # coordinator.front.groups.FrontGroups, for upstream_status
+        # APIs of the cluster served here instead (the ACL APIs when this server has an authorizer of its own, the
+        # SCRAM APIs when it has SASL users of its own: coordinator.front.security); set before start
+        self.served_here: frozenset[int] = frozenset()
+        # this server's own topics on the cluster: never a consumer group's by a regular expression, never read or
+        # written by a client through this server (`_touches_own`); `own_topic_sources` give their topic ids
+        state = str(config["coordinator.state.topic"])
+        self._own_topics = frozenset({state, security_topic_name(state)} if state else ())
+        self._own_name = state.encode()  # (the security topic's name begins with it)
+        self.own_topic_sources: list[Any] = []  # coordinator.front.state.StateTopic, each with its topic_id
 
     # -- DataPlane -----------------------------------------------------------------------------------------------
 
@@ -248,7 +268,7 @@ class FrontDataPlane:
             else:
                 table.narrow(api_key, max(low, theirs[0]), min(high, theirs[1]))
         for key, (first, last) in sorted(versions.items()):
-            if key in LOCAL or key in WITHHELD:
+            if key in LOCAL or key in WITHHELD or key in self.served_here:
                 continue
             last = min(last, CAPS.get(key, last))
             if first <= last:
@@ -401,6 +421,8 @@ class FrontDataPlane:
             self._abort_connection(connection_id)
 
     async def _forward(self, ctx: RequestContext, frame: bytes) -> Any:
+        if self._own_topics and self._touches_own(frame):
+            return self._refuse_own(ctx)
         no_answer = ctx.api_key == ApiKey.PRODUCE and produce_acks(frame, ctx.api_version) == 0
         try:
             future = self.route(ctx).send_frame(frame, expect_answer=not no_answer)
@@ -418,7 +440,10 @@ class FrontDataPlane:
 
     async def forward_decoded(self, ctx: RequestContext, request: Any) -> Any:
         """`request` (an entity at the client's version, part of what the client asked) sent on the client's
-        own route, as `_forward` sends a whole frame; the decoded answer, or CLOSE if the broker went away."""
+        own route, as `_forward` sends a whole frame; the decoded answer, or CLOSE if the broker went away (or the
+        request would change this server's own topics' configs)."""
+        if ctx.api_key in ALTERING_CONFIGS and self._names_own(request):
+            return self._refuse_own(ctx)
         try:
             future = self.route(ctx).send(ctx.api_key, ctx.api_version, ctx.client_id, request)
             assert future is not None
@@ -427,6 +452,48 @@ class FrontDataPlane:
             self._abort_connection(ctx.connection_id)
             return CLOSE
         return decode_response(ctx.api_key, ctx.api_version, rest)
+
+    # -- this server's own topics ------------------------------------------------------------------------------
+
+    def _touches_own(self, frame: bytes | memoryview) -> bool:
+        """Whether a request names the state topic or the security topic (`_names_own`): a quick scan of its
+        bytes for their name and topic ids, and only when that finds one, a decode that tells a topic field from
+        record data or a client id that holds the same bytes. A request that cannot be decoded then counts."""
+        data = frame if isinstance(frame, bytes) else bytes(frame)
+        markers = [self._own_name]
+        markers += [s.topic_id.bytes for s in self.own_topic_sources if s.topic_id is not None]
+        if not any(marker in data for marker in markers):
+            return False
+        try:
+            return self._names_own(decode_request_body(data))
+        except RequestDecodeError:
+            return True
+
+    def _names_own(self, request: Any) -> bool:
+        """Whether a request names the own topics, by name or id, or one of the shards' transactional ids
+        (`<state topic>-<partition>`, whose epoch a client's InitProducerId would bump: the shard's owner fenced)."""
+        ids = {s.topic_id for s in self.own_topic_sources if s.topic_id is not None}
+        prefix = self._own_name.decode() + "-"
+        return any(
+            v in self._own_topics
+            or v in ids
+            or (isinstance(v, str) and v.startswith(prefix) and v[len(prefix) :].isdigit())
+            for v in _scalars(request)
+        )
+
+    def _refuse_own(self, ctx: RequestContext) -> Any:
+        """Clients never read, write or reconfigure the topics that hold this server's state and its users'
+        credentials through it (it would pass them on as its own principal, which may): the connection is closed,
+        as Kafka closes one whose request it will not answer."""
+        log.warning(
+            "closed the connection of client %r at %s: api %d names this server's own topic (%s)",
+            ctx.client_id,
+            ctx.client_host,
+            ctx.api_key,
+            ", ".join(sorted(self._own_topics)),
+        )
+        self._abort_connection(ctx.connection_id)
+        return CLOSE
 
     async def _rewrite_endpoints(self, ctx: RequestContext, rest: bytes) -> bytes:
         """A Produce or Fetch answer naming new leaders' addresses (KIP-951), with this server's instead."""
@@ -528,7 +595,7 @@ class FrontDataPlane:
         for topic in metadata.topics:
             if topic.error_code or not topic.name:
                 continue
-            if not topic.is_internal and topic.name != self._config["coordinator.state.topic"]:
+            if not topic.is_internal and topic.name not in self._own_topics:
                 names.append(topic.name)
             if topic.name not in watched:
                 continue
@@ -606,3 +673,16 @@ class FrontTopics:
         if not front._want_all_names:
             front._want_all_names = True
         return front._all_names
+
+
+def _scalars(entity: Any) -> Iterable[Any]:
+    """Every string and UUID field of a request entity, at any depth (topic names and ids among them; record data
+    is bytes, not walked)."""
+    if isinstance(entity, (str, uuid.UUID)):
+        yield entity
+    elif isinstance(entity, tuple):
+        for item in entity:
+            yield from _scalars(item)
+    elif dataclasses.is_dataclass(entity) and not isinstance(entity, type):
+        for field in dataclasses.fields(entity):
+            yield from _scalars(getattr(entity, field.name))

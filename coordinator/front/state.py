@@ -43,6 +43,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -151,12 +152,21 @@ class Writer:
 
 
 class StateTopic:
-    def __init__(self, cluster: UpstreamCluster, name: str, partitions: int, lease_ms: int = 2000) -> None:
+    def __init__(
+        self,
+        cluster: UpstreamCluster,
+        name: str,
+        partitions: int,
+        lease_ms: int = 2000,
+        role: str = "state topic",
+    ) -> None:
         self.cluster = cluster
         self.name = name
+        self.role = role  # what the topic is, in messages (coordinator.front.security's is one too)
         self.partitions = partitions
         self.lease_s = lease_ms / 1000
         self._leaders: dict[int, int] = {}
+        self.topic_id: uuid.UUID | None = None  # known once the topic's metadata was read
         self._writers: dict[int, Writer] = {}  # the latest writer of each partition this server claimed
         self._keeper: asyncio.Task[None] | None = None
         self._warned = -WARN_INTERVAL_S
@@ -201,14 +211,18 @@ class StateTopic:
             code = answer.topics[0].error_code
             if code not in (ErrorCode.none, ErrorCode.topic_already_exists):
                 raise StateTopicError(
-                    f"cannot create the state topic {self.name!r} on the upstream cluster: error {code} "
+                    f"cannot create the {self.role} {self.name!r} on the upstream cluster: error {code} "
                     f"({answer.topics[0].error_message})"
                 )
-            log.info("created the state topic %s (%d partitions, compacted)", self.name, self.partitions)
+            log.info("created the %s %s (%d partitions, compacted)", self.role, self.name, self.partitions)
             while (count := await self._refresh_leaders(deadline)) is None or len(self._leaders) < count:
                 if time.monotonic() > deadline:
-                    raise UpstreamTimeout(f"the state topic {self.name!r} has no leaders yet")
+                    raise UpstreamTimeout(f"the {self.role} {self.name!r} has no leaders yet")
                 await asyncio.sleep(RETRY_PAUSE_S)
+        if count != self.partitions and self.role != "state topic":
+            raise StateTopicError(
+                f"the {self.role} {self.name!r} has {count} partitions, and must have {self.partitions}"
+            )
         if count != self.partitions:
             raise StateTopicError(
                 f"the state topic {self.name!r} has {count} partitions, and offsets.topic.num.partitions is "
@@ -224,8 +238,10 @@ class StateTopic:
             if topic.error_code == ErrorCode.unknown_topic_or_partition:
                 return None
             if topic.error_code not in (ErrorCode.none, ErrorCode.leader_not_available):
-                raise StateTopicError(f"the state topic {self.name!r}: metadata error {topic.error_code}")
+                raise StateTopicError(f"the {self.role} {self.name!r}: metadata error {topic.error_code}")
             self._leaders = {p.partition_index: p.leader_id for p in topic.partitions if p.leader_id >= 0}
+            if topic.topic_id is not None and topic.topic_id.int:
+                self.topic_id = topic.topic_id
             return len(topic.partitions)
         return None
 
@@ -466,6 +482,30 @@ class StateTopic:
         deadline = time.monotonic() + self.cluster.timeout_s
         async with writer.lock:
             return await self._transaction(partition, entries, writer, deadline)
+
+    async def produce(self, partition: int, entries: Sequence[tuple[bytes, bytes | None]]) -> int:
+        """Write entries outside any transaction (acks=all): a topic every server writes (the security topic,
+        coordinator.front.security), not a shard. The offset of the last one."""
+        await self.ensure_once()
+        entry = await self._to_leader(
+            partition,
+            ApiKey.PRODUCE,
+            9,
+            {
+                "transactional_id": None,
+                "acks": -1,
+                "timeout": int(self.cluster.timeout_s * 1000),
+                "topic_data": [
+                    {
+                        "name": self.name,
+                        "partition_data": [
+                            {"index": partition, "records": encode_batch(entries, int(time.time() * 1000))}
+                        ],
+                    }
+                ],
+            },
+        )
+        return int(entry.base_offset) + len(entries) - 1
 
     async def _transaction(
         self, partition: int, entries: Sequence[tuple[bytes, bytes | None]], writer: Writer, deadline: float

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 import time
 from typing import Any
@@ -123,10 +124,14 @@ class Security:
             if self.authorizer_enabled and self._table is not None:
                 self.enforcer.install(self._table, self.authorized_elsewhere)
             return
-        count = await asyncio.to_thread(self.store.open)
+        if self.store.topic is not None:
+            count = await self._load_topic()
+        else:
+            count = await asyncio.to_thread(self.store.open)
         log.info(
-            "security: %d records replayed, %d ACLs, %d SCRAM credentials",
+            "security: %d records replayed%s, %d ACLs, %d SCRAM credentials",
             count,
+            f" from the topic {self.store.topic.name}" if self.store.topic is not None else "",
             len(self.authorizer.acls()),
             len(self.store.credentials),
         )
@@ -138,7 +143,31 @@ class Security:
         if self.store.log is not None:
             self._compaction = asyncio.create_task(self._compact_periodically())
 
+    async def _load_topic(self) -> int:
+        """In front of a cluster: the security topic read whole (coordinator.front.security). What an earlier
+        version kept in DATA_DIR/security moves into the topic while the topic is empty."""
+        topic = self.store.topic
+        count = int(await topic.load(self.store))
+        if count == 0 and self.store.directory is not None and os.path.isdir(self.store.directory):
+            local = SecurityStore(Authorizer(set(), False), os.path.dirname(self.store.directory))
+            await asyncio.to_thread(local.open)
+            records = local.snapshot()
+            await asyncio.to_thread(local.close)
+            if records:
+                await self.store.write(records)
+                log.warning(
+                    "security: moved %d ACLs and SCRAM credentials from %s into the topic %s (the directory is no "
+                    "longer read)",
+                    len(records),
+                    self.store.directory,
+                    topic.name,
+                )
+                count = len(records)
+        return count
+
     async def close(self) -> None:
+        if self.store.topic is not None:
+            await self.store.topic.close()
         if self.sync is not None:
             await self.sync.close()
         if self._compaction is not None:

@@ -11,6 +11,9 @@ Records (key -> value, a None value is a tombstone, compaction keeps the last va
 each write; a change is applied (and answered) only once its records are fsynced, as Kafka answers CreateAcls only
 once the ACL records are committed. With no data dir (tests) the state is in memory only.
 
+In front of a cluster with a state topic, the records are in a topic of the cluster instead (`topic`,
+coordinator.front.security), written and followed by every instance.
+
 With several workers (coordinator.cluster.security_sync) worker 0's store is the durable one and `on_written`
 pushes each write to the other workers before it is answered; theirs are replicas without a log, changed only by
 `replace` and `replay` from what worker 0 sends.
@@ -23,6 +26,7 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from storage import Log
 
@@ -59,6 +63,9 @@ class SecurityStore:
         self.directory = os.path.join(data_dir, "security") if data_dir else None
         self.credentials: dict[tuple[str, str], ScramCredential] = {}  # (user, mechanism) -> credential
         self.log: Log | None = None
+        # In front of a cluster (coordinator.front.security): the topic every instance writes its records to and
+        # applies them from, in place of the log (`write(records)`: in the cluster and applied here when it returns).
+        self.topic: Any = None
         # Awaited with each write's records once they are durable and applied here, before the write returns.
         self.on_written: Callable[[list[tuple[bytes, bytes | None]]], Awaitable[None]] | None = None
 
@@ -106,13 +113,18 @@ class SecurityStore:
         batch = list(records)
         if not batch:
             return
-        if self.log is not None:
-            # Under a time budget, like every wait on a log: a hung disk fails the request (its handler answers
-            # an error), it does not hold it forever.
-            async with asyncio.timeout(self.timeout_s):
-                await asyncio.wrap_future(self.log.append(batch))
-        for key, value in batch:
-            self.replay(key, value)
+        if self.topic is not None:
+            await self.topic.write(
+                batch
+            )  # applied here in the topic's order, with the other instances' writes
+        else:
+            if self.log is not None:
+                # Under a time budget, like every wait on a log: a hung disk fails the request (its handler
+                # answers an error), it does not hold it forever.
+                async with asyncio.timeout(self.timeout_s):
+                    await asyncio.wrap_future(self.log.append(batch))
+            for key, value in batch:
+                self.replay(key, value)
         if self.on_written is not None:
             await self.on_written(batch)
 

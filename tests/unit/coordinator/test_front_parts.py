@@ -429,3 +429,47 @@ def test_the_fronts_own_requests_to_a_broker_are_spread_over_several_connections
         await server.wait_closed()
 
     asyncio.run(scenario())
+
+
+def test_requests_naming_the_servers_own_topics_are_told_apart_from_ones_that_carry_their_bytes():
+    """The front never passes on a client's request about its state topic or its security topic (by name or topic
+    id) or the shards' transactional ids; record data or a client id holding the same bytes goes through."""
+    import uuid
+    from types import SimpleNamespace
+
+    from coordinator.front.dataplane import FrontDataPlane
+    from coordinator.front.records import encode_batch
+
+    state = "kgc-state"
+    front = FrontDataPlane(Config({"coordinator.state.topic": state}), None, lambda: None, None, None)
+    state_id, security_id = uuid.uuid4(), uuid.uuid4()
+    front.own_topic_sources = [SimpleNamespace(topic_id=state_id), SimpleNamespace(topic_id=None)]
+
+    def frame(api_key: int, version: int, body: dict, client_id: str = "client-x") -> bytes:
+        return encode_request(build(request_class(api_key, version), body), 7, client_id)[4:]
+
+    def produce(topic: str, records: bytes) -> bytes:
+        data = [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]
+        return frame(0, 9, {"transactional_id": None, "acks": -1, "timeout_ms": 1000, "topic_data": data})
+
+    def fetch(version: int, topic: str = "", topic_id: uuid.UUID | None = None) -> bytes:
+        part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+        wanted = {"topic": topic, "topic_id": topic_id or uuid.UUID(int=0), "partitions": [part]}
+        return frame(1, version, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "topics": [wanted]})
+
+    def init_producer_id(transactional_id: str) -> bytes:
+        body = {"transactional_id": transactional_id, "transaction_timeout_ms": 60000}
+        return frame(22, 4, {**body, "producer_id": -1, "producer_epoch": -1})
+
+    mentions = encode_batch([(b"k", f"{state}-security is where the users live".encode())], 0)
+    assert front._touches_own(produce(f"{state}-security", encode_batch([(b"scram\x00x", b"{}")], 0)))
+    assert front._touches_own(produce(state, mentions))
+    assert not front._touches_own(produce("orders", mentions))  # the bytes are in the records only
+    assert not front._touches_own(frame(3, 12, {"topics": []}, client_id=state))  # in the client id only
+    assert front._touches_own(fetch(12, topic=f"{state}-security"))
+    assert front._touches_own(fetch(13, topic_id=state_id))  # Fetch v13+: by topic id
+    assert not front._touches_own(fetch(13, topic_id=security_id))  # (an id not known: not ours)
+    assert not front._touches_own(fetch(12, topic="orders"))
+    assert front._touches_own(init_producer_id(f"{state}-7"))  # a shard's writer: fenced by the client
+    assert not front._touches_own(init_producer_id(f"{state}-app"))
+    assert not front._touches_own(init_producer_id("payments"))

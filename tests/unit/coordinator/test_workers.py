@@ -371,8 +371,9 @@ def test_workers_in_front_of_a_cluster_share_the_bootstrap_socket_and_interleave
     "settings",
     [
         ["coordinator.state.topic="],  # the state on the local disk
-        ["listeners=SASL_PLAINTEXT://127.0.0.1:0"],  # SCRAM credentials in each worker's own directory
-        ["authorizer.class.name=kafka.security.authorizer.AclAuthorizer"],  # ACLs there too
+        # one listener, whose socket the supervisor shares (SASL and an authorizer are fine: their state is in the
+        # security topic, coordinator.front.security)
+        ["listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"],
     ],
 )
 def test_workers_in_front_of_a_cluster_refuse_what_they_would_not_share(settings, tmp_path, capsys):
