@@ -167,9 +167,9 @@ def test_acls_and_credentials_made_at_one_instance_are_in_force_at_every_other(s
 def test_the_security_state_an_earlier_version_kept_on_disk_moves_into_the_topic(
     server_factory, kafka_cluster
 ):
-    """A server whose SCRAM users (admin's two, dave's one) are in DATA_DIR/security (as every version before the topic kept them, and as
-    one with `coordinator.state.topic=` still does), started on that directory with a state topic, moves them into
-    the topic: an instance started on an empty disk then logs them in."""
+    """A server whose SCRAM users (admin's two, dave's one) are in DATA_DIR/security (as every version before the
+    topic kept them, and as one with `coordinator.state.topic=` still does), started on that directory with a state
+    topic, moves them into the topic: an instance started on an empty disk then logs them in."""
     common = {
         "upstream.bootstrap.servers": kafka_cluster.bootstrap,
         "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
