@@ -66,6 +66,25 @@ def _consume(server, user: tuple[str, str], group: str, topic: str, want: int, t
     return got
 
 
+def _consume_once_in_force(server, user: tuple[str, str], group: str, topic: str, want: int) -> list:
+    """`_consume`, asked again while the user or its ACLs are not in force yet at the worker the connection
+    reached: every instance and worker applies a change at its next read of the security topic (every 0.5 s), as
+    Kafka's brokers apply an ACL change when it reaches them."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return _consume(server, user, f"{group}-{int(time.monotonic() * 1000)}", topic, want)
+        except KafkaException as exc:
+            not_yet = (
+                KafkaError.GROUP_AUTHORIZATION_FAILED,
+                KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                KafkaError._AUTHENTICATION,
+            )
+            if exc.args[0].code() not in not_yet or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def test_acls_and_credentials_made_at_one_instance_are_in_force_at_every_other(server_factory, kafka_cluster):
     """Instance A (one process) and instance B (`--workers 2`, two more instances) on one state topic, SASL/SCRAM
     and Kafka's authorizer on their listener. A user and its ACLs made through A let that user consume through
@@ -140,7 +159,7 @@ def test_acls_and_credentials_made_at_one_instance_are_in_force_at_every_other(s
 
     wait_for(b_knows_carol, 20, "carol's credential at B", b.output)
     for attempt in range(4):  # new connections: both of B's workers
-        got = _consume(b, carol, f"carol-{attempt}", topic, 10)
+        got = _consume_once_in_force(b, carol, f"carol-{attempt}", topic, 10)
         assert sorted(got) == sorted(f"{topic}-{i}".encode() for i in range(10)), got
     with pytest.raises(KafkaException) as refused:
         _consume(b, carol, "carol-secret-reader", secret, 1, timeout=15)
@@ -150,7 +169,7 @@ def test_acls_and_credentials_made_at_one_instance_are_in_force_at_every_other(s
     b.stop()
     b2 = server_factory({**settings, "coordinator.workers": 2})
     wait_for(lambda: readyz(b2.admin_url), 60, "ready again", b2.output)
-    got = _consume(b2, carol, "carol-after", topic, 10)
+    got = _consume(b2, carol, "carol-after", topic, 10)  # (read whole before its listener opened: no wait)
     assert len(got) == 10, got
     wrong = Consumer(_client(b2, ("carol", "wrong"), **{"group.id": "carol-wrong"}))
     try:
