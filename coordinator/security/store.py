@@ -114,9 +114,8 @@ class SecurityStore:
         if not batch:
             return
         if self.topic is not None:
-            await self.topic.write(
-                batch
-            )  # applied here in the topic's order, with the other instances' writes
+            # applied here in the topic's order, with the other instances' writes
+            await self.topic.write(batch)
         else:
             if self.log is not None:
                 # Under a time budget, like every wait on a log: a hung disk fails the request (its handler

@@ -27,7 +27,7 @@ SASL_USER = ("kgc-front", "front-secret")  # user and password on the cluster's 
 HEAP = "384m"
 # The JVM flags of Kafka's bin/kafka-server-start.sh (its KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS defaults):
 # how a user's cluster runs. Benchmarks ask for them (KafkaCluster(production_jvm=True)); tests keep the flags that
-# start fastest (C1 only, a small heap), which cost the brokers more CPU per request once they run.
+# start fastest (C1 only, a small heap).
 PRODUCTION_JVM = [
     "-Xmx1G",
     "-Xms1G",
@@ -154,11 +154,13 @@ class KafkaCluster:
 
     def _java(self, main: str, *args: str, heap: str | None = None) -> list[str]:
         cmd = ["java"]
-        if heap and self.production_jvm:
-            cmd += [*PRODUCTION_JVM, "-Djava.awt.headless=true"]
-        elif heap:
-            cmd += [f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1"]
-            cmd += ["-Djava.awt.headless=true", "-XX:ActiveProcessorCount=2"]
+        if heap:
+            if self.production_jvm:
+                cmd += PRODUCTION_JVM
+            else:
+                cmd += [f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1"]
+                cmd += ["-XX:ActiveProcessorCount=2"]
+            cmd += ["-Djava.awt.headless=true"]
             cmd += [
                 "-Dorg.slf4j.simpleLogger.showDateTime=true",
                 "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
