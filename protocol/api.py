@@ -123,14 +123,31 @@ def decode_request_body(frame: bytes | memoryview) -> Any:
         raise RequestDecodeError(f"request of {len(frame)} bytes is shorter than a request header")
     api_key, version, _ = _PREFIX.unpack_from(frame, 0)
     try:
-        _, read_header, check, read_body = _decoding(api_key, version)
-        _, offset = read_header(frame, 0)
-        if check is not None:
-            check(frame, offset)
-        body, _ = read_body(frame, offset)
+        _, body = _read_request(frame, api_key, version)
     except (DecodeError, ValueError, OverflowError, KeyError, UnknownAPIKey, UnknownEntity) as exc:
         raise RequestDecodeError(f"cannot decode api key {api_key} v{version}: {exc!r}") from exc
     return body
+
+
+def _read_request(frame: bytes | memoryview, api_key: int, version: int) -> tuple[Any, Any]:
+    """The header and body of a request frame of a version kio knows, tagged fields kio does not know skipped
+    (as Kafka skips them: protocol.shape). Raises what kio's readers raise."""
+    cls, read_header, check, read_body = _decoding(api_key, version)
+    try:
+        header, offset = read_header(frame, 0)
+    except KeyError:  # a tagged field kio does not know
+        frame = strip_header_tags(frame) or frame
+        header, offset = read_header(frame, 0)
+    if check is not None:
+        check(frame, offset)  # before kio's reader, which trusts claimed array lengths (protocol.shape)
+    try:
+        body, _ = read_body(frame, offset)
+    except KeyError:
+        stripped = strip_unknown_tags(cls, frame, offset)
+        if stripped is None:
+            raise
+        body, _ = read_body(stripped, offset)
+    return header, body
 
 
 @functools.cache
@@ -262,24 +279,8 @@ class ApiTable:
                     raise RequestDecodeError("the client id runs past the end of the request")
                 ctx.client_id = bytes(frame[start : start + length]).decode("utf-8", "replace")
             return DecodedRequest(ctx, frame, spec)
-        cls, read_header, check, read_body = _decoding(api_key, version)
         try:
-            try:
-                header, offset = read_header(frame, 0)
-            except KeyError:  # a tagged field kio does not know: skipped, as Kafka does (protocol.shape)
-                frame = strip_header_tags(frame) or frame
-                header, offset = read_header(frame, 0)
-            if check is not None:
-                check(
-                    frame, offset
-                )  # before kio's reader, which trusts claimed array lengths (protocol.shape)
-            try:
-                body, _ = read_body(frame, offset)
-            except KeyError:
-                stripped = strip_unknown_tags(cls, frame, offset)
-                if stripped is None:
-                    raise
-                body, _ = read_body(stripped, offset)
+            header, body = _read_request(frame, api_key, version)
         except (DecodeError, ValueError, OverflowError, KeyError) as exc:
             raise RequestDecodeError(f"cannot decode api key {api_key} v{version}: {exc!r}") from exc
         ctx.client_id = header.client_id

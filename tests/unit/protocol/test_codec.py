@@ -19,7 +19,7 @@ from kio.schema.heartbeat.v4.response import HeartbeatResponse as HeartbeatRespo
 from kio.schema.join_group.v0.response import JoinGroupResponse as JoinGroupResponseV0
 from kio.schema.join_group.v9.response import JoinGroupResponse as JoinGroupResponseV9
 
-from protocol.api import ApiTable, RequestContext, request_class
+from protocol.api import ApiTable, RequestContext, decode_request_body, request_class
 from protocol.build import build, ms
 from protocol.errors import ErrorCode, FrameError, RequestDecodeError, UnknownApiKey
 from protocol.framing import frame, frame_length
@@ -224,6 +224,7 @@ def test_unknown_tagged_fields_are_skipped_as_kafka_does():
     tagged += b"\x02\x07\x00\x0b\x03xyz"  # two unknown tags at the top level
     decoded = table.decode(tagged)
     assert decoded.body == hb and decoded.context.client_id == "test"
+    assert decode_request_body(tagged) == hb  # the same for a request looked into on its way elsewhere
     assert strip_unknown_tags(type(hb), plain, 15) is None  # nothing to strip: the frame is left alone
     # a known tagged field (Fetch's ClusterId, tag 0) is kept while an unknown one beside it goes
     fetch = FetchRequest(
@@ -243,6 +244,7 @@ def test_unknown_tagged_fields_are_skipped_as_kafka_does():
     assert frame.endswith(b"\x01\x00\x03\x03c1")  # one tagged field: tag 0, 3 bytes, compact "c1"
     with_unknown = frame[:-6] + b"\x02\x00\x03\x03c1\x63\x01\x00"
     assert table.decode(with_unknown).body == fetch
+    assert decode_request_body(with_unknown) == fetch
 
 
 def test_offset_commit_answers_are_encoded_once_and_the_same_as_any_answer():
