@@ -21,7 +21,8 @@ and the target serve, see bench/rawkafka.py):
   rebalance   N confluent-kafka consumers (threads in processes of 25, bench/members.py) subscribe to an
               N-partition topic (range, cooperative-sticky): time from the first subscribe() to every member holding
               its partitions (all N partitions held, none twice; also from the last subscribe()); then one member closes (LeaveGroup) and one
-              member (its own process) is SIGKILLed: time until the others hold every partition again
+              member (its own process) is SIGKILLed: time until the others hold every partition again;
+              --rebalance-repeats K runs each scenario K times and reports each phase's median
   static      20 static members (group.instance.id), restarted one at a time (close, new consumer, same
               instance id): rebalance callbacks seen by the members not being restarted, and the total time
   scale       --idle-members raw members in groups of 10 heartbeating every 3 s (one connection each, from
@@ -511,6 +512,9 @@ def owners(h: Holdings) -> dict[int, int]:
     return {p: m for m, parts in h.held.items() for p in parts}
 
 
+REBALANCE_PHASES = ("join_s", "join_from_last_subscribe_s", "subscribe_spread_s", "leave_s", "kill_s")
+
+
 def rebalance(target, args, run_dir: Path) -> dict:
     out: dict = {}
     strategies = []
@@ -521,90 +525,112 @@ def rebalance(target, args, run_dir: Path) -> dict:
     for n in args.members:
         for strategy in strategies:
             key = f"{strategy} N={n}"
-            stamp = int(time.time() * 1000)
-            topic, group = f"rb-{n}-{stamp}", f"rb-{strategy.replace('/', '-')}-{n}-{stamp}"
-            target.create_topic(topic, n)
-            victim = n - 1
-            rest = list(range(n - 1))
-            chunks = [
-                rest[i : i + args.members_per_process] for i in range(0, len(rest), args.members_per_process)
+            runs = [
+                rebalance_once(target, args, run_dir, n, strategy, key) for _ in range(args.rebalance_repeats)
             ]
-            chunks.append([victim])
-            children = [
-                Child(
-                    [
-                        PY,
-                        str(BENCH / "members.py"),
-                        "--bootstrap",
-                        target.bootstrap,
-                        "--group",
-                        group,
-                        "--topic",
-                        topic,
-                        "--indices",
-                        ",".join(map(str, ch)),
-                        "--strategy",
-                        strategy,
-                        "--session-ms",
-                        str(args.session_ms),
-                    ],
-                    run_dir / f"members-{group}-{i}.log",
-                )
-                for i, ch in enumerate(chunks)
-            ]
-            h = Holdings()
-            res: dict = {}
-            try:
-                for ch in children:
-                    ch.wait_event("ready", 120)
-                for ch in children:
-                    ch.send("go")
-                everyone = set(range(n))
-                t_full = pump(
-                    children,
-                    h,
-                    lambda: len(h.subscribed) == n and h.complete(everyone, n),
-                    args.phase_timeout,
-                )
-                # From the first subscribe(): the members' subscribe calls are spread over the processes' thread
-                # starts, and a group that formed mostly before the last call would look faster than it was.
-                res["join_s"] = t_full - min(h.subscribed.values())
-                res["join_from_last_subscribe_s"] = t_full - max(h.subscribed.values())
-                res["subscribe_spread_s"] = max(h.subscribed.values()) - min(h.subscribed.values())
-                log(f"  {key:<26} join {res['join_s']:.2f}s")
-                # One member leaves (LeaveGroup on close).
-                t0 = time.time()
-                leaver = chunks[0][0]
-                before = owners(h)
-                children[0].send(f"close {leaver}")
-                alive = everyone - {leaver}
-                t_done = pump(children, h, lambda: h.complete(alive, n), args.phase_timeout)
-                res["leave_s"] = t_done - t0
-                after = owners(h)
-                # partitions that changed hands beyond the leaver's own (which must move)
-                res["moved_on_leave"] = sum(1 for p, m in before.items() if m != leaver and after.get(p) != m)
-                log(
-                    f"  {key:<26} leave {res['leave_s']:.2f}s, {res['moved_on_leave']} other partitions moved"
-                )
-                # One member is SIGKILLed (its own process): the coordinator notices at session.timeout.ms.
-                time.sleep(1)
-                t0 = time.time()
-                os.kill(children[-1].proc.pid, signal.SIGKILL)
-                alive = alive - {victim}
-                h.held.pop(victim, None)
-                t_done = pump(children[:-1], h, lambda: h.complete(alive, n), args.phase_timeout + 60)
-                res["kill_s"] = t_done - t0
-                log(f"  {key:<26} kill {res['kill_s']:.2f}s (session.timeout.ms={args.session_ms})")
-            except (TimeoutError, RuntimeError) as exc:
-                res["error"] = str(exc)
-                log(f"  {key:<26} {exc}")
-            finally:
-                for ch in children:
-                    ch.send("stop")
-                for ch in children:
-                    ch.stop()
-            out[key] = res
+            out[key] = runs[0] if len(runs) == 1 else median_of(runs)
     return out
+
+
+def median_of(runs: list[dict]) -> dict:
+    """One scenario repeated: each phase's median over the runs (a run that did not get to the phase counts as
+    infinitely slow there, so runs that failed are not dropped in one target's favour), the most partitions any
+    run moved on the leave, and every run as it was."""
+    res: dict = {"runs": runs}
+    for phase in REBALANCE_PHASES[:2] + REBALANCE_PHASES[3:]:
+        res[phase] = statistics.median(r.get(phase, math.inf) for r in runs)
+    spreads = [r["subscribe_spread_s"] for r in runs if "subscribe_spread_s" in r]
+    if spreads:
+        res["subscribe_spread_s"] = statistics.median(spreads)
+    moved = [r["moved_on_leave"] for r in runs if "moved_on_leave" in r]
+    if moved:
+        res["moved_on_leave"] = max(moved)
+    errors = [r["error"] for r in runs if "error" in r]
+    if errors:
+        res["error"] = f"{len(errors)} of {len(runs)} runs: {errors[0]}"
+    return res
+
+
+def rebalance_once(target, args, run_dir: Path, n: int, strategy: str, key: str) -> dict:
+    stamp = int(time.time() * 1000)
+    topic, group = f"rb-{n}-{stamp}", f"rb-{strategy.replace('/', '-')}-{n}-{stamp}"
+    target.create_topic(topic, n)
+    victim = n - 1
+    rest = list(range(n - 1))
+    chunks = [rest[i : i + args.members_per_process] for i in range(0, len(rest), args.members_per_process)]
+    chunks.append([victim])
+    children = [
+        Child(
+            [
+                PY,
+                str(BENCH / "members.py"),
+                "--bootstrap",
+                target.bootstrap,
+                "--group",
+                group,
+                "--topic",
+                topic,
+                "--indices",
+                ",".join(map(str, ch)),
+                "--strategy",
+                strategy,
+                "--session-ms",
+                str(args.session_ms),
+            ],
+            run_dir / f"members-{group}-{i}.log",
+        )
+        for i, ch in enumerate(chunks)
+    ]
+    h = Holdings()
+    res: dict = {}
+    try:
+        for ch in children:
+            ch.wait_event("ready", 120)
+        for ch in children:
+            ch.send("go")
+        everyone = set(range(n))
+        t_full = pump(
+            children,
+            h,
+            lambda: len(h.subscribed) == n and h.complete(everyone, n),
+            args.phase_timeout,
+        )
+        # From the first subscribe(): the members' subscribe calls are spread over the processes' thread
+        # starts, and a group that formed mostly before the last call would look faster than it was.
+        res["join_s"] = t_full - min(h.subscribed.values())
+        res["join_from_last_subscribe_s"] = t_full - max(h.subscribed.values())
+        res["subscribe_spread_s"] = max(h.subscribed.values()) - min(h.subscribed.values())
+        log(f"  {key:<26} join {res['join_s']:.2f}s")
+        # One member leaves (LeaveGroup on close).
+        t0 = time.time()
+        leaver = chunks[0][0]
+        before = owners(h)
+        children[0].send(f"close {leaver}")
+        alive = everyone - {leaver}
+        t_done = pump(children, h, lambda: h.complete(alive, n), args.phase_timeout)
+        res["leave_s"] = t_done - t0
+        after = owners(h)
+        # partitions that changed hands beyond the leaver's own (which must move)
+        res["moved_on_leave"] = sum(1 for p, m in before.items() if m != leaver and after.get(p) != m)
+        log(f"  {key:<26} leave {res['leave_s']:.2f}s, {res['moved_on_leave']} other partitions moved")
+        # One member is SIGKILLed (its own process): the coordinator notices at session.timeout.ms.
+        time.sleep(1)
+        t0 = time.time()
+        os.kill(children[-1].proc.pid, signal.SIGKILL)
+        alive = alive - {victim}
+        h.held.pop(victim, None)
+        t_done = pump(children[:-1], h, lambda: h.complete(alive, n), args.phase_timeout + 60)
+        res["kill_s"] = t_done - t0
+        log(f"  {key:<26} kill {res['kill_s']:.2f}s (session.timeout.ms={args.session_ms})")
+    except (TimeoutError, RuntimeError) as exc:
+        res["error"] = str(exc)
+        log(f"  {key:<26} {exc}")
+    finally:
+        for ch in children:
+            ch.send("stop")
+        for ch in children:
+            ch.stop()
+    return res
 
 
 def static_restart(target, args, run_dir: Path) -> dict:
@@ -963,12 +989,16 @@ def summarize_profile(path: Path) -> dict:
 def fmt(x, unit: str = "", digits: int = 1) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
+    if isinstance(x, float) and math.isinf(x):
+        return "not reached"  # the median of repeated runs, most of which did not get there
     return f"{x:,.{digits}f}{unit}"
 
 
 def ratio(a, b) -> str:
     if a is None or b is None or not b or (isinstance(a, float) and math.isnan(a)):
         return "-"
+    if math.isinf(a) or math.isinf(b):
+        return "inf" if math.isinf(a) and not math.isinf(b) else "-"
     return f"{a / b:.2f}"
 
 
@@ -1095,6 +1125,13 @@ def render(results: dict) -> str:
         srv = T.get("server", {}).get("rebalance", {}).get(k, {}).get("join_s")
         rat = [ratio(srv, T[n].get("rebalance", {}).get(k, {}).get("join_s")) for n in others]
         lines.append(f"| {k} | " + " | ".join(cells) + " | " + " | ".join(rat) + " |")
+    repeats = results.get("params", {}).get("rebalance_repeats", 1)
+    if rkeys and repeats > 1:
+        lines += [
+            "",
+            f"Each scenario ran {repeats} times on each target, one after the other: each phase is the median of "
+            'its runs and "moved" the most any run moved (every run is in the JSON).',
+        ]
     # Static + scale.
     lines += ["", "**Static rolling restart, scale, recovery:**", ""]
     lines += ["| measure | " + " | ".join(ok) + " |", "|" + "---|" * (1 + len(ok))]
@@ -1311,6 +1348,7 @@ def charts(results: dict, prefix: Path) -> list[str]:
         for ax, phase in zip(axes, ("join_s", "leave_s", "kill_s"), strict=True):
             for i, n in enumerate(names):
                 vals = [T[n].get("rebalance", {}).get(k, {}).get(phase) or float("nan") for k in keys]
+                vals = [float("nan") if math.isinf(v) else v for v in vals]  # not reached: no bar
                 ax.bar([j + i * w for j in range(len(keys))], vals, w, label=n, color=colors.get(n))
             ax.set_xticks(
                 [j + w * (len(names) - 1) / 2 for j in range(len(keys))], keys, rotation=20, fontsize=7
@@ -1407,6 +1445,13 @@ def main() -> int:
     )
     ap.add_argument(
         "--session-ms", type=int, default=6000, help="session.timeout.ms of the rebalance members"
+    )
+    ap.add_argument(
+        "--rebalance-repeats",
+        type=int,
+        default=1,
+        help="run each rebalance scenario this many times on each target; the tables give each phase's median "
+        "(and the most partitions a run moved), the JSON every run",
     )
     ap.add_argument("--static-members", type=int, default=20)
     ap.add_argument("--static-session-ms", type=int, default=10000)
