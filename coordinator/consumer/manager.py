@@ -1621,7 +1621,7 @@ class ConsumerGroupManager:
                 member,
                 None,
                 detail,
-                tuple(_info(m) for m in group.members.values()),
+                len(group.members),
                 self.clock.wall_ms(),
                 self.clock.monotonic_ms(),
             )

@@ -133,7 +133,7 @@ class RebalanceStarted:
     member: MemberInfo | None  # who triggered it, when one member did
     client_reason: str | None
     detail: str  # the coordinator's own description (the text of its log line)
-    members: tuple[MemberInfo, ...]  # members at this moment
+    member_count: int  # members at this moment
     wall_ms: int
     monotonic_ms: int
 

@@ -293,7 +293,7 @@ class ClassicRebalancing:
                     trigger.member,
                     trigger.client_reason,
                     reason,
-                    self._members_info(group),
+                    group.num_members(),
                     self.clock.wall_ms(),
                     self.clock.monotonic_ms(),
                 )

@@ -144,8 +144,8 @@ class Rebalance:
             out["elapsed_ms"] = max(now_wall_ms - self.started_wall_ms, 0)
         return out
 
-    def log_fields(self) -> dict[str, Any]:
-        return {
+    def log_fields(self, with_members: bool = True) -> dict[str, Any]:
+        fields = {
             "group": self.group_id,
             "generation": self.generation,
             "from_generation": self.from_generation,
@@ -158,10 +158,16 @@ class Rebalance:
             "client_host": self.member.client_host if self.member else None,
             "duration_ms": self.duration_ms,
             "members": len(self.members),
-            "members_in": ",".join(m.member_id for m in self.members_in),
-            "members_out": ",".join(f"{m.member_id}:{c.value if c else 'gone'}" for m, c in self.members_out),
+            "members_in": None,
+            "members_out": None,
             "detail": self.detail,
         }
+        if with_members:
+            fields["members_in"] = ",".join(m.member_id for m in self.members_in)
+            fields["members_out"] = ",".join(
+                f"{m.member_id}:{c.value if c else 'gone'}" for m, c in self.members_out
+            )
+        return fields
 
 
 class _GroupStats:
@@ -174,6 +180,7 @@ class _GroupStats:
         "open",
         "members",
         "removed",
+        "listed",
         "completed",
         "started_ms",
     )
@@ -187,6 +194,10 @@ class _GroupStats:
         self.open: Rebalance | None = None
         self.members: dict[str, MemberInfo] = {}  # identity -> member, as of the last generation
         self.removed: dict[str, RemovalCause] = {}  # identity -> why, since the last join phase ended
+        # those of `removed` already listed as out by a rebalance that started since: a consumer group bumps its
+        # epoch (a rebalance here) at every join and removal, and ends a join phase only when stable, so a
+        # member listed once is not listed again by each of the rebalances that follow
+        self.listed: dict[str, RemovalCause] = {}
         self.completed = 0
         # When each recent rebalance started (wall ms), for "rebalances in the last hour"; bounded.
         self.started_ms: collections.deque[int] = collections.deque(maxlen=RECENT_STARTS_KEPT)
@@ -297,20 +308,24 @@ class GroupHistory:
             event.wall_ms,
             event.monotonic_ms,
         )
-        # Members removed since the last generation (the one whose departure started this, say) are out already.
-        rebalance.members_out = [
-            (m, stats.removed[key]) for key, m in stats.members.items() if key in stats.removed
-        ]
+        # Members removed since the last generation (the one whose departure started this, say) are out already,
+        # unless an earlier rebalance of this generation listed them.
+        if stats.removed:
+            rebalance.members_out = [
+                (stats.members[key], cause) for key, cause in stats.removed.items() if key in stats.members
+            ]
+            stats.listed.update(stats.removed)
+            stats.removed = {}
         stats.open = rebalance
         stats.timeline.append(rebalance)
         stats.rebalances[event.reason.value] += 1
         stats.started_ms.append(event.wall_ms)
         fields = {
             k: v
-            for k, v in rebalance.log_fields().items()
+            for k, v in rebalance.log_fields(with_members=False).items()
             if k not in ("generation", "outcome", "duration_ms", "members_in", "members_out")
         }
-        fields["members"] = len(event.members)
+        fields["members"] = event.member_count
         rebalance_log.info("rebalance started %s", logfmt(fields), extra={"rebalance": fields})
 
     def _join_completed(self, event: JoinPhaseCompleted) -> None:
@@ -325,10 +340,13 @@ class GroupHistory:
             rebalance.join_completed_wall_ms = event.wall_ms
             rebalance.members_in = [m for key, m in after.items() if key not in stats.members]
             rebalance.members_out = [
-                (m, stats.removed.get(key)) for key, m in stats.members.items() if key not in after
+                (m, stats.removed.get(key) or stats.listed.get(key))
+                for key, m in stats.members.items()
+                if key not in after
             ]
         stats.members = after
         stats.removed = {}
+        stats.listed = {}
         if rebalance is not None and not event.members:
             self._end(stats, rebalance, EMPTY, event.wall_ms, event.monotonic_ms)
 

@@ -369,6 +369,34 @@ def test_epoch_bumps_are_the_rebalances_observers_see():
     assert [r.reason.value for r in timeline] == ["new_member", "new_member", "leave", "session_expiry"]
 
 
+def test_a_member_out_is_listed_once_however_many_epochs_follow_before_the_group_is_stable():
+    """Each epoch bump is a rebalance to observers, and a consumer group's join phase ends only when it is
+    stable: a member removed is listed as out by the rebalance it left during and the one its removal started,
+    not again by every later one (which made each log line longer by every earlier removal)."""
+    from coordinator.group.events import RemovalCause
+    from coordinator.observability.history import GroupHistory
+
+    ctx = ConsumerContext()
+    history = GroupHistory()
+    ctx.shard.add_listener(history)
+    ok(ctx.heartbeat("m1"))
+    ok(ctx.heartbeat("m2"))
+    ok(ctx.heartbeat("m3"))
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=range(6))))
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=[0, 1])))
+    ok(ctx.heartbeat("m2", 2, owned={}))
+    ok(ctx.heartbeat("m3", 3, owned={}))
+    ok(ctx.heartbeat("m2", 3, owned={}))
+    assert ctx.group().state.value == "Stable", ctx.group().state
+    for member in ("m2", "m3"):
+        ok(ctx.heartbeat(member, -1))
+    second_leave = history.timeline("grp")[-1]
+    assert [(m.member_id, c) for m, c in second_leave.members_out] == [("m3", RemovalCause.LEFT)]
+    first_leave = history.timeline("grp")[-2]
+    assert first_leave.outcome == "superseded"
+    assert [m.member_id for m, _ in first_leave.members_out] == ["m2", "m3"]
+
+
 def hb_request(member_id: str, epoch: int, owned, topics=None) -> ConsumerGroupHeartbeatRequest:
     from kio.schema.consumer_group_heartbeat.v1.request import TopicPartitions
 
