@@ -4,7 +4,11 @@ started on an empty disk has them all. Real confluent-kafka clients over SASL/SC
 
 from __future__ import annotations
 
+import re
+import socket
+import struct
 import time
+import urllib.request
 import uuid
 
 import pytest
@@ -21,6 +25,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from tests.security.security_support import make_pki
 from tests.support.kafka_cluster import create_replicated_topic
 from tests.support.members import wait_for
 from tests.support.server import readyz
@@ -273,3 +278,93 @@ def test_clients_cannot_read_or_write_the_servers_own_topics_through_it(server_f
             assert message is None or message.error() or message.key() != b"forged"
     finally:
         direct.close()
+
+
+def _sasl_authentications(admin_url: str) -> int:
+    """SaslAuthenticate requests a server (one worker) has answered, from its /metrics."""
+    with urllib.request.urlopen(admin_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    counts = re.findall(
+        r'^kafka_group_coordinator_requests_total\{api="SaslAuthenticate"[^}]*\} (\S+)$', text, re.M
+    )
+    return int(sum(float(c) for c in counts))
+
+
+def test_tls_and_sasl_on_the_listener_every_worker_accepts_on(server_factory, kafka_cluster, tmp_path):
+    """`--workers 2` in front of a cluster with a SASL_SSL listener: the supervisor binds it once and whichever
+    worker accepts a connection does the TLS handshake and SASL, as each does on its own broker ports. Records
+    produced and consumed over SASL_SSL through the two arrive whole, every group's commit is kept, both workers
+    authenticated clients, and a plaintext request on that port gets no Kafka answer."""
+    pki = make_pki(tmp_path)
+    state = f"kgc-tls-{uuid.uuid4().hex[:8]}"
+    server = server_factory(
+        {
+            "upstream.bootstrap.servers": kafka_cluster.bootstrap,
+            "coordinator.state.topic": state,
+            "listeners": "SASL_SSL://127.0.0.1:0",
+            "ssl.keystore.location": str(pki.server_pem),
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+            "scram.bootstrap.users": ":".join(ADMIN),
+            "coordinator.workers": 2,
+        }
+    )
+    host, admin_port = server.admin_url.rsplit(":", 1)
+    worker_admin = [f"{host}:{int(admin_port) + w}" for w in range(2)]  # worker w's admin port: + w
+    wait_for(lambda: all(readyz(url) for url in worker_admin), 60, "both workers ready", server.output)
+    tls = {
+        "bootstrap.servers": server.bootstrap,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(pki.ca),  # the certificate names 127.0.0.1: the host name is verified too
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": ADMIN[0],
+        "sasl.password": ADMIN[1],
+    }
+
+    topic, partitions, records = f"{state}-data", 4, 40
+    create_replicated_topic(kafka_cluster.bootstrap, topic, partitions)
+    producer = Producer({**tls, "acks": "all"})
+    for i in range(records):
+        producer.produce(topic, f"r-{i}".encode(), partition=i % partitions)
+    assert producer.flush(30) == 0
+
+    everything = sorted(f"r-{i}".encode() for i in range(records))
+    for g in range(4):  # new connections each time, through either worker
+        group = f"{state}-g{g}"
+        consumer = Consumer(
+            {**tls, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False}
+        )
+        got: list = []
+        try:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + 60
+            while len(got) < records and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None:
+                    continue
+                if message.error():
+                    raise KafkaException(message.error())
+                got.append(message.value())
+            consumer.commit(asynchronous=False)
+        finally:
+            consumer.close()
+        assert sorted(got) == everything, (group, got)
+        checker = Consumer({**tls, "group.id": group})
+        try:
+            committed = checker.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        finally:
+            checker.close()
+        assert sum(tp.offset for tp in committed) == records, committed
+
+    # each worker terminated TLS and SASL for some of those clients (the broker ports of both are in Metadata)
+    per_worker = [_sasl_authentications(url) for url in worker_admin]
+    assert all(n > 0 for n in per_worker), per_worker
+
+    # the shared port speaks TLS only: a plaintext ApiVersions v0 gets no answer of Kafka's
+    api_versions = struct.pack(">hhih", 18, 0, 7, -1)
+    with socket.create_connection((server.host, server.port), timeout=10) as raw:
+        raw.sendall(struct.pack(">i", len(api_versions)) + api_versions)
+        try:
+            answer = raw.recv(64)
+        except (ConnectionResetError, TimeoutError):
+            answer = b""
+    assert answer[4:8] != struct.pack(">i", 7), answer  # no correlation id 7: not a Kafka answer
