@@ -20,6 +20,7 @@ import dataclasses
 import enum
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 from .records import ClassicMemberMetadata
 
@@ -218,6 +219,9 @@ class ConsumerGroup:
         self.offline: dict[str, int] = {}
         self.resolved: dict[str, frozenset[str]] = {}  # regex -> topic names, at image_version
         self._stable_at: dict[int, int] = {}  # member epoch -> members STABLE at it (state in O(1))
+        # topic name / regex -> members subscribing with it (the group's subscription in O(topics), not members)
+        self._topic_refs: dict[str, int] = {}
+        self._regex_refs: dict[str, int] = {}
         # writes in flight (coordinator.consumer.manager): their records not yet durable, and the state before
         # the oldest of them
         self.inflight = 0
@@ -238,11 +242,11 @@ class ConsumerGroup:
 
     def _count(self, member: ConsumerMember, delta: int) -> None:
         if member.state == MemberState.STABLE:
-            count = self._stable_at.get(member.member_epoch, 0) + delta
-            if count:
-                self._stable_at[member.member_epoch] = count
-            else:
-                self._stable_at.pop(member.member_epoch, None)
+            _add(self._stable_at, member.member_epoch, delta)
+        for name in member.subscribed_topic_names:
+            _add(self._topic_refs, name, delta)
+        if member.subscribed_topic_regex is not None:
+            _add(self._regex_refs, member.subscribed_topic_regex, delta)
 
     def is_empty(self) -> bool:
         return not self.members
@@ -296,6 +300,8 @@ class ConsumerGroup:
         self.owners = {}
         self.static_members = {}
         self._stable_at = {}
+        self._topic_refs = {}
+        self._regex_refs = {}
         for member in self.members.values():
             self._count(member, 1)
             if member.instance_id is not None:
@@ -307,12 +313,19 @@ class ConsumerGroup:
 
     def subscribed_topic_names(self, member: ConsumerMember | None = None) -> set[str]:
         """The topics the members (or one member) subscribe to: names and what their regexes resolved to."""
-        names: set[str] = set()
-        for m in (member,) if member is not None else self.members.values():
-            names.update(m.subscribed_topic_names)
-            if m.subscribed_topic_regex is not None:
-                names.update(self.resolved.get(m.subscribed_topic_regex, ()))
+        if member is not None:
+            names = set(member.subscribed_topic_names)
+            if member.subscribed_topic_regex is not None:
+                names.update(self.resolved.get(member.subscribed_topic_regex, ()))
+            return names
+        names = set(self._topic_refs)
+        for regex in self._regex_refs:
+            names.update(self.resolved.get(regex, ()))
         return names
+
+    def subscribed_regexes(self) -> set[str]:
+        """The regular expressions the members subscribe with."""
+        return set(self._regex_refs)
 
     def preferred_assignor(self) -> str | None:
         """The assignor most members ask for (ties: the first name in order), None if none asks."""
@@ -354,3 +367,14 @@ class ConsumerGroup:
         self.target = dict(target)  # type: ignore[call-overload]
         self.resolved = dict(resolved)  # type: ignore[call-overload]
         self.rebuild_owners()
+
+
+_K = TypeVar("_K")
+
+
+def _add(counts: dict[_K, int], key: _K, delta: int) -> None:
+    count = counts.get(key, 0) + delta
+    if count:
+        counts[key] = count
+    else:
+        counts.pop(key, None)

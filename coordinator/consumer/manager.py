@@ -1386,7 +1386,7 @@ class ConsumerGroupManager:
     def _resolve(self, group: ConsumerGroup) -> None:
         """Resolve every regex of the group against the current topics."""
         assert self.topics is not None
-        regexes = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+        regexes = group.subscribed_regexes()
         if not regexes:
             group.resolved = {}
             return

@@ -615,3 +615,41 @@ def test_expansion_window_assigns_joiners_of_a_stable_group_together():
     ok(ctx.heartbeat("m3", -1))
     ok(ctx.heartbeat("m1", 1, owned=parts(foo=range(6))))
     assert group.assignment_epoch == group.group_epoch == 4
+
+
+def test_the_groups_subscription_follows_every_member_change_and_restore():
+    """The group's subscribed topics and regexes are counted as members change (not recomputed over every member
+    at each join and removal): after any mix of joins, changed subscriptions, removals and an undo, they are what
+    the members subscribe to."""
+    import random
+
+    from coordinator.consumer.group import ConsumerGroup, ConsumerMember
+
+    def expected(group: ConsumerGroup) -> tuple[set[str], set[str]]:
+        names: set[str] = set()
+        regexes = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+        for m in group.members.values():
+            names.update(m.subscribed_topic_names)
+            if m.subscribed_topic_regex:
+                names.update(group.resolved.get(m.subscribed_topic_regex, ()))
+        return names, regexes
+
+    rng = random.Random(7)
+    group = ConsumerGroup("grp")
+    group.resolved = {"a.*": frozenset({"a1", "a2"}), "b.*": frozenset({"b1"})}
+    snapshot = None
+    for step in range(400):
+        member_id = f"m{rng.randrange(12)}"
+        if rng.random() < 0.3:
+            group.remove_member(member_id)
+        else:
+            topics = tuple(rng.sample(["t1", "t2", "t3", "a1"], rng.randrange(3)))
+            regex = rng.choice([None, None, "a.*", "b.*"])
+            group.update_member(
+                ConsumerMember(member_id, subscribed_topic_names=topics, subscribed_topic_regex=regex)
+            )
+        if step == 150:
+            snapshot = group.snapshot()
+        if step == 300 and snapshot is not None:
+            group.restore(snapshot)
+        assert (group.subscribed_topic_names(), group.subscribed_regexes()) == expected(group), step
