@@ -508,6 +508,50 @@ def pump(children: list[Child], holdings: Holdings, until, timeout: float) -> fl
     raise TimeoutError(f"not reached within {timeout:.0f}s")
 
 
+def members_children(
+    target,
+    group: str,
+    topic: str,
+    chunks: list[list[int]],
+    strategy: str,
+    session_ms: int,
+    run_dir: Path,
+    *extra,
+) -> list[Child]:
+    """One bench/members.py process per chunk of member indices, each logging to the run dir."""
+    return [
+        Child(
+            [
+                PY,
+                str(BENCH / "members.py"),
+                "--bootstrap",
+                target.bootstrap,
+                "--group",
+                group,
+                "--topic",
+                topic,
+                "--indices",
+                ",".join(map(str, ch)),
+                "--strategy",
+                strategy,
+                "--session-ms",
+                str(session_ms),
+                *extra,
+            ],
+            run_dir / f"members-{group}-{i}.log",
+        )
+        for i, ch in enumerate(chunks)
+    ]
+
+
+def stop_all(children: list[Child]) -> None:
+    """Tell every member process to stop, then wait for each."""
+    for ch in children:
+        ch.send("stop")
+    for ch in children:
+        ch.stop()
+
+
 def owners(h: Holdings) -> dict[int, int]:
     return {p: m for m, parts in h.held.items() for p in parts}
 
@@ -559,28 +603,7 @@ def rebalance_once(target, args, run_dir: Path, n: int, strategy: str, key: str)
     rest = list(range(n - 1))
     chunks = [rest[i : i + args.members_per_process] for i in range(0, len(rest), args.members_per_process)]
     chunks.append([victim])
-    children = [
-        Child(
-            [
-                PY,
-                str(BENCH / "members.py"),
-                "--bootstrap",
-                target.bootstrap,
-                "--group",
-                group,
-                "--topic",
-                topic,
-                "--indices",
-                ",".join(map(str, ch)),
-                "--strategy",
-                strategy,
-                "--session-ms",
-                str(args.session_ms),
-            ],
-            run_dir / f"members-{group}-{i}.log",
-        )
-        for i, ch in enumerate(chunks)
-    ]
+    children = members_children(target, group, topic, chunks, strategy, args.session_ms, run_dir)
     h = Holdings()
     res: dict = {}
     try:
@@ -626,10 +649,7 @@ def rebalance_once(target, args, run_dir: Path, n: int, strategy: str, key: str)
         res["error"] = str(exc)
         log(f"  {key:<26} {exc}")
     finally:
-        for ch in children:
-            ch.send("stop")
-        for ch in children:
-            ch.stop()
+        stop_all(children)
     return res
 
 
@@ -641,29 +661,9 @@ def static_restart(target, args, run_dir: Path) -> dict:
     idx = list(range(n))
     chunks = [idx[i : i + args.members_per_process] for i in range(0, n, args.members_per_process)]
     owner = {m: i for i, ch in enumerate(chunks) for m in ch}
-    children = [
-        Child(
-            [
-                PY,
-                str(BENCH / "members.py"),
-                "--bootstrap",
-                target.bootstrap,
-                "--group",
-                group,
-                "--topic",
-                topic,
-                "--indices",
-                ",".join(map(str, ch)),
-                "--strategy",
-                "range",
-                "--session-ms",
-                str(args.static_session_ms),
-                "--static",
-            ],
-            run_dir / f"members-{group}-{i}.log",
-        )
-        for i, ch in enumerate(chunks)
-    ]
+    children = members_children(
+        target, group, topic, chunks, "range", args.static_session_ms, run_dir, "--static"
+    )
     h = Holdings()
     res: dict = {"members": n, "session_timeout_ms": args.static_session_ms}
     try:
@@ -719,10 +719,7 @@ def static_restart(target, args, run_dir: Path) -> dict:
         res["error"] = str(exc)
         log(f"  static: {exc}")
     finally:
-        for ch in children:
-            ch.send("stop")
-        for ch in children:
-            ch.stop()
+        stop_all(children)
     return res
 
 

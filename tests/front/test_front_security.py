@@ -53,21 +53,28 @@ def _consume(server, user: tuple[str, str], group: str, topic: str, want: int, t
             server, user, **{"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False}
         )
     )
-    got: list = []
     try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + timeout
-        while len(got) < want and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error():
-                raise KafkaException(message.error())
-            got.append(message.value())
+        got = _subscribe_and_poll(consumer, topic, want, timeout)
         if got:
             consumer.commit(asynchronous=False)
     finally:
         consumer.close()
+    return got
+
+
+def _subscribe_and_poll(consumer: Consumer, topic: str, want: int, timeout: float) -> list:
+    """The values `consumer` subscribed to `topic` polls until it has `want` or `timeout` s passed; raises the
+    first error."""
+    consumer.subscribe([topic])
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        if message.error():
+            raise KafkaException(message.error())
+        got.append(message.value())
     return got
 
 
@@ -333,17 +340,8 @@ def test_tls_and_sasl_on_the_listener_every_worker_accepts_on(server_factory, ka
         consumer = Consumer(
             {**tls, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False}
         )
-        got: list = []
         try:
-            consumer.subscribe([topic])
-            deadline = time.monotonic() + 60
-            while len(got) < records and time.monotonic() < deadline:
-                message = consumer.poll(0.5)
-                if message is None:
-                    continue
-                if message.error():
-                    raise KafkaException(message.error())
-                got.append(message.value())
+            got = _subscribe_and_poll(consumer, topic, records, 60)
             consumer.commit(asynchronous=False)
         finally:
             consumer.close()
