@@ -152,5 +152,8 @@ def fields_of(cls: type) -> frozenset[str]:
 def ms(value: datetime.timedelta) -> int:
     """kio decodes `*_ms` durations as timedelta; the coordinator counts in integer milliseconds."""
     if isinstance(value, datetime.timedelta):
-        return value // datetime.timedelta(milliseconds=1)
+        return value // _ONE_MS
     return int(value)
+
+
+_ONE_MS = datetime.timedelta(milliseconds=1)

@@ -723,26 +723,7 @@ class ConsumerGroupManager:
                 f"The consumer group has reached its maximum capacity of {self.settings.max_size} members.",
             )
 
-        updated = dataclasses.replace(
-            member,
-            instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
-            rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
-            client_id=client_id,
-            client_host=client_host,
-            rebalance_timeout_ms=ms(request.rebalance_timeout)
-            if ms(request.rebalance_timeout) != -1
-            else member.rebalance_timeout_ms,
-            server_assignor=request.server_assignor
-            if request.server_assignor is not None
-            else member.server_assignor,
-            subscribed_topic_names=tuple(sorted(request.subscribed_topic_names))
-            if request.subscribed_topic_names is not None
-            else member.subscribed_topic_names,
-            subscribed_topic_regex=regex if regex is not None else member.subscribed_topic_regex,
-            classic=None,
-        )
-        if updated.subscribed_topic_regex == "":
-            updated = dataclasses.replace(updated, subscribed_topic_regex=None)
+        updated = _with_heartbeat(member, request, regex, client_id, client_host)
         bump = group.group_epoch == 0 or new_member
         if (
             updated.subscribed_topic_names != member.subscribed_topic_names
@@ -813,7 +794,8 @@ class ConsumerGroupManager:
             self._replace_static(group, replaced, updated)
         if _metadata_changed(member, updated) or updated.member_id not in group.members:
             fx.records.append(self._member_metadata_record(group_id, updated))
-        group.update_member(updated)
+        if group.members.get(updated.member_id) is not updated:  # (a heartbeat that changes nothing: it is)
+            group.update_member(updated)
         if replaced is not None:
             group.target[updated.member_id] = group.target.pop(replaced.member_id, {})
             fx.records.append(self._target_member_record(group_id, updated.member_id))
@@ -2368,6 +2350,36 @@ def _same(owned: Mapping[uuid.UUID, frozenset[int]], assigned: Assignment) -> bo
 
 def _info(member: ConsumerMember) -> MemberInfo:
     return MemberInfo(member.member_id, member.instance_id, member.client_id, member.client_host)
+
+
+def _with_heartbeat(
+    member: ConsumerMember, request: Any, regex: str | None, client_id: str, client_host: str
+) -> ConsumerMember:
+    """The member as its heartbeat leaves it (a field the request leaves null keeps its value; an empty regex
+    clears it); `member` itself when the heartbeat changes nothing, as a steady heartbeat does not."""
+    rebalance_timeout_ms = ms(request.rebalance_timeout)
+    names = request.subscribed_topic_names
+    values: dict[str, Any] = {
+        "instance_id": request.instance_id if request.instance_id is not None else member.instance_id,
+        "rack_id": request.rack_id if request.rack_id is not None else member.rack_id,
+        "client_id": client_id,
+        "client_host": client_host,
+        "rebalance_timeout_ms": rebalance_timeout_ms
+        if rebalance_timeout_ms != -1
+        else member.rebalance_timeout_ms,
+        "server_assignor": request.server_assignor
+        if request.server_assignor is not None
+        else member.server_assignor,
+        "subscribed_topic_names": tuple(sorted(names))
+        if names is not None
+        else member.subscribed_topic_names,
+        "subscribed_topic_regex": (regex or None) if regex is not None else member.subscribed_topic_regex,
+        "classic": None,
+    }
+    for name, value in values.items():
+        if getattr(member, name) != value:
+            return dataclasses.replace(member, **values)
+    return member
 
 
 def _metadata_changed(old: ConsumerMember, new: ConsumerMember) -> bool:

@@ -166,6 +166,23 @@ def test_full_request_gets_the_assignment():
     assert assignment_of(answer) == parts(foo=[0, 1, 2])
 
 
+def test_a_heartbeat_that_changes_nothing_keeps_the_member_and_writes_nothing():
+    ctx = ConsumerContext()
+    two_stable_members(ctx)
+    before = ctx.group().members["m1"]
+    answer, result = ctx.heartbeat("m1", 2)
+    assert (answer.error_code, answer.member_id, answer.member_epoch) == (ErrorCode.none, "m1", 2)
+    assert answer.heartbeat_interval.total_seconds() == 5 and assignment_of(answer) is None
+    assert not result.records and ctx.group().members["m1"] is before
+    # the same values sent again change nothing either; a new one is written, the fields left null kept
+    answer, result = ctx.heartbeat("m1", 2, topics=["foo"], rebalance_timeout_ms=5000)
+    assert not result.records and ctx.group().members["m1"] is before
+    answer, result = ctx.heartbeat("m1", 2, rack_id="rack-a")
+    assert record_types(result) == [(MEMBER, False)]
+    after = ctx.group().members["m1"]
+    assert (after.rack_id, after.subscribed_topic_names, after.assigned) == ("rack-a", ("foo",), before.assigned)
+
+
 def test_updating_subscription_triggers_new_target_assignment():
     ctx = ConsumerContext()
     ok(ctx.heartbeat("m1"))
