@@ -1443,12 +1443,13 @@ class ConsumerGroupManager:
         """A group epoch bump (before it): the first join to a group whose target is current opens the expansion
         window, the first join (of a consumer-protocol member) to a group whose members hold nothing the join
         window; anything but joins closes both (a member gone or a change of topics is assigned without
-        waiting)."""
+        waiting). A group its last member left is formed anew by its next joins, as a new group is (a whole
+        group restarted)."""
         if not joined:
             group.expansion_from_ms = None
             group.forming_from_ms = None
             group.young_until_ms = None
-            group.joins_only = False
+            group.joins_only = group.is_empty()
             return
         group.last_join_ms = self.clock.monotonic_ms()
         if 0 < group.group_epoch == group.assignment_epoch and group.joins_only:

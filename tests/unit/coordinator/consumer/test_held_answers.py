@@ -87,6 +87,24 @@ def test_a_leave_ends_the_batching_of_late_joins():
     assert targets_computed(ctx) == 3
 
 
+def test_a_group_its_last_member_left_batches_its_next_joins_as_a_new_group_does():
+    ctx = held_context()
+    t1, _ = ctx.send("m1")
+    ctx.advance(50)
+    ok(ctx.answers[t1])
+    ok(ctx.heartbeat("m1", -1)[0])  # the whole group stops (a restart, a redeploy)
+    ctx.advance(5000)
+    computed = targets_computed(ctx)
+    t2, _ = ctx.send("m2")
+    ctx.advance(30)
+    t3, _ = ctx.send("m3")
+    assert t2 not in ctx.answers and t3 not in ctx.answers  # held: the group is forming again
+    ctx.advance(50)
+    a2, a3 = ok(ctx.answers[t2]), ok(ctx.answers[t3])
+    assert targets_computed(ctx) == computed + 1  # one target for both, no partition given to be taken back
+    assert assignment_of(a2) == parts(foo=[0, 1, 2]) and assignment_of(a3) == parts(foo=[3, 4, 5])
+
+
 def test_a_joiner_waits_for_partitions_being_revoked_and_gets_them_as_they_are_freed():
     ctx = held_context(join_window_ms=0)
     ok(ctx.heartbeat("m1"))  # alone: every partition at once
