@@ -180,7 +180,11 @@ def test_a_heartbeat_that_changes_nothing_keeps_the_member_and_writes_nothing():
     answer, result = ctx.heartbeat("m1", 2, rack_id="rack-a")
     assert record_types(result) == [(MEMBER, False)]
     after = ctx.group().members["m1"]
-    assert (after.rack_id, after.subscribed_topic_names, after.assigned) == ("rack-a", ("foo",), before.assigned)
+    assert (after.rack_id, after.subscribed_topic_names, after.assigned) == (
+        "rack-a",
+        ("foo",),
+        before.assigned,
+    )
 
 
 def test_updating_subscription_triggers_new_target_assignment():
