@@ -508,6 +508,9 @@ def pump(children: list[Child], holdings: Holdings, until, timeout: float) -> fl
     raise TimeoutError(f"not reached within {timeout:.0f}s")
 
 
+MEMBERS_NICE = 0  # --members-nice
+
+
 def members_children(
     target,
     group: str,
@@ -518,10 +521,12 @@ def members_children(
     run_dir: Path,
     *extra,
 ) -> list[Child]:
-    """One bench/members.py process per chunk of member indices, each logging to the run dir."""
+    """One bench/members.py process per chunk of member indices, each logging to the run dir (at the niceness
+    --members-nice gives: MEMBERS_NICE)."""
     return [
         Child(
             [
+                *(["nice", "-n", str(MEMBERS_NICE)] if MEMBERS_NICE else []),
                 PY,
                 str(BENCH / "members.py"),
                 "--bootstrap",
@@ -1450,6 +1455,13 @@ def main() -> int:
         help="run each rebalance scenario this many times on each target; the tables give each phase's median "
         "(and the most partitions a run moved), the JSON every run",
     )
+    ap.add_argument(
+        "--members-nice",
+        type=int,
+        default=0,
+        help="run the rebalance and static workloads' member processes at this niceness (nice -n), so that on a "
+        "small machine the clients' threads do not take the target's CPU share from it (both targets alike)",
+    )
     ap.add_argument("--static-members", type=int, default=20)
     ap.add_argument("--static-session-ms", type=int, default=10000)
     ap.add_argument("--phase-timeout", type=float, default=120.0)
@@ -1471,6 +1483,8 @@ def main() -> int:
     ap.add_argument("--no-readme", action="store_true")
     ap.add_argument("--report", help="only write the tables, goals and charts again from this results JSON")
     args = ap.parse_args()
+    global MEMBERS_NICE
+    MEMBERS_NICE = args.members_nice
     if args.report:
         return report_only(Path(args.report), args.no_readme)
     q = args.quick
