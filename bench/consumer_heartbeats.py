@@ -36,11 +36,10 @@ import time
 import uuid
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import rawkafka as rk  # noqa: E402
+from compare import cpu_seconds, log, pct  # noqa: E402
 from targets import TargetUnavailable, start_target  # noqa: E402
 
 from tests.support.wire import make, request_class  # noqa: E402
@@ -51,26 +50,6 @@ GROUP = "heartbeat-group"
 SETTLE_S = 3.0
 IDLE_S = 5.0
 JOIN_TIMEOUT_S = 120.0
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def target_cpu(pid: int) -> float:
-    """CPU seconds of the process and its children."""
-    total = 0.0
-    try:
-        root = psutil.Process(pid)
-        for p in [root, *root.children(recursive=True)]:
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.NoSuchProcess:
-                pass
-    except psutil.NoSuchProcess:
-        pass
-    return total
 
 
 class Member:
@@ -128,11 +107,6 @@ class Member:
             await asyncio.sleep(answer.heartbeat_interval.total_seconds())
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
-
-
 async def measure(target, members: int, steady_s: float) -> dict:
     target.create_topic(TOPIC, members)
     host, port = target.bootstrap.rsplit(":", 1)
@@ -146,21 +120,16 @@ async def measure(target, members: int, steady_s: float) -> dict:
     # the group's coordinator ready (Kafka loads the __consumer_offsets partition after its first use): one
     # member joins and leaves until it is answered without a coordinator error, before anything is timed
     probe = Member(conns[0])
-    deadline = time.perf_counter() + JOIN_TIMEOUT_S
-    while True:
-        answer = await probe.conn.call(probe.request())
-        if int(answer.error_code) not in rk.RETRIABLE or time.perf_counter() > deadline:
-            break
-        await asyncio.sleep(0.2)
+    await rk.retry_call(probe.conn, probe.request, JOIN_TIMEOUT_S)
     probe.epoch = -1
     await probe.conn.call(probe.request())
     # the target's own CPU with nobody heartbeating (a JVM's, a supervisor's): reported, and taken off below
-    cpu0, t0 = target_cpu(target.pid), time.perf_counter()
+    cpu0, t0 = cpu_seconds(target.pid), time.perf_counter()
     await asyncio.sleep(IDLE_S)
-    idle_share = (target_cpu(target.pid) - cpu0) / (time.perf_counter() - t0)
+    idle_share = (cpu_seconds(target.pid) - cpu0) / (time.perf_counter() - t0)
     group = [Member(c) for c in conns]
     stop = asyncio.Event()
-    cpu0, t0 = target_cpu(target.pid), time.perf_counter()
+    cpu0, t0 = cpu_seconds(target.pid), time.perf_counter()
     tasks = [asyncio.create_task(m.run(stop)) for m in group]
     join_s: float | None = None
     while time.perf_counter() - t0 < JOIN_TIMEOUT_S:
@@ -169,16 +138,16 @@ async def measure(target, members: int, steady_s: float) -> dict:
             join_s = time.perf_counter() - t0
             break
         await asyncio.sleep(0.02)
-    join_cpu = target_cpu(target.pid) - cpu0
+    join_cpu = cpu_seconds(target.pid) - cpu0
     join_heartbeats = sum(m.heartbeats for m in group)
     await asyncio.sleep(SETTLE_S)
     for m in group:
         m.latencies.clear()
-    count0, cpu0, t0 = sum(m.heartbeats for m in group), target_cpu(target.pid), time.perf_counter()
+    count0, cpu0, t0 = sum(m.heartbeats for m in group), cpu_seconds(target.pid), time.perf_counter()
     await asyncio.sleep(steady_s)
     count, cpu, elapsed = (
         sum(m.heartbeats for m in group) - count0,
-        target_cpu(target.pid) - cpu0,
+        cpu_seconds(target.pid) - cpu0,
         time.perf_counter() - t0,
     )
     latencies = [x for m in group for x in m.latencies]
@@ -200,8 +169,8 @@ async def measure(target, members: int, steady_s: float) -> dict:
         "cpu_us_per_heartbeat": cpu / count * 1e6 if count else float("inf"),
         "idle_share": idle_share,
         "net_us_per_heartbeat": max(0.0, cpu - idle_share * elapsed) / count * 1e6 if count else float("inf"),
-        "p50_ms": percentile(latencies, 0.5) * 1e3 if latencies else float("nan"),
-        "p99_ms": percentile(latencies, 0.99) * 1e3 if latencies else float("nan"),
+        "p50_ms": pct(latencies, 50) * 1e3,
+        "p99_ms": pct(latencies, 99) * 1e3,
         "max_ms": max(latencies) * 1e3 if latencies else float("nan"),
         "errors": errors,
     }
