@@ -508,9 +508,6 @@ def pump(children: list[Child], holdings: Holdings, until, timeout: float) -> fl
     raise TimeoutError(f"not reached within {timeout:.0f}s")
 
 
-MEMBERS_NICE = 0  # --members-nice
-
-
 def members_children(
     target,
     group: str,
@@ -520,13 +517,14 @@ def members_children(
     session_ms: int,
     run_dir: Path,
     *extra,
+    nice: int = 0,
 ) -> list[Child]:
-    """One bench/members.py process per chunk of member indices, each logging to the run dir (at the niceness
-    --members-nice gives: MEMBERS_NICE)."""
+    """One bench/members.py process per chunk of member indices, each logging to the run dir, at niceness `nice`
+    (--members-nice)."""
     return [
         Child(
             [
-                *(["nice", "-n", str(MEMBERS_NICE)] if MEMBERS_NICE else []),
+                *(["nice", "-n", str(nice)] if nice else []),
                 PY,
                 str(BENCH / "members.py"),
                 "--bootstrap",
@@ -608,7 +606,9 @@ def rebalance_once(target, args, run_dir: Path, n: int, strategy: str, key: str)
     rest = list(range(n - 1))
     chunks = [rest[i : i + args.members_per_process] for i in range(0, len(rest), args.members_per_process)]
     chunks.append([victim])
-    children = members_children(target, group, topic, chunks, strategy, args.session_ms, run_dir)
+    children = members_children(
+        target, group, topic, chunks, strategy, args.session_ms, run_dir, nice=args.members_nice
+    )
     h = Holdings()
     res: dict = {}
     try:
@@ -667,7 +667,15 @@ def static_restart(target, args, run_dir: Path) -> dict:
     chunks = [idx[i : i + args.members_per_process] for i in range(0, n, args.members_per_process)]
     owner = {m: i for i, ch in enumerate(chunks) for m in ch}
     children = members_children(
-        target, group, topic, chunks, "range", args.static_session_ms, run_dir, "--static"
+        target,
+        group,
+        topic,
+        chunks,
+        "range",
+        args.static_session_ms,
+        run_dir,
+        "--static",
+        nice=args.members_nice,
     )
     h = Holdings()
     res: dict = {"members": n, "session_timeout_ms": args.static_session_ms}
@@ -1483,8 +1491,6 @@ def main() -> int:
     ap.add_argument("--no-readme", action="store_true")
     ap.add_argument("--report", help="only write the tables, goals and charts again from this results JSON")
     args = ap.parse_args()
-    global MEMBERS_NICE
-    MEMBERS_NICE = args.members_nice
     if args.report:
         return report_only(Path(args.report), args.no_readme)
     q = args.quick
