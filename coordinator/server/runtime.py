@@ -171,6 +171,11 @@ class ShardRuntime:
         self._sync_token: Token | None = None
         self._sync_answer: Any = _PENDING
         self._writes: set[asyncio.Task[None]] = set()
+        # The answers without records that wait for writes in flight: a write -> [remaining, result] for each
+        # answer waiting for it, in the order they were applied; the write releases them itself when it is
+        # replayed (no task each: an answer is on the wire two loop turns after its write is durable, not four).
+        # None once the write released them, until it is done.
+        self._followers: dict[asyncio.Task[None], list[list[Any]] | None] = {}
         # The newest write: each write waits for the one before it, so waiting for the newest waits for all
         # (passing every write in flight to each new one made a burst of n writes cost O(n^2)).
         self._last: asyncio.Task[None] | None = None
@@ -326,14 +331,15 @@ class ShardRuntime:
             else:
                 if self.hung and self._earlier():
                     self.fast_failures += 1
-                    task = self._running_loop().create_task(self._fail(result, self._earlier()))
+                    batch = _Batch(result)
+                    task = self._running_loop().create_task(self._fail_write(batch, self._earlier()))
                 else:
                     batch = self._open = _Batch(result)
                     task = self._running_loop().create_task(self._persist(batch, self._earlier()))
-                    batch.task = task
+                batch.task = task
                 self._last = task
                 self._writes.add(task)
-                task.add_done_callback(self._writes.discard)
+                task.add_done_callback(self._write_settled)
             groups = result.barrier_groups
             if groups:
                 self.barriers.add(task)
@@ -359,13 +365,38 @@ class ShardRuntime:
             return
         earlier = self._earlier() if group is None else self._earlier_for(group)
         if earlier:
-            task = self._running_loop().create_task(self._after(result, earlier))
-            if group is None:
-                self._last = task  # it waits for every write before it, so it may stand for them
-            self._writes.add(task)
-            task.add_done_callback(self._writes.discard)
-            return
+            follower: list[Any] = [0, result]
+            followers = self._followers
+            for write in earlier:
+                waiting = followers.get(write, _NONE)
+                if waiting is None:
+                    continue  # replayed, and its answers released, already
+                if waiting is _NONE:
+                    followers[write] = [follower]
+                else:
+                    waiting.append(follower)
+                follower[0] += 1
+            if follower[0]:
+                return
         self._deliver(result)
+
+    def _release_followers(self, batch: _Batch) -> None:
+        """The write of `batch` is replayed (or failed, and its failure answered): release the answers that waited
+        for it and for nothing later."""
+        task = batch.task
+        if task is None:
+            return
+        followers = self._followers.get(task)
+        self._followers[task] = None
+        if followers:
+            for follower in followers:
+                follower[0] -= 1
+                if not follower[0] and not self.aborted:
+                    self._deliver(follower[1])
+
+    def _write_settled(self, task: asyncio.Task[None]) -> None:
+        self._writes.discard(task)
+        self._followers.pop(task, None)
 
     def _write_done(self, task: asyncio.Task[None]) -> None:
         for g in self._written.pop(task, ()):
@@ -414,13 +445,19 @@ class ShardRuntime:
             if waiting is not None and not waiting[0].done():
                 waiting[0].set_result(response)
 
-    async def _after(self, result: Any, earlier: list[asyncio.Task[None]]) -> None:
-        if earlier:
-            await self._wait_for(earlier)
-        if not self.aborted:
-            self._deliver(result)
-
     async def _persist(self, batch: _Batch, earlier: list[asyncio.Task[None]]) -> None:
+        try:
+            await self._append(batch, earlier)
+        finally:
+            self._release_followers(batch)
+
+    async def _fail_write(self, batch: _Batch, earlier: list[asyncio.Task[None]]) -> None:
+        try:
+            await self._fail(batch.results[0], earlier)
+        finally:
+            self._release_followers(batch)
+
+    async def _append(self, batch: _Batch, earlier: list[asyncio.Task[None]]) -> None:
         if self._open is batch:
             self._open = None  # started: a later write makes a batch of its own
         results = batch.results
@@ -548,6 +585,7 @@ class Ready:
 
 
 _PENDING: Any = object()  # ShardRuntime._sync_answer while no answer is kept
+_NONE: Any = object()  # no entry in ShardRuntime._followers
 
 
 class ShardAborted(Exception):

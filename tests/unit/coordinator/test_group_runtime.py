@@ -1034,3 +1034,66 @@ async def test_submit_answers_at_once_or_once_durable_and_gives_the_aborted_answ
         if not future.done():
             future.set_result(0)
     await runtime.drain()
+
+
+async def test_answers_waiting_for_writes_are_released_by_the_write_itself_and_wait_for_every_write_they_follow():
+    """An answer without records that waits for writes in flight is released in the same step as the answers of
+    the last of those writes (no loop turn of its own between the append and the wire); one that follows both its
+    group's write and a later write of no group waits for both; one that waits for a write that fails is
+    released after that write's failure answer."""
+    futures: list[concurrent.futures.Future[Any]] = []
+
+    class RecordingLog:
+        def append(self, entries: Any) -> concurrent.futures.Future[Any]:
+            futures.append(concurrent.futures.Future())
+            return futures[-1]
+
+    runtime = ShardRuntime(log=RecordingLog(), timeout_ms=5000)
+    runtime.machine = GroupCoordinatorShard(ManualClock(), ManualTimer(ManualClock()))
+    loop = asyncio.get_running_loop()
+    released: list[str] = []
+
+    def answer(name: str) -> tuple[object, Any]:
+        token = object()
+        future = loop.create_future()
+        future.add_done_callback(lambda f: released.append(f.result()))
+        runtime._futures[token] = (future, None)
+        return token, future
+
+    def write(name: str, group: str | None, offset: int, **kwargs: Any) -> asyncio.Future[Any]:
+        token, future = answer(name)
+        record = new_offset_commit_record(group or "x", "t", 0, offset, commit_timestamp_ms=1)
+        runtime.apply(CoordinatorResult(records=[record], responses=[(token, name)], **kwargs), group)
+        return future
+
+    def read(name: str, group: str | None) -> asyncio.Future[Any]:
+        token, future = answer(name)
+        runtime.apply(CoordinatorResult(responses=[(token, name)]), group)
+        return future
+
+    committed = write("commit a", "a", 1)
+    behind = read("heartbeat a", "a")
+    await asyncio.sleep(0)
+    ungrouped = write("timer", None, 2)  # a second append: no group's own
+    behind_both = read("heartbeat a after the timer", "a")
+    anyone = read("no group", None)
+    await asyncio.sleep(0)
+    assert len(futures) == 2 and not behind.done()
+    futures[0].set_result(1)
+    await committed
+    assert behind.done() and not behind_both.done() and not anyone.done()
+    futures[1].set_result(2)
+    await ungrouped
+    assert behind_both.done() and anyone.done()
+    await asyncio.sleep(0)  # (the futures' done callbacks run in the order the futures were settled)
+    assert released == ["commit a", "heartbeat a", "timer", "heartbeat a after the timer", "no group"]
+
+    released.clear()
+    failing = write("commit b", "b", 3, on_append_failure=lambda code: CoordinatorResult())
+    after_failure = read("heartbeat b", "b")
+    await asyncio.sleep(0)
+    futures[2].set_exception(OSError("disk"))
+    await runtime.drain()
+    assert not failing.done()  # its failure answer (none here) was given instead
+    assert after_failure.done() and released == ["heartbeat b"]
+    assert not runtime._followers and not runtime._writes
