@@ -78,7 +78,8 @@ class Server:
         self.parts: list[Part] = []
         self.listening = False
         self._ids = itertools.count(1)
-        self._servers: list[asyncio.base_events.Server] = []
+        self._acceptors: list[socket.socket] = []  # the listening sockets this server takes connections on
+        self._opened: set[asyncio.Task[None]] = set()  # one task per accepted connection, until it is closed
         self._idle_sweeper: asyncio.Task[None] | None = None
         # Connections held unread until a slot under max.connections frees (Kafka's acceptor waits too).
         self._slot_waiters: collections.deque[asyncio.Future[bool]] = collections.deque()
@@ -147,19 +148,63 @@ class Server:
         listener.bound_port = listener.sock.getsockname()[1]
 
     async def _accept_on(self, listener: KafkaListener) -> None:
-        """Take connections on a listener `_bind` has bound."""
-        assert listener.sock is not None
-        # backlog: asyncio listens again on a given socket, with 100 unless told (500 clients connecting at
-        # once overflowed that and got resets)
-        self._servers.append(
-            await asyncio.start_server(
-                functools.partial(self._accept, listener=listener),
-                sock=listener.sock,
-                backlog=LISTEN_BACKLOG,
-                limit=2**20,
-                ssl=listener.ssl,
-            )
-        )
+        """Take connections on a listener `_bind` has bound: every connection waiting in its listen queue each
+        time it is readable, as Kafka's acceptor thread does. (asyncio.start_server on uvloop takes one per turn
+        of the event loop: on a busy loop, 500 consumers starting together waited seconds in the listen queue
+        for their first answer, and joined a group over 10-30 s instead of at once.)"""
+        sock = listener.sock
+        assert sock is not None
+        sock.listen(LISTEN_BACKLOG)  # (500 clients connecting at once overflowed asyncio's default of 100)
+        sock.setblocking(False)
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._take_connections, listener)
+        self._acceptors.append(sock)
+
+    def _take_connections(self, listener: KafkaListener) -> None:
+        sock = listener.sock
+        if sock is None or sock not in self._acceptors:
+            return
+        loop = asyncio.get_running_loop()
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, _address = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue  # gone before it was taken
+            except (
+                OSError
+            ) as exc:  # out of file descriptors or buffers: try again in a while, as asyncio does
+                log.warning(
+                    "accepting a connection on %s failed (%s); trying again in 1 s", listener.name, exc
+                )
+                loop.remove_reader(sock.fileno())
+                loop.call_later(ACCEPT_RETRY_S, self._resume_accepting, listener)
+                return
+            conn.setblocking(False)
+            task = loop.create_task(self._open(conn, listener))
+            self._opened.add(task)
+            task.add_done_callback(self._opened.discard)
+
+    def _resume_accepting(self, listener: KafkaListener) -> None:
+        sock = listener.sock
+        if sock is not None and sock in self._acceptors and not self._closing:
+            asyncio.get_running_loop().add_reader(sock.fileno(), self._take_connections, listener)
+
+    async def _open(self, conn: socket.socket, listener: KafkaListener) -> None:
+        """An accepted connection as a stream pair (the TLS handshake first, on a TLS listener), then served."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2**20, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        try:
+            transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock=conn, ssl=listener.ssl)
+        except (
+            OSError
+        ) as exc:  # the peer left, or its TLS handshake failed or timed out (SSLError, TimeoutError)
+            log.debug("connection on %s not opened: %r", listener.name, exc)
+            conn.close()
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        await self._accept(reader, writer, listener)
 
     @property
     def ready(self) -> bool:
@@ -340,8 +385,11 @@ class Server:
             waiter = self._slot_waiters.popleft()
             if not waiter.done():
                 waiter.set_result(False)
-        for server in self._servers:
-            server.close()  # stop accepting
+        loop = asyncio.get_running_loop()
+        for sock in self._acceptors:  # stop accepting
+            loop.remove_reader(sock.fileno())
+            sock.close()
+        self._acceptors.clear()
         conns = list(self.connections.values())
         for conn in conns:
             conn.stop_reading()
@@ -350,7 +398,6 @@ class Server:
             if stop_waiting is not None:
                 stop_waiting()  # long polls and parked joins answer now, instead of holding up shutdown
         timeout_s = self.config["shutdown.timeout.ms"] / 1000
-        loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         if conns:
             waits = [asyncio.create_task(c.done.wait()) for c in conns]
@@ -370,11 +417,11 @@ class Server:
         for transport in list(self._accepting):  # accepted, not yet a connection (waiting for a slot, ...)
             transport.abort()
         started = time.monotonic()
-        # uvloop's wait_closed waits for every connection a listener accepted to be closed
-        closed = asyncio.ensure_future(asyncio.gather(*(server.wait_closed() for server in self._servers)))
+        # every accepted connection's task ends once its connection is closed
+        closed = asyncio.ensure_future(asyncio.gather(*self._opened, return_exceptions=True))
         if not await cancel_after(closed, max(deadline - loop.time(), MIN_STEP_S)):
             log.warning("shutdown: the listeners still had connections open; not waiting for them")
-        _log_if_slow("the listeners' wait_closed", started)
+        _log_if_slow("closing the accepted connections", started)
         for part in reversed(self.parts):
             started = time.monotonic()
             closing = asyncio.ensure_future(part.close())
@@ -397,6 +444,8 @@ async def cancel_after(task: asyncio.Future[Any], timeout_s: float) -> bool:
 
 
 MIN_STEP_S = 1.0  # at shutdown, each step past shutdown.timeout.ms still gets this long
+ACCEPT_BATCH = 1024  # connections taken from a listen queue each time it is readable (then others get a turn)
+ACCEPT_RETRY_S = 1.0  # after accept failed for want of descriptors or buffers
 
 
 def _log_if_slow(what: str, started: float) -> None:
