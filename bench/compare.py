@@ -22,7 +22,10 @@ and the target serve, see bench/rawkafka.py):
               N-partition topic (range, cooperative-sticky): time from the first subscribe() to every member holding
               its partitions (all N partitions held, none twice; also from the last subscribe()); then one member closes (LeaveGroup) and one
               member (its own process) is SIGKILLed: time until the others hold every partition again;
-              --rebalance-repeats K runs each scenario K times and reports each phase's median
+              --rebalance-repeats K runs each scenario K times and reports each phase's median; with the
+              consumer group protocol the members start once the target's coordinator assigns the new topic
+              (a probe member of a group of its own: Kafka's coordinator learns of a topic seconds after it
+              is created, and a group that joined meanwhile was assigned once, after everyone had joined)
   static      20 static members (group.instance.id), restarted one at a time (close, new consumer, same
               instance id): rebalance callbacks seen by the members not being restarted, and the total time
   scale       --idle-members raw members in groups of 10 heartbeating every 3 s (one connection each, from
@@ -36,6 +39,8 @@ and the target serve, see bench/rawkafka.py):
 from __future__ import annotations
 
 import argparse
+import asyncio
+import base64
 import datetime
 import json
 import math
@@ -49,8 +54,10 @@ import tempfile
 import threading
 import time
 import traceback
+import uuid
 from pathlib import Path
 from queue import Empty, Queue
+from typing import Any
 
 import psutil
 
@@ -63,7 +70,14 @@ import rawkafka as rk  # noqa: E402
 import targets as tg  # noqa: E402
 from goloadgen import GO_LOADGEN, build_go_loadgen  # noqa: E402
 
-from tests.support.wire import WireClient, decode_response, encode_request, recv_frame  # noqa: E402
+from tests.support.wire import (  # noqa: E402
+    WireClient,
+    decode_response,
+    encode_request,
+    make,
+    recv_frame,
+    request_class,
+)
 
 PY = sys.executable
 TOPIC = "bench-topic"  # 200 partitions on every target: commits name real partitions (Kafka checks)
@@ -598,10 +612,84 @@ def median_of(runs: list[dict]) -> dict:
     return res
 
 
+CONSUMER_GROUP_HEARTBEAT = 68
+
+
+def wait_until_assignable(target, topic: str, timeout_s: float = 60.0) -> float:
+    """Until the target's consumer group coordinator assigns `topic`'s partitions: a raw KIP-848 member of a group
+    of its own, subscribed to the topic, heartbeats until it is given partitions, then leaves. Returns the
+    seconds that took.
+
+    Kafka's group coordinator learns of a topic from its metadata image, and a topic created a moment earlier was
+    missing from it for seconds here: in Kafka's log the first 500 joins of a group bumped its epoch with
+    metadata hash 0 (no partitions to assign), so the whole group was assigned once, after everyone had joined,
+    and nobody gave anything up. What the join times is a group whose topic its coordinator knows already,
+    consumers started on an existing topic as in production, on both targets."""
+
+    async def probe() -> float:
+        started = time.perf_counter()
+        group = f"probe-{topic}"
+        versions = rk.negotiate(target.bootstrap)
+        host, port = target.bootstrap.rsplit(":", 1)
+        first = await rk.Conn.open(host, int(port))
+        try:
+            found = await rk.retry_call(
+                first, lambda: rk.find_coordinator_request(versions, group), timeout_s
+            )
+        finally:
+            first.close()
+        conn = await rk.Conn.open(*rk.coordinator_address(found))
+        member_id = (
+            base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        )  # as Kafka 4 clients make it
+        epoch = 0
+
+        def heartbeat(epoch: int, owned: tuple) -> Any:
+            return make(
+                request_class(CONSUMER_GROUP_HEARTBEAT, 1),
+                {
+                    "group_id": group,
+                    "member_id": member_id,
+                    "member_epoch": epoch,
+                    "instance_id": None,
+                    "rack_id": None,
+                    "rebalance_timeout": 60_000 if epoch == 0 else -1,
+                    "subscribed_topic_names": (topic,) if epoch == 0 else None,
+                    "subscribed_topic_regex": None,
+                    "server_assignor": None,
+                    "topic_partitions": owned,
+                },
+            )
+
+        try:
+            while time.perf_counter() - started < timeout_s:
+                answer = await rk.retry_call(
+                    conn, lambda: heartbeat(epoch, () if epoch == 0 else None), timeout_s
+                )
+                if answer.error_code:
+                    raise RuntimeError(f"probe heartbeat answered error {answer.error_code}")
+                epoch = answer.member_epoch
+                if answer.assignment is not None and any(
+                    t.partitions for t in answer.assignment.topic_partitions
+                ):
+                    await conn.call(heartbeat(-1, None))  # leave
+                    return time.perf_counter() - started
+                await asyncio.sleep(0.2)
+            raise TimeoutError(f"{topic}: no partitions assigned to a probe member within {timeout_s:.0f} s")
+        finally:
+            conn.close()
+
+    return asyncio.run(probe())
+
+
 def rebalance_once(target, args, run_dir: Path, n: int, strategy: str, key: str) -> dict:
     stamp = int(time.time() * 1000)
     topic, group = f"rb-{n}-{stamp}", f"rb-{strategy.replace('/', '-')}-{n}-{stamp}"
     target.create_topic(topic, n)
+    if strategy.startswith("consumer/"):
+        waited = wait_until_assignable(target, topic)
+        if waited > 1.0:
+            log(f"  {key:<26} the coordinator assigned the new topic {waited:.1f} s after it was created")
     victim = n - 1
     rest = list(range(n - 1))
     chunks = [rest[i : i + args.members_per_process] for i in range(0, len(rest), args.members_per_process)]
