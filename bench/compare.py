@@ -593,6 +593,16 @@ def rebalance(target, args, run_dir: Path) -> dict:
     return out
 
 
+def phase_ratio(ours: float, theirs: float, key: str) -> tuple[float, str]:
+    """(this server's time / Kafka's, how to say it) for one timed phase; a median not reached is infinite, so
+    Kafka's not reached where ours was is a 0 (at or below it), ours not reached a miss whatever Kafka's."""
+    if math.isinf(ours):
+        return math.inf, f"{key}: not reached here"
+    if math.isinf(theirs):
+        return 0.0, f"{key}: Kafka's median not reached"
+    return ours / theirs, f"{key}: {ours / theirs:.2f}x"
+
+
 def median_of(runs: list[dict]) -> dict:
     """One scenario repeated: each phase's median over the runs (a run that did not get to the phase counts as
     infinitely slow there, so runs that failed are not dropped in one target's favour), the most partitions any
@@ -1335,13 +1345,13 @@ def goals(results: dict) -> list[dict]:
             o = k.get("rebalance", {}).get(key, {})
             for phase in ("join_s", "leave_s", "kill_s"):
                 if r.get(phase) is not None and o.get(phase):
-                    rows.append((r[phase] / o[phase], f"{key} {phase[:-2]}"))
+                    rows.append(phase_ratio(r[phase], o[phase], f"{key} {phase[:-2]}"))
         if rows:
             out.append(
                 {
                     "goal": "rebalance time at or below Kafka's for every N",
                     "verdict": "met" if all(x <= 1 for x, _ in rows) else "missed",
-                    "detail": "; ".join(f"{key}: {x:.2f}x" for x, key in rows),
+                    "detail": "; ".join(text for _, text in rows),
                 }
             )
     st = s.get("static", {})
