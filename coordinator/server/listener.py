@@ -171,9 +171,8 @@ class Server:
                 return
             except ConnectionAbortedError:
                 continue  # gone before it was taken
-            except (
-                OSError
-            ) as exc:  # out of file descriptors or buffers: try again in a while, as asyncio does
+            except OSError as exc:
+                # out of file descriptors or buffers: try again in a while, as asyncio's own server does
                 log.warning(
                     "accepting a connection on %s failed (%s); trying again in 1 s", listener.name, exc
                 )
@@ -197,9 +196,7 @@ class Server:
         protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
         try:
             transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock=conn, ssl=listener.ssl)
-        except (
-            OSError
-        ) as exc:  # the peer left, or its TLS handshake failed or timed out (SSLError, TimeoutError)
+        except OSError as exc:  # the peer left, or its TLS handshake failed or timed out (both OSErrors)
             log.debug("connection on %s not opened: %r", listener.name, exc)
             conn.close()
             return
