@@ -57,7 +57,6 @@ import traceback
 import uuid
 from pathlib import Path
 from queue import Empty, Queue
-from typing import Any
 
 import psutil
 
@@ -70,14 +69,7 @@ import rawkafka as rk  # noqa: E402
 import targets as tg  # noqa: E402
 from goloadgen import GO_LOADGEN, build_go_loadgen  # noqa: E402
 
-from tests.support.wire import (  # noqa: E402
-    WireClient,
-    decode_response,
-    encode_request,
-    make,
-    recv_frame,
-    request_class,
-)
+from tests.support.wire import WireClient, decode_response, encode_request, recv_frame  # noqa: E402
 
 PY = sys.executable
 TOPIC = "bench-topic"  # 200 partitions on every target: commits name real partitions (Kafka checks)
@@ -622,9 +614,6 @@ def median_of(runs: list[dict]) -> dict:
     return res
 
 
-CONSUMER_GROUP_HEARTBEAT = 68
-
-
 def wait_until_assignable(target, topic: str, timeout_s: float = 60.0) -> float:
     """Until the target's consumer group coordinator assigns `topic`'s partitions: a raw KIP-848 member of a group
     of its own, subscribed to the topic, heartbeats until it is given partitions, then leaves. Returns the
@@ -649,40 +638,23 @@ def wait_until_assignable(target, topic: str, timeout_s: float = 60.0) -> float:
         finally:
             first.close()
         conn = await rk.Conn.open(*rk.coordinator_address(found))
-        member_id = (
-            base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        )  # as Kafka 4 clients make it
+        member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")  # as Kafka 4 clients do
         epoch = 0
 
-        def heartbeat(epoch: int, owned: tuple) -> Any:
-            return make(
-                request_class(CONSUMER_GROUP_HEARTBEAT, 1),
-                {
-                    "group_id": group,
-                    "member_id": member_id,
-                    "member_epoch": epoch,
-                    "instance_id": None,
-                    "rack_id": None,
-                    "rebalance_timeout": 60_000 if epoch == 0 else -1,
-                    "subscribed_topic_names": (topic,) if epoch == 0 else None,
-                    "subscribed_topic_regex": None,
-                    "server_assignor": None,
-                    "topic_partitions": owned,
-                },
-            )
+        def heartbeat(epoch: int) -> object:  # the join lists nothing owned, a later heartbeat no change
+            owned = () if epoch == 0 else None
+            return rk.consumer_group_heartbeat_request(group, member_id, epoch, (topic,), owned)
 
         try:
             while time.perf_counter() - started < timeout_s:
-                answer = await rk.retry_call(
-                    conn, lambda: heartbeat(epoch, () if epoch == 0 else None), timeout_s
-                )
+                answer = await rk.retry_call(conn, lambda: heartbeat(epoch), timeout_s)
                 if answer.error_code:
                     raise RuntimeError(f"probe heartbeat answered error {answer.error_code}")
                 epoch = answer.member_epoch
                 if answer.assignment is not None and any(
                     t.partitions for t in answer.assignment.topic_partitions
                 ):
-                    await conn.call(heartbeat(-1, None))  # leave
+                    await conn.call(heartbeat(-1))  # leave
                     return time.perf_counter() - started
                 await asyncio.sleep(0.2)
             raise TimeoutError(f"{topic}: no partitions assigned to a probe member within {timeout_s:.0f} s")

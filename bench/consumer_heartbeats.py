@@ -42,9 +42,6 @@ import rawkafka as rk  # noqa: E402
 from compare import cpu_seconds, log, pct  # noqa: E402
 from targets import TargetUnavailable, start_target  # noqa: E402
 
-from tests.support.wire import make, request_class  # noqa: E402
-
-CONSUMER_GROUP_HEARTBEAT = 68
 TOPIC = "heartbeat-topic"
 GROUP = "heartbeat-group"
 SETTLE_S = 3.0
@@ -67,22 +64,7 @@ class Member:
         self.errors: dict[int, int] = {}
 
     def request(self):
-        joining = self.epoch == 0
-        return make(
-            request_class(CONSUMER_GROUP_HEARTBEAT, 1),
-            {
-                "group_id": GROUP,
-                "member_id": self.member_id,
-                "member_epoch": self.epoch,
-                "instance_id": None,
-                "rack_id": None,
-                "rebalance_timeout": 60_000 if joining else -1,
-                "subscribed_topic_names": (TOPIC,) if joining else None,
-                "subscribed_topic_regex": None,
-                "server_assignor": None,
-                "topic_partitions": self.owned,
-            },
-        )
+        return rk.consumer_group_heartbeat_request(GROUP, self.member_id, self.epoch, (TOPIC,), self.owned)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -156,6 +156,32 @@ def req(versions: dict[int, int], key: int, values: dict[str, Any]) -> Any:
     return make(request_class(key, versions[key]), values)
 
 
+CONSUMER_GROUP_HEARTBEAT = 68
+
+
+def consumer_group_heartbeat_request(
+    group: str, member_id: str, epoch: int, topics: tuple[str, ...], owned: tuple[dict, ...] | None
+) -> Any:
+    """ConsumerGroupHeartbeat v1 (the version librdkafka pins) as librdkafka sends it: the subscription and the
+    rebalance timeout on the join (epoch 0) only; `owned` the partitions the member lists, None when unchanged."""
+    joining = epoch == 0
+    return make(
+        request_class(CONSUMER_GROUP_HEARTBEAT, 1),
+        {
+            "group_id": group,
+            "member_id": member_id,
+            "member_epoch": epoch,
+            "instance_id": None,
+            "rack_id": None,
+            "rebalance_timeout": 60_000 if joining else -1,
+            "subscribed_topic_names": topics if joining else None,
+            "subscribed_topic_regex": None,
+            "server_assignor": None,
+            "topic_partitions": owned,
+        },
+    )
+
+
 def join_request(
     v,
     group: str,
