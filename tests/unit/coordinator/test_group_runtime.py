@@ -1053,7 +1053,7 @@ async def test_answers_waiting_for_writes_are_released_by_the_write_itself_and_w
     loop = asyncio.get_running_loop()
     released: list[str] = []
 
-    def answer(name: str) -> tuple[object, Any]:
+    def answer() -> tuple[object, Any]:
         token = object()
         future = loop.create_future()
         future.add_done_callback(lambda f: released.append(f.result()))
@@ -1061,13 +1061,13 @@ async def test_answers_waiting_for_writes_are_released_by_the_write_itself_and_w
         return token, future
 
     def write(name: str, group: str | None, offset: int, **kwargs: Any) -> asyncio.Future[Any]:
-        token, future = answer(name)
+        token, future = answer()
         record = new_offset_commit_record(group or "x", "t", 0, offset, commit_timestamp_ms=1)
         runtime.apply(CoordinatorResult(records=[record], responses=[(token, name)], **kwargs), group)
         return future
 
     def read(name: str, group: str | None) -> asyncio.Future[Any]:
-        token, future = answer(name)
+        token, future = answer()
         runtime.apply(CoordinatorResult(responses=[(token, name)]), group)
         return future
 
