@@ -628,16 +628,7 @@ def wait_until_assignable(target, topic: str, timeout_s: float = 60.0) -> float:
     async def probe() -> float:
         started = time.perf_counter()
         group = f"probe-{topic}"
-        versions = rk.negotiate(target.bootstrap)
-        host, port = target.bootstrap.rsplit(":", 1)
-        first = await rk.Conn.open(host, int(port))
-        try:
-            found = await rk.retry_call(
-                first, lambda: rk.find_coordinator_request(versions, group), timeout_s
-            )
-        finally:
-            first.close()
-        conn = await rk.Conn.open(*rk.coordinator_address(found))
+        conn = await rk.Conn.open(*await rk.coordinator_of(target.bootstrap, group, timeout_s))
         member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")  # as Kafka 4 clients do
         epoch = 0
 

@@ -91,13 +91,7 @@ class Member:
 
 async def measure(target, members: int, steady_s: float) -> dict:
     target.create_topic(TOPIC, members)
-    host, port = target.bootstrap.rsplit(":", 1)
-    versions = rk.negotiate(target.bootstrap)
-    first = await rk.Conn.open(host, int(port))
-    coordinator = rk.coordinator_address(
-        await rk.retry_call(first, lambda: rk.find_coordinator_request(versions, GROUP))
-    )
-    first.close()
+    coordinator = await rk.coordinator_of(target.bootstrap, GROUP)
     conns = [await rk.Conn.open(*coordinator) for _ in range(members)]
     # the group's coordinator ready (Kafka loads the __consumer_offsets partition after its first use): one
     # member joins and leaves until it is answered without a coordinator error, before anything is timed

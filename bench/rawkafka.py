@@ -156,6 +156,19 @@ def req(versions: dict[int, int], key: int, values: dict[str, Any]) -> Any:
     return make(request_class(key, versions[key]), values)
 
 
+async def coordinator_of(bootstrap: str, group: str, timeout_s: float = 120.0) -> tuple[str, int]:
+    """(host, port) of `group`'s coordinator, asked of the bootstrap broker until it names one."""
+    versions = negotiate(bootstrap)
+    host, port = bootstrap.rsplit(":", 1)
+    conn = await Conn.open(host, int(port))
+    try:
+        return coordinator_address(
+            await retry_call(conn, lambda: find_coordinator_request(versions, group), timeout_s)
+        )
+    finally:
+        conn.close()
+
+
 CONSUMER_GROUP_HEARTBEAT = 68
 
 
