@@ -710,7 +710,8 @@ def rebalance_once(target, args, run_dir: Path, n: int, strategy: str, key: str)
         h.held.pop(victim, None)
         t_done = pump(children[:-1], h, lambda: h.complete(alive, n), args.phase_timeout + 60)
         res["kill_s"] = t_done - t0
-        log(f"  {key:<26} kill {res['kill_s']:.2f}s (session.timeout.ms={args.session_ms})")
+        session_ms = args.consumer_session_ms if strategy.startswith("consumer/") else args.session_ms
+        log(f"  {key:<26} kill {res['kill_s']:.2f}s (session timeout {session_ms} ms)")
     except (TimeoutError, RuntimeError) as exc:
         res["error"] = str(exc)
         log(f"  {key:<26} {exc}")
@@ -1203,6 +1204,14 @@ def render(results: dict) -> str:
             f"Each scenario ran {repeats} times on each target, one after the other: each phase is the median of "
             'its runs and "moved" the most any run moved (every run is in the JSON).',
         ]
+    params = results.get("params", {})
+    if any(k.startswith("consumer/") for k in rkeys):
+        lines += [
+            "",
+            f"The consumer/ scenarios ran with group.consumer.heartbeat.interval.ms="
+            f"{params.get('consumer_heartbeat_ms', 500)} and group.consumer.session.timeout.ms="
+            f"{params.get('consumer_session_ms', 6000)} on both targets.",
+        ]
     # Static + scale.
     lines += ["", "**Static rolling restart, scale, recovery:**", ""]
     lines += ["| measure | " + " | ".join(ok) + " |", "|" + "---|" * (1 + len(ok))]
@@ -1518,6 +1527,19 @@ def main() -> int:
         "--session-ms", type=int, default=6000, help="session.timeout.ms of the rebalance members"
     )
     ap.add_argument(
+        "--consumer-heartbeat-ms",
+        type=int,
+        default=500,
+        help="group.consumer.heartbeat.interval.ms on both targets (the consumer protocol's members heartbeat at "
+        "the broker's interval, and librdkafka times a heartbeat out after one interval)",
+    )
+    ap.add_argument(
+        "--consumer-session-ms",
+        type=int,
+        default=6000,
+        help="group.consumer.session.timeout.ms on both targets (the consumer protocol's kill phase waits for it)",
+    )
+    ap.add_argument(
         "--rebalance-repeats",
         type=int,
         default=1,
@@ -1600,7 +1622,12 @@ def main() -> int:
         results["targets"][name] = entry
         log(f"== {name}")
         try:
-            target = tg.start_target(name, run_dir, args.server_rev)
+            target = tg.start_target(
+                name,
+                run_dir,
+                args.server_rev,
+                tg.consumer_group_settings(args.consumer_heartbeat_ms, args.consumer_session_ms),
+            )
         except (tg.TargetUnavailable, Exception) as exc:  # noqa: BLE001 - reported, never dropped
             entry["status"] = f"unavailable: {exc}".splitlines()[0][:300]
             log(f"  {entry['status']}")

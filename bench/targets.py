@@ -134,25 +134,38 @@ def snapshot(rev: str, dest: Path) -> Path:
     return dest
 
 
-# The consumer group protocol (KIP-848) with the same settings on this server and Kafka: heartbeats every 500 ms
-# and a 6 s session, as the classic members of the rebalance workload have (Kafka's defaults, 5 s and 45 s, would
-# make every reconciliation step and the kill phase that much slower on both).
-CONSUMER_GROUP_SETTINGS = {
-    "group.consumer.min.heartbeat.interval.ms": "500",
-    "group.consumer.heartbeat.interval.ms": "500",
-    "group.consumer.min.session.timeout.ms": "6000",
-    "group.consumer.session.timeout.ms": "6000",
-}
+def consumer_group_settings(heartbeat_ms: int = 500, session_ms: int = 6000) -> dict[str, str]:
+    """The consumer group protocol's (KIP-848) heartbeat interval and session timeout, set alike on this server
+    and Kafka (the broker decides both; the lower bounds follow them down)."""
+    return {
+        "group.consumer.min.heartbeat.interval.ms": str(min(heartbeat_ms, 5000)),
+        "group.consumer.heartbeat.interval.ms": str(heartbeat_ms),
+        "group.consumer.min.session.timeout.ms": str(min(session_ms, 45000)),
+        "group.consumer.session.timeout.ms": str(session_ms),
+    }
+
+
+# By default heartbeats every 500 ms and a 6 s session, as the classic members of the rebalance workload have
+# (Kafka's defaults, 5 s and 45 s, would make every reconciliation step and the kill phase that much slower on
+# both). librdkafka times a heartbeat out after one heartbeat interval, so at 500 ms a coordinator that answers
+# later than that loses answers: bench/README.md, "Kafka's stalled N=500 joins".
+CONSUMER_GROUP_SETTINGS = consumer_group_settings()
 
 
 class ServerTarget:
     name = "server"
 
-    def __init__(self, run_dir: Path, settings: dict[str, str] | None = None, rev: str | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        settings: dict[str, str] | None = None,
+        rev: str | None = None,
+        consumer_settings: dict[str, str] | None = None,
+    ) -> None:
         self.run_dir = run_dir
         self.settings = {
             "group.initial.rebalance.delay.ms": "0",
-            **CONSUMER_GROUP_SETTINGS,
+            **(consumer_settings or CONSUMER_GROUP_SETTINGS),
             **(settings or {}),
         }
         self.data_dir = run_dir / "data"
@@ -205,7 +218,9 @@ class ServerTarget:
 class KafkaTarget:
     name = "kafka"
 
-    def __init__(self, run_dir: Path, heap: str = "1G") -> None:
+    def __init__(
+        self, run_dir: Path, heap: str = "1G", consumer_settings: dict[str, str] | None = None
+    ) -> None:
         if not (KAFKA_JARS / ".complete").exists():
             raise TargetUnavailable(
                 f"no jars in {KAFKA_JARS} (run scripts/fetch-jars.sh .deps/jars kafka-server)"
@@ -233,7 +248,7 @@ class KafkaTarget:
                     f"log.dirs={run_dir / 'data'}",
                     "offsets.topic.replication.factor=1",
                     "group.initial.rebalance.delay.ms=0",
-                    *(f"{k}={v}" for k, v in CONSUMER_GROUP_SETTINGS.items()),
+                    *(f"{k}={v}" for k, v in (consumer_settings or CONSUMER_GROUP_SETTINGS).items()),
                     "",
                 ]
             )
@@ -476,9 +491,13 @@ class TansuTarget:
 TARGETS = {"server": ServerTarget, "kafka": KafkaTarget, "mock": MockTarget, "tansu": TansuTarget}
 
 
-def start_target(name: str, run_dir: Path, server_rev: str | None = None):
+def start_target(
+    name: str, run_dir: Path, server_rev: str | None = None, consumer_settings: dict[str, str] | None = None
+):
     if name == "server":
-        return ServerTarget(run_dir / name, rev=server_rev)
+        return ServerTarget(run_dir / name, rev=server_rev, consumer_settings=consumer_settings)
+    if name == "kafka":
+        return KafkaTarget(run_dir / name, consumer_settings=consumer_settings)
     return TARGETS[name](run_dir / name)
 
 
