@@ -1,13 +1,15 @@
 """The server-side assignors of consumer groups (KIP-848): `uniform` (Kafka's default) and `range`.
 
 An assignor maps the members' subscriptions (topic ids) to a target assignment. Both are pure and
-deterministic (members and partitions are visited in sorted order), so a log replayed elsewhere computes the
-same targets.
+deterministic (members and partitions are visited in sorted order, save `uniform`'s member named `first`): the
+same inputs give the same target anywhere.
 
 `uniform` balances the number of partitions per member and, within that, keeps each member's current target
 (sticky). With identical subscriptions (homogeneous, the common case) every member gets `P // M` partitions and
 `P % M` members one more; a member keeps what it holds up to its quota, and whoever holds an extra partition
-may keep it (Kafka's KAFKA-18688), so a join or a leave moves only what balance needs. With different
+may keep it (Kafka's KAFKA-18688), so a join or a leave moves only what balance needs. Partitions nobody keeps
+(a leaver's, say) go first to the member named `first`: the member whose heartbeat the target is computed in,
+which learns of them in that heartbeat's answer instead of its next one. With different
 subscriptions (heterogeneous) partitions a member holds and may still have are kept, the rest go to the least
 loaded member subscribed to their topic, and partitions then move from the most to the least loaded member
 that can take them until no move narrows the gap.
@@ -97,18 +99,31 @@ def _uniform(members: Mapping[str, MemberSpec], topics: Mapping[Any, int]) -> di
 _uniform_indexed = _indexed(_uniform)
 
 
-def uniform(members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int]) -> dict[str, Assignment]:
-    """The `uniform` assignor (see the module doc). `topics`: partition count by topic id."""
+def uniform(
+    members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int], first: str | None = None
+) -> dict[str, Assignment]:
+    """The `uniform` assignor (see the module doc). `topics`: partition count by topic id; `first`: the member
+    handed the partitions nobody keeps before the others (identical subscriptions only)."""
     if not members:
         return {}
-    first = next(iter(members.values())).subscribed
-    if all(m.subscribed == first for m in members.values()):
-        return _uniform_homogeneous_flat(members, topics, first)
+    subscribed = next(iter(members.values())).subscribed
+    if all(m.subscribed == subscribed for m in members.values()):
+        return _uniform_homogeneous_flat(members, topics, subscribed, first)
     return _uniform_indexed(members, topics)
 
 
+def _handing_order(order: list[str], first: str | None) -> list[str]:
+    """The members in the order free partitions are handed out: `first` (if a member), then the rest sorted."""
+    if first is None or first not in order:
+        return order
+    return [first, *(m for m in order if m != first)]
+
+
 def _uniform_homogeneous_flat(
-    members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int], subscribed: frozenset[uuid.UUID]
+    members: Mapping[str, MemberSpec],
+    topics: Mapping[uuid.UUID, int],
+    subscribed: frozenset[uuid.UUID],
+    first: str | None = None,
 ) -> dict[str, Assignment]:
     """`_uniform_homogeneous` (the same result) on partitions numbered 0..P-1 across the subscribed topics in
     topic id order: one int per partition instead of (topic, partition) tuples, the assignor of a group of
@@ -140,6 +155,7 @@ def _uniform_homogeneous_flat(
         owned[member_id] = keep
     free = [g for g in range(total) if not taken[g]]
     position = 0
+    order = _handing_order(order, first)
     for member_id in order:  # every member to the quota, then the extras left to members at the quota
         need = quota - len(owned[member_id])
         if need > 0:
@@ -169,7 +185,10 @@ def _uniform_homogeneous_flat(
 
 
 def _uniform_homogeneous(
-    members: Mapping[str, MemberSpec], topics: Mapping[Any, int], subscribed: frozenset[Any]
+    members: Mapping[str, MemberSpec],
+    topics: Mapping[Any, int],
+    subscribed: frozenset[Any],
+    first: str | None = None,
 ) -> dict[str, Any]:
     partitions = [(t, p) for t in sorted(subscribed) if t in topics for p in range(topics[t])]
     order = sorted(members)
@@ -193,6 +212,7 @@ def _uniform_homogeneous(
     free = [tp for tp in partitions if tp not in taken]
     # Fill every member to the quota, then hand out the extras left to members at the quota.
     position = 0
+    order = _handing_order(order, first)
     for member_id in order:
         need = quota - len(owned[member_id])
         if need > 0:
@@ -349,7 +369,14 @@ def _range_counts(held: list[list[int]], quota: int, extra: int) -> list[int]:
     return counts
 
 
-range_ = _indexed(_range)
-"""The `range` assignor (see the module doc)."""
+_range_indexed = _indexed(_range)
+
+
+def range_(
+    members: Mapping[str, MemberSpec], topics: Mapping[uuid.UUID, int], first: str | None = None
+) -> dict[str, Assignment]:
+    """The `range` assignor (see the module doc). `first` is not used: where a range goes is not a choice."""
+    return _range_indexed(members, topics)
+
 
 ASSIGNORS = {"uniform": uniform, "range": range_}

@@ -806,7 +806,9 @@ class ConsumerGroupManager:
             reason=RebalanceReason.NEW_MEMBER if new_member else RebalanceReason.METADATA_CHANGE,
             member=updated,
         )
-        self._maybe_compute_target(group)
+        # a consumer-protocol member whose heartbeat computes the target is handed what nobody keeps first: it
+        # learns of it in this answer (a classic member would be sent into a rebalance for it)
+        self._maybe_compute_target(group, updated.member_id if updated.classic is None else None)
 
     def _answer(self, group: ConsumerGroup, member: ConsumerMember, assignment: Assignment | None) -> Any:
         return heartbeat_response(
@@ -1457,10 +1459,11 @@ class ConsumerGroupManager:
         if group.forming_from_ms is None and group.joins_only and not group.owners and not classic:
             group.forming_from_ms = self.clock.monotonic_ms()
 
-    def _maybe_compute_target(self, group: ConsumerGroup) -> None:
+    def _maybe_compute_target(self, group: ConsumerGroup, answering: str | None = None) -> None:
         """Compute the target if the group epoch is ahead of it, at most once per
         group.consumer.assignment.interval.ms: within the interval of the last computation, a timer computes it
-        when the interval ends (members meanwhile reconcile towards the target they have)."""
+        when the interval ends (members meanwhile reconcile towards the target they have). `answering`: the
+        member whose heartbeat this is, handed the partitions nobody keeps first (`uniform`)."""
         if group.group_epoch <= group.assignment_epoch:
             return
         now = self.clock.monotonic_ms()
@@ -1490,7 +1493,7 @@ class ConsumerGroupManager:
             )
         last = group.assigned_at_ms
         if interval <= 0 or last is None or now - last >= interval:
-            self._compute_target(group)
+            self._compute_target(group, answering)
             return
         self._hold_target(group, last + interval)
 
@@ -1532,7 +1535,7 @@ class ConsumerGroupManager:
             return False
         return True
 
-    def _compute_target(self, group: ConsumerGroup) -> None:
+    def _compute_target(self, group: ConsumerGroup, answering: str | None = None) -> None:
         assert self.topics is not None
         group.assigned_at_ms = self.clock.monotonic_ms()
         group.assignment_due_ms = None
@@ -1568,7 +1571,7 @@ class ConsumerGroupManager:
             specs[member.member_id] = MemberSpec(
                 member.member_id, member.instance_id, ids, group.target.get(member.member_id, {})
             )
-        new_target = assignor(specs, topics)
+        new_target = assignor(specs, topics, answering)
         fx = self.calls.fx
         for member_id in sorted(group.members):
             assignment = new_target.get(member_id, {})

@@ -52,6 +52,16 @@ def test_uniform_homogeneous_leave_keeps_the_survivors_partitions():
     assert sorted(counts(after).values()) == [3, 4]
 
 
+def test_uniform_hands_what_nobody_keeps_to_the_member_named_first():
+    before = uniform({m: spec(m, FOO) for m in ("a", "b", "c", "d")}, {FOO: 4})  # one each
+    survivors = {m: spec(m, FOO, current=before[m]) for m in ("a", "b", "c")}
+    for first, taker in ((None, "a"), ("c", "c"), ("b", "b"), ("gone", "a")):
+        after = uniform(survivors, {FOO: 4}, first)
+        assert counts(after) == {m: 2 if m == taker else 1 for m in ("a", "b", "c")}
+        assert after[taker][FOO] == before[taker][FOO] | before["d"][FOO]
+    assert range_(survivors, {FOO: 4}, "c") == range_(survivors, {FOO: 4})  # range's layout has no choice
+
+
 def test_uniform_more_members_than_partitions():
     out = uniform({m: spec(m, FOO) for m in ("a", "b", "c")}, {FOO: 2})
     assert sorted(counts(out).values()) == [0, 1, 1]

@@ -291,6 +291,50 @@ def test_session_timeout_expiration():
     assert set(ctx.group().members) == {"m1"}
 
 
+def settle(ctx: ConsumerContext, members: list[str]) -> dict[str, dict]:
+    """Heartbeat each member in turn, owning what it was last given, until the group is stable: what each holds."""
+    held: dict[str, dict] = {}
+    epochs: dict[str, int] = {}
+    for member_id in members:
+        answer = ok(ctx.heartbeat(member_id))
+        held[member_id], epochs[member_id] = assignment_of(answer) or {}, answer.member_epoch
+    for _ in range(10):
+        if ctx.group().state == ConsumerGroupState.STABLE:
+            return held
+        for member_id in members:
+            answer = ok(ctx.heartbeat(member_id, epochs[member_id], owned=held[member_id]))
+            epochs[member_id] = answer.member_epoch
+            if answer.assignment is not None:
+                held[member_id] = assignment_of(answer)
+    raise AssertionError("the group did not settle")
+
+
+@pytest.mark.parametrize("gone", ["leave", "session"])
+def test_what_nobody_keeps_goes_to_the_member_whose_heartbeat_computes_the_target(gone):
+    # (ours) Kafka hands a leaver's partitions out in its assignor's order, and the member given them learns of
+    # it at its own next heartbeat. Here the member whose heartbeat computes the target is handed them first and
+    # learns of it in that heartbeat's answer.
+    ctx = ConsumerContext(FakeTopics(foo=3))
+    held = settle(ctx, ["m1", "m2", "m3"])
+    assert sorted(len(held[m][FOO]) for m in held) == [1, 1, 1]
+    epoch = ctx.group().group_epoch
+    if gone == "leave":
+        ok(ctx.heartbeat("m1", -1, owned=None))
+    else:
+        for _ in range(8):
+            ctx.advance(5_000)
+            ok(ctx.heartbeat("m2", epoch, owned=held["m2"]))
+            ok(ctx.heartbeat("m3", epoch, owned=held["m3"]))
+        ctx.advance(5_000)  # m1's session ends (45 s)
+    assert set(ctx.group().members) == {"m2", "m3"}
+    answer = ok(ctx.heartbeat("m3", epoch, owned=held["m3"]))  # the first heartbeat after: m3 takes m1's
+    assert answer.member_epoch == epoch + 1
+    assert assignment_of(answer) == parts(foo=held["m3"][FOO] | held["m1"][FOO])
+    answer = ok(ctx.heartbeat("m2", epoch, owned=held["m2"]))  # (the assignor's order would have given it m2)
+    assert answer.member_epoch == epoch + 1 and assignment_of(answer) is None
+    assert ctx.group().state == ConsumerGroupState.STABLE
+
+
 def test_session_timeout_expiration_static_member():
     ctx = ConsumerContext()
     ok(ctx.heartbeat("m1", instance_id="i1"))
