@@ -125,9 +125,9 @@ def _uniform_homogeneous_flat(
     subscribed: frozenset[uuid.UUID],
     first: str | None = None,
 ) -> dict[str, Assignment]:
-    """`_uniform_homogeneous` (the same result) on partitions numbered 0..P-1 across the subscribed topics in
-    topic id order: one int per partition instead of (topic, partition) tuples, the assignor of a group of
-    hundreds of members being computed at every join."""
+    """`_uniform_homogeneous` (the same result with no `first`) on partitions numbered 0..P-1 across the
+    subscribed topics in topic id order: one int per partition instead of (topic, partition) tuples, the assignor
+    of a group of hundreds of members being computed at every join."""
     ids = sorted(t for t in subscribed if t in topics)
     offsets: dict[uuid.UUID, int] = {}
     total = 0
@@ -185,10 +185,7 @@ def _uniform_homogeneous_flat(
 
 
 def _uniform_homogeneous(
-    members: Mapping[str, MemberSpec],
-    topics: Mapping[Any, int],
-    subscribed: frozenset[Any],
-    first: str | None = None,
+    members: Mapping[str, MemberSpec], topics: Mapping[Any, int], subscribed: frozenset[Any]
 ) -> dict[str, Any]:
     partitions = [(t, p) for t in sorted(subscribed) if t in topics for p in range(topics[t])]
     order = sorted(members)
@@ -212,7 +209,6 @@ def _uniform_homogeneous(
     free = [tp for tp in partitions if tp not in taken]
     # Fill every member to the quota, then hand out the extras left to members at the quota.
     position = 0
-    order = _handing_order(order, first)
     for member_id in order:
         need = quota - len(owned[member_id])
         if need > 0:
