@@ -203,6 +203,9 @@ class ConsumerGroup:
         self.owners: dict[tuple[uuid.UUID, int], str] = {}  # partition -> member holding it
         # partitions that lost their owner since the manager last looked (for the answers it holds)
         self.freed: set[tuple[uuid.UUID, int]] = set()
+        # members sent an assignment that no heartbeat of theirs has listed since (the manager sends it again;
+        # not durable: at worst an assignment goes once more)
+        self.unacked: set[str] = set()
         self.image_version = -1  # the topic image version the subscription metadata was computed at
         # (monotonic) when the target was last computed here, when a held-back target will be, and when a join to
         # a group whose target was current opened the expansion window; whether only joins bumped the group epoch
@@ -276,6 +279,7 @@ class ConsumerGroup:
 
     def remove_member(self, member_id: str) -> ConsumerMember | None:
         self.offline.pop(member_id, None)
+        self.unacked.discard(member_id)
         old = self.members.pop(member_id, None)
         if old is not None:
             self._release(old)

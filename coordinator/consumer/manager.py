@@ -750,15 +750,24 @@ class ConsumerGroupManager:
             and (request.subscribed_topic_names is not None or regex is not None)
             and owned is not None
         )
-        # Kafka sends the assignment on a join, a full request, or a change. Ours: also whenever the member's
-        # heartbeat shows it has not taken the assignment in (it lists other partitions, or it still owes
-        # revocations). A client times a heartbeat out after one heartbeat interval (librdkafka) and retries
-        # without a full request, so an answer lost that way would otherwise leave it waiting for its rebalance
-        # timeout; clients ignore an assignment equal to the one they hold.
-        stale = next_member.state == MemberState.UNREVOKED_PARTITIONS or (
-            owned is not None and not _same(owned, next_member.assigned)
+        # Kafka sends the assignment on a join, a full request, or a change. Ours: also until a heartbeat of the
+        # member lists it (`group.unacked`), and whenever its heartbeat shows it has not taken it in (it lists other
+        # partitions, or it still owes revocations). A client times a heartbeat out after one heartbeat interval
+        # (librdkafka) and retries without a full request, so an answer lost that way would otherwise leave it
+        # waiting for its rebalance timeout, or for partitions that nobody else is given; clients ignore an
+        # assignment equal to the one they hold.
+        acked = owned is not None and _same(owned, next_member.assigned)
+        if acked:
+            group.unacked.discard(member_id)
+        stale = (
+            next_member.state == MemberState.UNREVOKED_PARTITIONS
+            or (owned is not None and not acked)
+            or member_id in group.unacked
         )
-        send_assignment = epoch == 0 or full or stale or next_member.assigned != member.assigned
+        changed = next_member.assigned != member.assigned
+        send_assignment = epoch == 0 or full or stale or changed
+        if changed and not acked:
+            group.unacked.add(member_id)
         answer = self._answer(group, next_member, next_member.assigned if send_assignment else None)
         # (a join knows of nothing it holds: a member rejoining with partitions is sent them at once)
         return answer, EMPTY_ASSIGNMENT if epoch == 0 else member.assigned
@@ -1085,6 +1094,8 @@ class ConsumerGroupManager:
                 if not force and self._waiting(group, next_member, h.before):
                     return  # still nothing new: the step is taken (and written) when the answer goes
                 self._reconciled(group, member, next_member)
+                if next_member.assigned != h.before:
+                    group.unacked.add(member_id)  # (sent until a heartbeat lists it, as in _heartbeat)
                 answer = self._answer(group, next_member, next_member.assigned)
         self._forget_held(group_id, member_id)
         token = h.token

@@ -451,6 +451,27 @@ def test_a_lost_answer_is_made_good_by_the_next_heartbeat():
     assert assignment_of(answer) == parts(foo=[0, 1, 2])
 
 
+def test_an_assignment_is_sent_until_a_heartbeat_lists_it():
+    # m2 waits for foo 3-5 at its epoch (unreleased); the answer that hands them over is lost and the retry lists
+    # nothing it owns: the epoch does not move, so nothing else in the retry shows the answer was missed
+    ctx = ConsumerContext()
+    ok(ctx.heartbeat("m1"))
+    ok(ctx.heartbeat("m2"))
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=range(6))))
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=[0, 1, 2])))  # released
+    answer, _ = ctx.heartbeat("m2", 2, owned={})  # this answer is "lost"
+    assert (answer.member_epoch, assignment_of(answer)) == (2, parts(foo=[3, 4, 5]))
+    for _ in range(2):  # the retries (owned not sent) get it again, and write nothing
+        answer, result = ctx.heartbeat("m2", 2, owned=None)
+        assert assignment_of(answer) == parts(foo=[3, 4, 5]) and not result.records
+    # a heartbeat listing it: taken in, and the next delta heartbeat is answered without it, as in Kafka
+    answer, _ = ctx.heartbeat("m2", 2, owned=parts(foo=[3, 4, 5]))
+    assert assignment_of(answer) is None
+    answer, _ = ctx.heartbeat("m2", 2, owned=None)
+    assert assignment_of(answer) is None
+    assert "m2" not in ctx.group().unacked
+
+
 def test_target_assignments_within_the_assignment_interval_are_batched():
     # group.consumer.assignment.interval.ms (KIP-1263): one target computation per interval
     ctx = ConsumerContext(assignment_interval_ms=1000, members_per_assignment_ms=0)
