@@ -1005,10 +1005,17 @@ class ConsumerGroupManager:
     ) -> bool:
         """Hold the answer of the heartbeat that is ending if the member waits (see above); True if held. A
         joiner of a group in its join window waits for the window's end (a client's first heartbeat is timed out
-        after its session timeout, not an interval)."""
+        after its session timeout, not an interval); any other joiner that waits, as long as the window's limit
+        and at most half an interval (a client rejoining after it was fenced times it out after one): it is
+        given the partitions being freed for it as they are, rather than an empty answer and one interval more."""
         hold_ms = self._hold_ms(group)
-        if joining and self._join_window(group, self.clock.monotonic_ms()) is not None:
-            hold_ms = max(hold_ms, self._join_window_max_ms())  # (released when the target is computed)
+        if joining and hold_ms > 0:
+            if self._join_window(group, self.clock.monotonic_ms()) is not None:
+                hold_ms = max(hold_ms, self._join_window_max_ms())  # (released when the target is computed)
+            else:
+                hold_ms = max(
+                    hold_ms, min(self._join_window_max_ms(), self._heartbeat_interval_ms(group) // 2)
+                )
         member = group.members.get(member_id)
         if hold_ms <= 0 or member is None or not self._waiting(group, member, before):
             return False

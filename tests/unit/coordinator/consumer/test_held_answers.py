@@ -135,6 +135,39 @@ def test_a_held_answer_goes_when_the_hold_ends_as_a_heartbeat_then_would_be_answ
     assert (a2.member_id, a2.member_epoch, assignment_of(a2)) == ("m2", 2, {})  # Kafka's answer, later
 
 
+def test_a_joiner_of_a_settled_group_waits_up_to_the_windows_limit_for_partitions_being_freed():
+    ctx = held_context()  # the window's limit: 20 x 50 ms
+    t1, _ = ctx.send("m1")
+    ctx.advance(JOIN_WINDOW_MAX_WINDOWS * 50)  # m1 alone and assigned: the group's join window is over
+    assert assignment_of(ok(ctx.answers[t1])) == parts(foo=range(6))
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=range(6))))
+    t2, _ = ctx.send("m2")
+    ctx.advance(600)  # longer than a waiting member's hold (200 ms), but m2 joined
+    assert t2 not in ctx.answers
+    answer, _ = ctx.heartbeat("m1", 1, owned=parts(foo=range(6)))  # m1 learns of its revocation
+    assert assignment_of(ok(answer)) == parts(foo=[0, 1, 2]) and t2 not in ctx.answers
+    ok(ctx.heartbeat("m1", 1, owned=parts(foo=[0, 1, 2])))
+    assert assignment_of(ok(ctx.answers[t2])) == parts(foo=[3, 4, 5])  # at once, not one interval later
+    # nobody letting go: answered empty at the limit
+    t3, _ = ctx.send("m3")
+    ctx.advance(JOIN_WINDOW_MAX_WINDOWS * 50 - 1)
+    assert t3 not in ctx.answers
+    ctx.advance(1)
+    assert assignment_of(ok(ctx.answers[t3])) == {}
+
+
+def test_a_joiners_hold_is_at_most_half_the_heartbeat_interval():
+    # (a client rejoining after it was fenced times its heartbeat out after one interval)
+    ctx = held_context(heartbeat_interval_ms=1000, min_heartbeat_interval_ms=1)
+    ctx.send("m1")
+    ctx.advance(JOIN_WINDOW_MAX_WINDOWS * 50)
+    t2, _ = ctx.send("m2")
+    ctx.advance(499)
+    assert t2 not in ctx.answers
+    ctx.advance(1)
+    assert assignment_of(ok(ctx.answers[t2])) == {}
+
+
 def test_the_hold_is_at_most_a_quarter_of_the_heartbeat_interval():
     ctx = held_context(join_window_ms=0, heartbeat_interval_ms=400, min_heartbeat_interval_ms=1)
     ok(ctx.heartbeat("m1"))
