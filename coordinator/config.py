@@ -449,9 +449,10 @@ SETTINGS: tuple[Setting, ...] = (
         "A ConsumerGroupHeartbeat whose answer would bring the member nothing new while it waits for partitions "
         "another member is giving up, or for a target assignment held back for a moment, is answered when "
         "that changes, at most this long later (and at most a quarter of the heartbeat interval; a joiner of a "
-        "new group: until its join window ends; any other joiner: up to the join window's limit, and at most half "
-        "the interval): the member gets its partitions at once instead of at its next heartbeat. Answers that "
-        "ask for revocations or hand out partitions are never held. 0: Kafka's behaviour (answered at once).",
+        "new group: until its join window ends; any other joiner, and a member waiting for the target a join "
+        "window holds back: up to the window's limit, and at most half the interval): the member gets its "
+        "partitions, or learns what to give up, at once instead of at its next heartbeat. Answers that ask for "
+        "revocations or hand out partitions are never held. 0: Kafka's behaviour (answered at once).",
         "ms",
         kafka=False,
         minimum=0,

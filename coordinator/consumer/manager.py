@@ -1005,14 +1005,17 @@ class ConsumerGroupManager:
     ) -> bool:
         """Hold the answer of the heartbeat that is ending if the member waits (see above); True if held. A
         joiner of a group in its join window waits for the window's end (a client's first heartbeat is timed out
-        after its session timeout, not an interval); any other joiner that waits, as long as the window's limit
-        and at most half an interval (a client rejoining after it was fenced times it out after one): it is
-        given the partitions being freed for it as they are, rather than an empty answer and one interval more."""
+        after its session timeout, not an interval). Any other joiner that waits, and any member waiting for the
+        target its group's join window holds back, waits as long as the window's limit, at most half an interval
+        (a client times a later heartbeat out after one interval): a member that must give partitions up learns
+        it when the window's target is computed, and a joiner is given the partitions being freed for it as they
+        are, rather than either of them at its next heartbeat, one interval later."""
         hold_ms = self._hold_ms(group)
-        if joining and hold_ms > 0:
-            if self._join_window(group, self.clock.monotonic_ms()) is not None:
+        if hold_ms > 0:
+            in_window = self._join_window(group, self.clock.monotonic_ms()) is not None
+            if joining and in_window:
                 hold_ms = max(hold_ms, self._join_window_max_ms())  # (released when the target is computed)
-            else:
+            elif joining or in_window:
                 hold_ms = max(
                     hold_ms, min(self._join_window_max_ms(), self._heartbeat_interval_ms(group) // 2)
                 )

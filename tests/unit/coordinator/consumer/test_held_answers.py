@@ -156,6 +156,27 @@ def test_a_joiner_of_a_settled_group_waits_up_to_the_windows_limit_for_partition
     assert assignment_of(ok(ctx.answers[t3])) == {}
 
 
+def test_a_member_waiting_for_the_target_of_its_groups_join_window_learns_it_when_it_is_computed():
+    ctx = held_context()
+    t1, _ = ctx.send("m1")
+    ctx.advance(50)  # the window went quiet: m1 is assigned every partition
+    assert assignment_of(ok(ctx.answers[t1])) == parts(foo=range(6))
+    ctx.advance(10)
+    ctx.send("m2")  # joins keep coming: the window's next target is held back
+    ctx.advance(10)
+    held, _ = ctx.send("m1", 1, owned=parts(foo=range(6)))
+    for i in range(3, 6):
+        ctx.advance(100)
+        ctx.send(f"m{i}")
+    ctx.advance(149)  # 439 ms after m1's heartbeat, longer than a waiting member's hold (200 ms)
+    assert held not in ctx.answers
+    ctx.advance(
+        1
+    )  # the joins paused for three windows: the target, and m1 told at once to give partitions up
+    answer = ok(ctx.answers[held])
+    assert answer.member_epoch == 1 and assignment_of(answer) == parts(foo=[0, 1])
+
+
 def test_a_joiners_hold_is_at_most_half_the_heartbeat_interval():
     # (a client rejoining after it was fenced times its heartbeat out after one interval)
     ctx = held_context(heartbeat_interval_ms=1000, min_heartbeat_interval_ms=1)
