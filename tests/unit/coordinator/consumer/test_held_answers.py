@@ -170,9 +170,8 @@ def test_a_member_waiting_for_the_target_of_its_groups_join_window_learns_it_whe
         ctx.send(f"m{i}")
     ctx.advance(149)  # 439 ms after m1's heartbeat, longer than a waiting member's hold (200 ms)
     assert held not in ctx.answers
-    ctx.advance(
-        1
-    )  # the joins paused for three windows: the target, and m1 told at once to give partitions up
+    # the joins paused for three windows: the target, and m1 is told at once to give partitions up
+    ctx.advance(1)
     answer = ok(ctx.answers[held])
     assert answer.member_epoch == 1 and assignment_of(answer) == parts(foo=[0, 1])
 
