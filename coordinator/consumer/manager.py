@@ -1011,17 +1011,14 @@ class ConsumerGroupManager:
         it when the window's target is computed, and a joiner is given the partitions being freed for it as they
         are, rather than either of them at its next heartbeat, one interval later."""
         hold_ms = self._hold_ms(group)
-        if hold_ms > 0:
-            in_window = self._join_window(group, self.clock.monotonic_ms()) is not None
-            if joining and in_window:
-                hold_ms = max(hold_ms, self._join_window_max_ms())  # (released when the target is computed)
-            elif joining or in_window:
-                hold_ms = max(
-                    hold_ms, min(self._join_window_max_ms(), self._heartbeat_interval_ms(group) // 2)
-                )
         member = group.members.get(member_id)
         if hold_ms <= 0 or member is None or not self._waiting(group, member, before):
-            return False
+            return False  # (every heartbeat comes here: the window is looked at only for a waiting member)
+        in_window = self._join_window(group, self.clock.monotonic_ms()) is not None
+        if joining and in_window:
+            hold_ms = max(hold_ms, self._join_window_max_ms())  # (released when the target is computed)
+        elif joining or in_window:
+            hold_ms = max(hold_ms, min(self._join_window_max_ms(), self._heartbeat_interval_ms(group) // 2))
         group_id = group.group_id
         held_group = self._held.get(group_id)
         if held_group is None:
