@@ -515,6 +515,10 @@ class StateTopic:
                 await self._bump(writer, deadline)
             asked = time.monotonic()
             await self._add_partition(writer, partition, deadline)
+            # The transaction coordinator took a request at our epoch: it confirms the lease as a
+            # DescribeTransactions would (the keeper leaves a writer with a transaction in flight alone, so a slow
+            # transaction would otherwise let the lease lapse before its commit confirms it).
+            writer.confirm(asked)
             writer.dirty = True
             if writer.sequence + len(entries) > MAX_SEQUENCE:
                 raise StateTopicError(f"state partition {partition}: the sequence wraps; bumping the epoch")
@@ -535,6 +539,7 @@ class StateTopic:
                 },
             )
             writer.sequence += len(entries)
+            asked = time.monotonic()
             await self._end(writer, deadline)
             writer.dirty = False
             writer.confirm(asked)

@@ -12,11 +12,28 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 # Generous: two cores shared by several test suites, and a JVM.
 WAIT_S = 150.0
+# What Kafka's own admin client asks again (after looking the coordinator up anew); librdkafka's hands them to the
+# caller. In front of a cluster a shard answers COORDINATOR_NOT_AVAILABLE while its lease on the state topic is
+# unconfirmed (a loaded cluster), as Kafka does while a coordinator moves.
+COORDINATOR_RETRIABLE = frozenset(
+    {
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_COORDINATOR,
+    }
+)
 
 
 def build_session(jars_dir: Path, local_dir: Path):
@@ -94,11 +111,25 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, in
         consumer.close()
 
 
+def _asked_again(ask: Callable[[], object], timeout_s: float = 30.0):
+    """ask(), asked again for timeout_s while the coordinator answers a retriable coordinator error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ask()
+        except KafkaException as exc:
+            if exc.args[0].code() not in COORDINATOR_RETRIABLE or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
 def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     """The group's committed offsets (OffsetFetch through the admin client)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(
-        timeout=30
+    result = _asked_again(
+        lambda: admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(
+            timeout=30
+        )
     )
     return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions if tp.offset >= 0}
 
@@ -106,7 +137,7 @@ def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
 def describe_group(bootstrap: str, group: str):
     """DescribeGroups through confluent-kafka's AdminClient."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    return admin.describe_consumer_groups([group])[group].result(timeout=30)
+    return _asked_again(lambda: admin.describe_consumer_groups([group])[group].result(timeout=30))
 
 
 def member_assignments(bootstrap: str, group: str) -> dict[str, set[tuple[str, int]]]:

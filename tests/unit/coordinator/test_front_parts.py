@@ -473,3 +473,46 @@ def test_requests_naming_the_servers_own_topics_are_told_apart_from_ones_that_ca
     assert front._touches_own(init_producer_id(f"{state}-7"))  # a shard's writer: fenced by the client
     assert not front._touches_own(init_producer_id(f"{state}-app"))
     assert not front._touches_own(init_producer_id("payments"))
+
+
+def test_a_slow_transaction_keeps_its_shards_lease_at_each_step_the_cluster_takes():
+    """The lease keeper leaves a writer with a transaction in flight alone; the transaction's own requests confirm
+    the lease instead. AddPartitionsToTxn and EndTxn, taken by the transaction coordinator at the writer's epoch,
+    each confirm it from when they were sent, so a transaction about as slow as the lease (a loaded cluster) does
+    not leave the shard refusing to answer (COORDINATOR_NOT_AVAILABLE) while it runs or after it."""
+    import time
+    import types
+    import unittest.mock
+
+    from coordinator.front.state import StateTopic, Writer
+
+    clock = [100.0]
+    refused: dict[str, Any] = {}  # whether the shard could answer when each request was sent
+
+    class Topic(StateTopic):
+        async def _add_partition(self, writer: Writer, partition: int, deadline: float) -> None:
+            refused["add"] = writer.refusal(clock[0])
+            clock[0] += 0.9
+
+        async def _to_leader(self, partition: int, api_key: int, newest: int, body: dict[str, Any]) -> Any:
+            refused["produce"] = writer.refusal(clock[0])
+            clock[0] += 0.9
+            return types.SimpleNamespace(base_offset=41)
+
+        async def _end(self, writer: Writer, deadline: float) -> None:
+            refused["end"] = writer.refusal(clock[0])
+            clock[0] += 0.9
+
+    writer = Writer("state-0", 7, 3, lease_s=2.0)
+    writer.confirm(99.0)  # the keeper's last confirmation: the lease holds until 101
+
+    async def scenario() -> int:
+        topic = Topic(types.SimpleNamespace(timeout_s=30.0), "state", 1, lease_ms=2000)  # type: ignore[arg-type]
+        return await topic._transaction(0, [(b"k", b"v")], writer, deadline=200.0)
+
+    fake_time = types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time)
+    with unittest.mock.patch("coordinator.front.state.time", fake_time):
+        assert asyncio.run(scenario()) == 41
+    # AddPartitionsToTxn sent at 100 holds the lease to 102, past EndTxn's send at 101.8; EndTxn holds it to 103.8.
+    assert refused == {"add": None, "produce": None, "end": None}
+    assert writer.owned_until == pytest.approx(103.8) and writer.refusal(clock[0]) is None
