@@ -28,11 +28,13 @@ written only in transactions of its own transactional id, `<state topic>-<partit
   the cluster refuses if another server claimed the id meanwhile) and goes on; a server never claims anew a shard
   it once held, so it cannot take a shard back from its successor.
 - Reads are fenced by a lease (`coordinator.state.lease.ms`): a shard answers only while the cluster confirmed
-  its writer less than a lease ago (by a transaction, or else by a DescribeTransactions every few hundred ms),
+  its writer less than a lease ago (by a transaction's AddPartitionsToTxn and EndTxn, or else by a
+  DescribeTransactions every few hundred ms),
   and a new owner answers only a lease after its claim. The old owner's last confirmation was asked before the
   claim, so its lease ends before the new owner's first answer.
 A fenced shard answers NOT_COORDINATOR and is not reloaded; a shard whose lease lapsed (the cluster is slow or out
-of reach) answers COORDINATOR_NOT_AVAILABLE until it is confirmed again.
+of reach) answers COORDINATOR_NOT_AVAILABLE until it is confirmed again (a request waits up to
+offsets.commit.timeout.ms for that first: coordinator.server.group_service).
 """
 
 from __future__ import annotations

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from coordinator.consumer.responses import described_group_error, heartbeat_response
@@ -158,24 +159,37 @@ class GroupCoordinatorService:
         Raises ShardUnavailable, or ShardAborted if the shard is given up while the answer is pending."""
         shard = self.shards.for_group(group_id)
         code = self.unavailable(shard)
-        if code == ErrorCode.coordinator_not_available and shard is not None and shard.lease is not None:
-            code = await self._lease_back(group_id)
+        if self._lapsed(shard, code):
+            code = await self._lease_back(lambda: self.shards.for_group(group_id))
             shard = self.shards.for_group(group_id)
         if code is not None:
             raise ShardUnavailable(code, group_id, shard)
         assert shard is not None
         return await self._call_shard(shard, group_id, operation, *args, gated=gated, **kwargs)
 
-    async def _lease_back(self, group_id: str) -> ErrorCode | None:
+    @staticmethod
+    def _lapsed(shard: Shard | None, code: ErrorCode | None) -> bool:
+        """The shard refuses only because its lease on the state topic lapsed (see _lease_back)."""
+        return code == ErrorCode.coordinator_not_available and shard is not None and shard.lease is not None
+
+    async def _lease_back(self, shard_now: Callable[[], Shard | None]) -> ErrorCode | None:
         """A shard whose lease lapsed (its cluster slow, or its transaction coordinator moving; not claimed by
         another server) waits for the lease to be confirmed again, up to offsets.commit.timeout.ms as a write
-        waits for its log, instead of refusing at once: why it may not answer then (None: it may)."""
+        waits for its log, instead of refusing at once: why it may not answer then (None: it may).
+        `shard_now()`: the shard as the server holds it now."""
         deadline = time.monotonic() + self.shards.config["offsets.commit.timeout.ms"] / 1000
         while True:
             await asyncio.sleep(LEASE_POLL_S)
-            code = self.unavailable(self.shards.for_group(group_id))
+            code = self.unavailable(shard_now())
             if code != ErrorCode.coordinator_not_available or time.monotonic() >= deadline:
                 return code
+
+    async def _leases_back(self, lapsed: Iterable[int]) -> None:
+        """Waits for the shards `lapsed` (indexes of shards of this server whose lease lapsed) together, each as
+        _lease_back does, before a request naming several groups is answered: every part of the answer is made
+        after the wait, so none is older than when it is sent."""
+        by_index = self.shards.by_index
+        await asyncio.gather(*(self._lease_back(functools.partial(by_index.get, i)) for i in set(lapsed)))
 
     async def _call_shard(
         self,
@@ -474,22 +488,35 @@ class GroupCoordinatorService:
             by_shard: dict[int, list[int]] = {}
             by_owner: dict[int, list[int]] = {}
             answers: dict[int, Any] = {}
+            lapsed: list[int] = []
             for position, item in enumerate(items):
                 index = self.shards.index_of(group_of(item))
                 owner = self._owner(ctx, index)
                 if owner is not None:
                     by_owner.setdefault(owner, []).append(position)
                     continue
-                code = self.unavailable(self.shards.by_index.get(index))
-                if code is not None:
+                shard = self.shards.by_index.get(index)
+                code = self.unavailable(shard)
+                if code is not None and not self._lapsed(shard, code):
                     answers[position] = error_entry(item, code, ctx.api_version)
                 else:
                     by_shard.setdefault(index, []).append(position)
+                    if code is not None:
+                        lapsed.append(index)
+            if lapsed:  # waited for as a request about one group waits for its shard's lease
+                await self._leases_back(lapsed)
 
             if len(by_shard) == 1 and not by_owner and not answers:
                 # Every item in one shard of this server (a consumer's OffsetFetch names its one group): the
                 # request as it came, no task, and the shard's answer as it is.
-                shard = self.shards.by_index[next(iter(by_shard))]
+                index = next(iter(by_shard))
+                code = self.unavailable(self.shards.by_index.get(index)) if lapsed else None
+                if code is not None:
+                    return {
+                        "throttle_time": 0,
+                        answer_field: [error_entry(i, code, ctx.api_version) for i in items],
+                    }
+                shard = self.shards.by_index[index]
                 try:
                     return await self._call_shard(
                         shard, None, operation, ctx.api_version, request, gated=gated
@@ -498,6 +525,11 @@ class GroupCoordinatorService:
                     return {"throttle_time": 0, answer_field: failed(exc, items)}
 
             async def one(index: int, positions: list[int]) -> None:
+                code = self.unavailable(self.shards.by_index.get(index))
+                if code is not None:
+                    for p in positions:
+                        answers[p] = error_entry(items[p], code, ctx.api_version)
+                    return
                 sub = dataclasses.replace(request, **{field: tuple(items[p] for p in positions)})
                 try:
                     response = await self._call_shard(
@@ -558,6 +590,9 @@ class GroupCoordinatorService:
         """A listing over every shard of this process: their entries together, the first shard error if any."""
         entries: list[Any] = []
         error = ErrorCode.none
+        lapsed = [i for i, s in self.shards.by_index.items() if self._lapsed(s, self.unavailable(s))]
+        if lapsed:
+            await self._leases_back(lapsed)
         for shard in list(self.shards.by_index.values()):
             code = self.unavailable(shard)
             if code is not None:

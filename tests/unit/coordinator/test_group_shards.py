@@ -266,12 +266,13 @@ async def test_a_shard_on_a_lease_answers_only_inside_it_and_not_at_all_once_fen
         if index in writers and writers[index].fenced:
             raise ShardFenced("claimed elsewhere")
         now = time.monotonic()
-        writer = Writer(f"state-{index}", 1, 0, lease_s, serve_from=now + lease_s)
+        # Shard 0's lease is left to lapse below; shard 1's holds through the test once confirmed.
+        writer = Writer(f"state-{index}", 1, 0, lease_s if index == 0 else 60.0, serve_from=now + lease_s)
         writer.confirm(now)
         writers[index] = writer
         return _LeasedLog(writer)
 
-    h = Shard("", FaultFS(MemFS()), **{"offsets.topic.num.partitions": 2})
+    h = Shard("", FaultFS(MemFS()), **{"offsets.topic.num.partitions": 2, "offsets.commit.timeout.ms": 1000})
     h.part = GroupCoordinatorService(Shards(h.config, None, log_opener=opener))
     h.table = type(h.table)()
     h.part.register(h.table)
@@ -292,20 +293,29 @@ async def test_a_shard_on_a_lease_answers_only_inside_it_and_not_at_all_once_fen
         assert await h.commit(other_group, {P0: 2}) == {P0: ErrorCode.none}
         assert fenced_group in h.part.shards.view.groups
 
-        # Unconfirmed past the lease: no answer, reads included, until the cluster confirms it again.
+        # Unconfirmed past the lease: no answer, reads included, until the cluster confirms it again. A request
+        # waits for the lease to come back (its transaction coordinator moving), up to offsets.commit.timeout.ms
+        # (1 s here), instead of failing at once: a DescribeGroups naming several groups as a commit does.
+        def describe(*groups: str) -> Any:
+            return h.call(DESCRIBE_GROUPS, 5, groups=list(groups), include_authorized_operations=False)
+
         writers[0].owned_until = time.monotonic()
-        described = await h.call(
-            DESCRIBE_GROUPS, 5, groups=[fenced_group], include_authorized_operations=False
-        )
-        assert described.groups[0].error_code == ErrorCode.coordinator_not_available
+        waiting = asyncio.create_task(describe(fenced_group))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
         writers[0].confirm(time.monotonic())
-        described = await h.call(
-            DESCRIBE_GROUPS, 5, groups=[fenced_group], include_authorized_operations=False
-        )
-        assert described.groups[0].error_code == ErrorCode.none
-        # A request about one group waits for the lease to come back (its transaction coordinator moving), up to
-        # offsets.commit.timeout.ms, instead of failing at once; and gives up when the shard is claimed meanwhile.
+        assert (await waiting).groups[0].error_code == ErrorCode.none
         writers[0].owned_until = time.monotonic()
+        waiting = asyncio.create_task(describe(fenced_group, other_group))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        writers[0].confirm(time.monotonic())
+        assert [g.error_code for g in (await waiting).groups] == [ErrorCode.none, ErrorCode.none]
+        writers[0].owned_until = time.monotonic()
+        started = time.monotonic()
+        assert (await describe(fenced_group)).groups[0].error_code == ErrorCode.coordinator_not_available
+        assert time.monotonic() - started >= 1.0
+        # A commit waits the same way; and gives up when the shard is claimed meanwhile.
         waiting = asyncio.create_task(h.commit(fenced_group, {P0: 2}))
         await asyncio.sleep(0.1)
         assert not waiting.done()
@@ -322,9 +332,7 @@ async def test_a_shard_on_a_lease_answers_only_inside_it_and_not_at_all_once_fen
         await _wait_for(lambda: h.part.shards.status().get("fenced") == [0], 2, "the shard to be fenced")
         assert not h.part.ready
         assert fenced_group not in h.part.shards.view.groups
-        described = await h.call(
-            DESCRIBE_GROUPS, 5, groups=[fenced_group, other_group], include_authorized_operations=False
-        )
+        described = await describe(fenced_group, other_group)
         assert [g.error_code for g in described.groups] == [ErrorCode.not_coordinator, ErrorCode.none]
         assert await h.commit(other_group, {P0: 4}) == {P0: ErrorCode.none}
         await asyncio.sleep(0.5)
