@@ -65,6 +65,9 @@ EARLIEST, LATEST = -2, -1
 READ_COMMITTED = 1
 FETCH_MAX_BYTES = 16 << 20
 RETRY_PAUSE_S = 0.1
+# Last stable offsets asked for within this long go out together, one ListOffsets per leader: a server's hot
+# standbys read every shard they follow in the same turn (coordinator.server.shards, FOLLOW_INTERVAL_S).
+END_BATCH_S = 0.005
 # A transaction left open by a server that died is aborted by the cluster after this (a new owner's claim ends it
 # at once).
 TRANSACTION_TIMEOUT_MS = 60000
@@ -174,6 +177,10 @@ class StateTopic:
         self._warned = -WARN_INTERVAL_S
         self._ensured = asyncio.Lock()
         self._ensured_done = False
+        # Partitions whose last stable offset is asked for in the next batch (last_stable), and the batches
+        # under way.
+        self._ends: dict[int, asyncio.Future[int]] = {}
+        self._asking_ends: set[asyncio.Task[None]] = set()
 
     async def ensure(self) -> None:
         """Create the topic when it is missing; refuse one with another partition count, or a cluster without
@@ -306,6 +313,94 @@ class StateTopic:
         )
         return int(entry.offset)
 
+    async def last_stable(self, partition: int) -> int:
+        """offset(partition, LATEST), asked together with the other partitions asked for within END_BATCH_S: one
+        ListOffsets per leader for all of them. A partition the batch did not answer for (no leader known, an
+        error, no answer) is asked alone, as offset() asks, with its retries and its errors."""
+        loop = asyncio.get_running_loop()
+        if not self._ends:
+            loop.call_later(END_BATCH_S, self._ask_ends)
+        future = self._ends.get(partition)
+        if future is None:
+            future = self._ends[partition] = loop.create_future()
+            future.add_done_callback(_retrieved)
+        # Shielded: a reader cancelled meanwhile (a standby being promoted) must not cancel the answer another
+        # reader of the partition shares.
+        return await asyncio.shield(future)
+
+    def _ask_ends(self) -> None:
+        batch, self._ends = self._ends, {}
+        task = asyncio.get_running_loop().create_task(self._answer_ends(batch))
+        self._asking_ends.add(task)
+        task.add_done_callback(self._asking_ends.discard)
+
+    async def _answer_ends(self, batch: dict[int, asyncio.Future[int]]) -> None:
+        def settle(partition: int, offset: int | None = None, exc: BaseException | None = None) -> None:
+            future = batch[partition]
+            if future.done():
+                return
+            if exc is not None:
+                future.set_exception(exc)
+            else:
+                future.set_result(int(offset))  # type: ignore[arg-type]
+
+        by_node: dict[int, list[int]] = {}
+        alone: list[int] = []
+        for partition in batch:
+            node = self._leaders.get(partition)
+            if node is not None and node in self.cluster.nodes:
+                by_node.setdefault(node, []).append(partition)
+            else:
+                alone.append(partition)
+
+        async def together(node: int, partitions: list[int]) -> None:
+            body = {
+                "replica_id": -1,
+                "isolation_level": READ_COMMITTED,
+                "topics": [
+                    {
+                        "name": self.name,
+                        "partitions": [
+                            {"partition_index": p, "current_leader_epoch": -1, "timestamp": LATEST}
+                            for p in partitions
+                        ],
+                    }
+                ],
+            }
+            try:
+                version = self.cluster.version(ApiKey.LIST_OFFSETS, 7)
+                answer = await self.cluster.ask_node(node, ApiKey.LIST_OFFSETS, version, body)
+            except (UpstreamError, OSError, TimeoutError, StateTopicError):
+                alone.extend(partitions)
+                return
+            for partition in partitions:
+                try:
+                    entry = _partition_entry(answer, partition)
+                except StateTopicError:
+                    alone.append(partition)
+                    continue
+                if entry.error_code == ErrorCode.none:
+                    settle(partition, entry.offset)
+                else:
+                    alone.append(partition)
+
+        async def by_itself(partition: int) -> None:
+            try:
+                settle(partition, await self.offset(partition, LATEST))
+            except Exception as exc:  # noqa: BLE001 - the reader's to handle, as offset()'s own
+                settle(partition, exc=exc)
+
+        try:
+            if len(by_node) == 1:
+                await together(*next(iter(by_node.items())))
+            elif by_node:
+                await asyncio.gather(*(together(node, ps) for node, ps in by_node.items()))
+            if alone:
+                await asyncio.gather(*(by_itself(p) for p in alone))
+        finally:
+            for partition in batch:  # cancelled (the server stops): no reader is left waiting
+                settle(partition, exc=StateTopicError(f"{self.name}-{partition}: the read was given up"))
+
     async def read(self, partition: int) -> list[tuple[int, bytes, bytes | None, int]]:
         """Every committed record of the partition now, from its log start to its last stable offset."""
         return await self.read_on(Follower(partition))
@@ -316,7 +411,7 @@ class StateTopic:
         no longer in the log (the records it needs are gone: it must start over)."""
         await self.ensure_once()  # (a standby may read before any shard of this server is loaded)
         partition = follower.partition
-        end = await self.offset(partition, LATEST)
+        end = await self.last_stable(partition)
         if follower.position < 0:
             follower.position = await self.offset(partition, EARLIEST)
         out: list[tuple[int, bytes, bytes | None, int]] = []
@@ -692,10 +787,10 @@ class StateTopic:
             log.warning("confirming the state writers' leases failed (retrying): %r", exc)
 
     async def close(self) -> None:
-        if self._keeper is not None:
-            self._keeper.cancel()
+        for task in [*self._asking_ends, *([self._keeper] if self._keeper is not None else [])]:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._keeper
+                await task
 
     async def __call__(self, partition: int, follower: Follower | None = None) -> TopicLog:
         """The log opener of coordinator.server.shards: the topic is made sure of before the first log."""
@@ -734,6 +829,12 @@ class Follower:
         self.partition = partition
         self.position = -1  # not read yet: from the log start
         self.aborted = Aborted()
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Marks a shared answer's exception as seen: its readers may all have gone."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _partition_entry(answer: Any, partition: int) -> Any:

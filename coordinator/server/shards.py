@@ -39,6 +39,7 @@ import enum
 import gc
 import json
 import logging
+import math
 import os
 import time
 import uuid
@@ -71,6 +72,7 @@ QUICK_LOAD_WAIT_S = 1.0
 Observer = Callable[[float], None]
 LogOpener = Callable[..., Awaitable[Any]]  # (index, follower=None) -> the shard's log
 FOLLOW_INTERVAL_S = 0.5  # how often a hot standby reads what its shard's owner wrote
+FOLLOW_SLACK_S = 0.02
 # How long a new standby waits for this server's loading shards before its first read.
 FOLLOW_START_WAIT_S = 30.0
 
@@ -523,7 +525,14 @@ class Shards:
         while self._loading() and time.monotonic() < deadline:
             await asyncio.sleep(FOLLOW_INTERVAL_S)
         while True:
-            await asyncio.sleep(FOLLOW_INTERVAL_S if failures or shard.follower.position >= 0 else 0.0)
+            if failures or shard.follower.position >= 0:
+                # On the loop clock's FOLLOW_INTERVAL_S marks: every standby of this server reads in the same
+                # turn, so their reads' last stable offsets are asked for together (StateTopic.last_stable). The
+                # next mark at least FOLLOW_SLACK_S away: a timer may fire a little before its mark.
+                now = loop.time()
+                await asyncio.sleep(
+                    math.ceil((now + FOLLOW_SLACK_S) / FOLLOW_INTERVAL_S) * FOLLOW_INTERVAL_S - now
+                )
             try:
                 records = await self.log_opener.read_on(shard.follower)  # type: ignore[union-attr]
                 if records:

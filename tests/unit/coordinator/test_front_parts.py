@@ -516,3 +516,54 @@ def test_a_slow_transaction_keeps_its_shards_lease_at_each_step_the_cluster_take
     # AddPartitionsToTxn sent at 100 holds the lease to 102, past EndTxn's send at 101.8; EndTxn holds it to 103.8.
     assert refused == {"add": None, "produce": None, "end": None}
     assert writer.owned_until == pytest.approx(103.8) and writer.refusal(clock[0]) is None
+
+
+async def test_last_stable_offsets_asked_for_together_go_out_in_one_list_offsets_per_leader():
+    """A server's hot standbys read every shard they follow in the same turn: the last stable offsets they ask for
+    within END_BATCH_S go out as one ListOffsets per leader. A partition the batch cannot answer for (no leader
+    known, an error in its entry) is asked alone, as before; a reader that gives up does not spoil the others."""
+    import types
+
+    from coordinator.front.state import LATEST, READ_COMMITTED, StateTopic
+
+    asked: list[tuple[int, list[int]]] = []
+    alone: list[int] = []
+
+    class Cluster:
+        nodes = {1: None, 2: None}
+
+        def version(self, api_key: int, newest: int) -> int:
+            return newest
+
+        async def ask_node(self, node: int, api_key: int, version: int, body: dict[str, Any]) -> Any:
+            assert body["isolation_level"] == READ_COMMITTED
+            wanted = [p["partition_index"] for p in body["topics"][0]["partitions"]]
+            assert all(p["timestamp"] == LATEST for p in body["topics"][0]["partitions"])
+            asked.append((node, wanted))
+            await asyncio.sleep(0.01)
+            entries = [
+                types.SimpleNamespace(partition_index=p, error_code=6 if p == 2 else 0, offset=100 + p)
+                for p in wanted
+            ]
+            return types.SimpleNamespace(topics=[types.SimpleNamespace(partitions=entries)])
+
+    class Topic(StateTopic):
+        async def offset(self, partition: int, timestamp: int) -> int:
+            assert timestamp == LATEST
+            alone.append(partition)
+            return 900 + partition
+
+    topic = Topic(Cluster(), "state", 6)  # type: ignore[arg-type]
+    topic._leaders = {0: 1, 1: 1, 2: 2, 4: 1, 5: 7}  # 3: no leader known; 5: a node no longer in the cluster
+    readers = [asyncio.create_task(topic.last_stable(p)) for p in (*range(6), 4)]
+    await asyncio.sleep(0)
+    readers[4].cancel()  # one of partition 4's two readers
+    done = await asyncio.gather(*readers, return_exceptions=True)
+    assert done[:4] == [100, 101, 902, 903] and isinstance(done[4], asyncio.CancelledError)
+    assert done[5:] == [905, 104]
+    assert sorted(asked) == [(1, [0, 1, 4]), (2, [2])]
+    assert sorted(alone) == [2, 3, 5]
+    # Asked for later: a batch of its own.
+    assert await topic.last_stable(1) == 101
+    assert asked[-1] == (1, [1])
+    await topic.close()
