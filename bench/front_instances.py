@@ -391,6 +391,15 @@ def _go_phase(bootstrap: str, pids: list[int], args: argparse.Namespace, log: Pa
     return result["answers"], result["seconds"], cpu, note
 
 
+def wait_formed(servers: list[Any], count: int, timeout: float = 90) -> None:
+    """Until every server is ready and has logged that `count` instances form its coordinator."""
+    deadline = time.monotonic() + timeout
+    while not all(readyz(s.admin_url) and f"{count} instances" in s.stderr_path.read_text() for s in servers):
+        if time.monotonic() > deadline:
+            raise SystemExit("the instances did not form one coordinator in time")
+        time.sleep(0.2)
+
+
 def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
     rows = []
     counts = [int(c) for c in args.counts.split(",")]
@@ -416,13 +425,7 @@ def _scale(cluster: Any, run: Path, args: argparse.Namespace) -> None:
                 for i in range(count)
             ]
         try:
-            deadline = time.monotonic() + 90
-            while not all(
-                readyz(s.admin_url) and f"{count} instances" in s.stderr_path.read_text() for s in servers
-            ):
-                if time.monotonic() > deadline:
-                    raise SystemExit("the instances did not form one coordinator in time")
-                time.sleep(0.2)
+            wait_formed(servers, count)
             time.sleep(2.0)
             if round_ == 0:
                 create_replicated_topic(servers[0].bootstrap, TOPIC, 1)

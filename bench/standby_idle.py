@@ -23,10 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from front_instances import _cpu_s, _upstream_requests  # noqa: E402
+from front_instances import _cpu_s, _upstream_requests, wait_formed  # noqa: E402
 
 from tests.support.kafka_cluster import KafkaCluster  # noqa: E402
-from tests.support.server import readyz, start_server  # noqa: E402
+from tests.support.server import start_server  # noqa: E402
 
 
 def main() -> None:
@@ -50,12 +50,7 @@ def main() -> None:
         }
         servers = [start_server(run / f"instance-{i}", settings) for i in range(args.instances)]
         try:
-            deadline = time.monotonic() + 90
-            formed = f"{args.instances} instances"
-            while not all(readyz(s.admin_url) and formed in s.stderr_path.read_text() for s in servers):
-                if time.monotonic() > deadline:
-                    raise SystemExit("the instances did not form one coordinator in time")
-                time.sleep(0.2)
+            wait_formed(servers, args.instances)
             time.sleep(8.0)  # the standbys' first (whole-shard) reads are done
             for window in range(args.windows):
                 requests = [_upstream_requests(s.admin_url) for s in servers]
