@@ -72,7 +72,7 @@ QUICK_LOAD_WAIT_S = 1.0
 Observer = Callable[[float], None]
 LogOpener = Callable[..., Awaitable[Any]]  # (index, follower=None) -> the shard's log
 FOLLOW_INTERVAL_S = 0.5  # how often a hot standby reads what its shard's owner wrote
-FOLLOW_SLACK_S = 0.02
+FOLLOW_SLACK_S = 0.02  # a standby's next read is on a mark at least this far away (_follow)
 # How long a new standby waits for this server's loading shards before its first read.
 FOLLOW_START_WAIT_S = 30.0
 
