@@ -295,23 +295,25 @@ class StateTopic:
         """The partition's log start (EARLIEST) or last stable offset (LATEST: its end for a read_committed
         reader)."""
         entry = await self._to_leader(
-            partition,
-            ApiKey.LIST_OFFSETS,
-            7,
-            {
-                "replica_id": -1,
-                "isolation_level": READ_COMMITTED,
-                "topics": [
-                    {
-                        "name": self.name,
-                        "partitions": [
-                            {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp}
-                        ],
-                    }
-                ],
-            },
+            partition, ApiKey.LIST_OFFSETS, 7, self._list_offsets([partition], timestamp)
         )
         return int(entry.offset)
+
+    def _list_offsets(self, partitions: list[int], timestamp: int) -> dict[str, Any]:
+        """A ListOffsets (read_committed) for `timestamp` in each of `partitions` of the topic."""
+        return {
+            "replica_id": -1,
+            "isolation_level": READ_COMMITTED,
+            "topics": [
+                {
+                    "name": self.name,
+                    "partitions": [
+                        {"partition_index": p, "current_leader_epoch": -1, "timestamp": timestamp}
+                        for p in partitions
+                    ],
+                }
+            ],
+        }
 
     async def last_stable(self, partition: int) -> int:
         """offset(partition, LATEST), asked together with the other partitions asked for within END_BATCH_S: one
@@ -335,14 +337,14 @@ class StateTopic:
         task.add_done_callback(self._asking_ends.discard)
 
     async def _answer_ends(self, batch: dict[int, asyncio.Future[int]]) -> None:
-        def settle(partition: int, offset: int | None = None, exc: BaseException | None = None) -> None:
+        def settle(partition: int, outcome: int | BaseException) -> None:
             future = batch[partition]
             if future.done():
                 return
-            if exc is not None:
-                future.set_exception(exc)
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
             else:
-                future.set_result(int(offset))  # type: ignore[arg-type]
+                future.set_result(outcome)
 
         by_node: dict[int, list[int]] = {}
         alone: list[int] = []
@@ -354,19 +356,7 @@ class StateTopic:
                 alone.append(partition)
 
         async def together(node: int, partitions: list[int]) -> None:
-            body = {
-                "replica_id": -1,
-                "isolation_level": READ_COMMITTED,
-                "topics": [
-                    {
-                        "name": self.name,
-                        "partitions": [
-                            {"partition_index": p, "current_leader_epoch": -1, "timestamp": LATEST}
-                            for p in partitions
-                        ],
-                    }
-                ],
-            }
+            body = self._list_offsets(partitions, LATEST)
             try:
                 version = self.cluster.version(ApiKey.LIST_OFFSETS, 7)
                 answer = await self.cluster.ask_node(node, ApiKey.LIST_OFFSETS, version, body)
@@ -380,7 +370,7 @@ class StateTopic:
                     alone.append(partition)
                     continue
                 if entry.error_code == ErrorCode.none:
-                    settle(partition, entry.offset)
+                    settle(partition, int(entry.offset))
                 else:
                     alone.append(partition)
 
@@ -388,18 +378,14 @@ class StateTopic:
             try:
                 settle(partition, await self.offset(partition, LATEST))
             except Exception as exc:  # noqa: BLE001 - the reader's to handle, as offset()'s own
-                settle(partition, exc=exc)
+                settle(partition, exc)
 
         try:
-            if len(by_node) == 1:
-                await together(*next(iter(by_node.items())))
-            elif by_node:
-                await asyncio.gather(*(together(node, ps) for node, ps in by_node.items()))
-            if alone:
-                await asyncio.gather(*(by_itself(p) for p in alone))
+            await asyncio.gather(*(together(node, ps) for node, ps in by_node.items()))
+            await asyncio.gather(*(by_itself(p) for p in alone))
         finally:
             for partition in batch:  # cancelled (the server stops): no reader is left waiting
-                settle(partition, exc=StateTopicError(f"{self.name}-{partition}: the read was given up"))
+                settle(partition, StateTopicError(f"{self.name}-{partition}: the read was given up"))
 
     async def read(self, partition: int) -> list[tuple[int, bytes, bytes | None, int]]:
         """Every committed record of the partition now, from its log start to its last stable offset."""
