@@ -1328,8 +1328,8 @@ def goals(results: dict) -> list[dict]:
             )
         # The KIP-848 issue's own goal, narrower than the line above: the time for N members to hold every
         # partition at or below Kafka's at every N, and no more partitions moved when one member leaves. The
-        # leave and kill phases are one heartbeat interval and one session timeout on both targets, so the
-        # line above can miss on a few milliseconds of either.
+        # leave and kill phases often take one heartbeat interval and one session timeout on both targets, so
+        # the line above can miss on a few milliseconds of either.
         rows, moved = [], []
         for key, r in s.get("rebalance", {}).items():
             o = k.get("rebalance", {}).get(key, {})
@@ -1353,7 +1353,7 @@ def goals(results: dict) -> list[dict]:
                     if all(x <= 1 for x, _ in rows) and all(ok for ok, *_ in moved)
                     else "missed",
                     "detail": "; ".join(text for _, text in rows)
-                    + "".join(f"; {key} moved {a} against {b}" for ok, key, a, b in moved if a or b),
+                    + "".join(f"; {key} moved {a} against {b}" for _, key, a, b in moved if a or b),
                 }
             )
     st = s.get("static", {})
