@@ -434,10 +434,11 @@ SETTINGS: tuple[Setting, ...] = (
         100,
         int,
         "A consumer group whose members hold no partitions (a new group) computes its first target assignment "
-        "once no member has joined for this long (at most 20 windows after the first join), with the joiners' "
-        "answers held until then: consumers starting together are assigned once, and none is given partitions "
-        "only to give them up to the one behind it. Joins after its first target, up to that limit, are batched "
-        "too, until they pause for three windows. 0, or no hold: Kafka's behaviour (a target at every join).",
+        "once no member has joined for this long (at most 20 windows, or three quarters of the heartbeat "
+        "interval if that is longer, after the first join), with the joiners' answers held until then: consumers "
+        "starting together are assigned once, and none is given partitions only to give them up to the one "
+        "behind it. Joins after its first target, up to that limit, are batched too, until they pause for three "
+        "windows. 0, or no hold: Kafka's behaviour (a target at every join).",
         "ms",
         kafka=False,
         minimum=0,

@@ -245,10 +245,23 @@ def hold_key(group_id: str, member_id: str) -> str:
     return f"consumer-hold-{group_id}-{member_id}"
 
 
-# The join window closes at the latest this many windows after the first join; after the group's first target,
-# a pause in joins of this many windows closes it.
+# The join window closes at the latest this many windows after the first join, or three quarters of the heartbeat
+# interval after it if that is longer; after the group's first target, a pause in joins of YOUNG_GROUP_WINDOWS
+# windows closes it.
 JOIN_WINDOW_MAX_WINDOWS = 20
 YOUNG_GROUP_WINDOWS = 3
+
+
+def join_window_limit_ms(window_ms: int, heartbeat_interval_ms: int) -> int:
+    """How long after a new group's first join its join window closes at the latest (0: no window). Clients
+    starting together on a busy machine send their first heartbeats over seconds (500 librdkafka consumers on two
+    cores: over up to 4.4 s); a join after the limit moves partitions again, and a member told to give some up
+    learns it at its next heartbeat, up to an interval later, so the limit stretches to most of an interval, and
+    not all of it: a joiner's answer may be held that long, and a client that rejoins after it was fenced times
+    its heartbeat out after one interval."""
+    if window_ms <= 0:
+        return 0
+    return max(JOIN_WINDOW_MAX_WINDOWS * window_ms, heartbeat_interval_ms * 3 // 4)
 
 
 @dataclasses.dataclass(slots=True)
@@ -972,8 +985,8 @@ class ConsumerGroupManager:
     def _hold_ms(self, group: ConsumerGroup) -> int:
         return min(self.settings.heartbeat_hold_ms, self._heartbeat_interval_ms(group) // 4)
 
-    def _join_window_max_ms(self) -> int:
-        return JOIN_WINDOW_MAX_WINDOWS * self.settings.join_window_ms
+    def _join_window_max_ms(self, group: ConsumerGroup) -> int:
+        return join_window_limit_ms(self.settings.join_window_ms, self._heartbeat_interval_ms(group))
 
     def _join_window(self, group: ConsumerGroup, now: int) -> tuple[int, int] | None:
         """The group's join window: the pause in joins that closes it (ms) and when it closes at the latest
@@ -986,7 +999,7 @@ class ConsumerGroupManager:
             return None
         forming = group.forming_from_ms
         if forming is not None and not group.owners:
-            return window, forming + self._join_window_max_ms()
+            return window, forming + self._join_window_max_ms(group)
         young = group.young_until_ms
         if young is not None and now < young:
             return YOUNG_GROUP_WINDOWS * window, young
@@ -1016,9 +1029,10 @@ class ConsumerGroupManager:
             return False  # (every heartbeat comes here: the window is looked at only for a waiting member)
         in_window = self._join_window(group, self.clock.monotonic_ms()) is not None
         if joining and in_window:
-            hold_ms = max(hold_ms, self._join_window_max_ms())  # (released when the target is computed)
+            hold_ms = max(hold_ms, self._join_window_max_ms(group))  # (released when the target is computed)
         elif joining or in_window:
-            hold_ms = max(hold_ms, min(self._join_window_max_ms(), self._heartbeat_interval_ms(group) // 2))
+            limit = min(self._join_window_max_ms(group), self._heartbeat_interval_ms(group) // 2)
+            hold_ms = max(hold_ms, limit)
         group_id = group.group_id
         held_group = self._held.get(group_id)
         if held_group is None:
@@ -1559,7 +1573,7 @@ class ConsumerGroupManager:
         group.assignment_due_ms = None
         group.expansion_from_ms = None
         if group.forming_from_ms is not None:  # the first target of a new group: joins may still be coming
-            group.young_until_ms = group.forming_from_ms + self._join_window_max_ms()
+            group.young_until_ms = group.forming_from_ms + self._join_window_max_ms(group)
         group.forming_from_ms = None
         group.joins_only = True
         self.timer.cancel(assignment_key(group.group_id))

@@ -5,14 +5,21 @@ from __future__ import annotations
 
 from coordinator.consumer import records as rec
 from coordinator.consumer.group import ConsumerGroupState, MemberState
-from coordinator.consumer.manager import JOIN_WINDOW_MAX_WINDOWS
+from coordinator.consumer.manager import JOIN_WINDOW_MAX_WINDOWS, join_window_limit_ms
 from protocol.errors import ErrorCode
 
 from .context import ConsumerContext, assignment_of, ok, parts, record_types
 
+# the window's limit with a 50 ms window and the default 5 s interval: three quarters of the interval
+LIMIT = 3750
+
 
 def held_context(**settings: int) -> ConsumerContext:
     return ConsumerContext(**{"join_window_ms": 50, "heartbeat_hold_ms": 200, **settings})
+
+
+def count(assignment: dict[object, frozenset[int]]) -> int:
+    return sum(len(ps) for ps in assignment.values())
 
 
 def targets_computed(ctx: ConsumerContext) -> int:
@@ -38,15 +45,47 @@ def test_members_joining_together_are_assigned_once_and_answered_when_the_window
 
 def test_the_join_window_closes_at_most_its_limit_after_the_first_join():
     ctx = held_context()
-    limit = JOIN_WINDOW_MAX_WINDOWS * 50
     tokens = []
-    for i in range(limit // 40):  # a join every 40 ms: the window never goes quiet
+    for i in range(LIMIT // 40 + 1):  # a join every 40 ms up to the limit: the window never goes quiet
         tokens.append(ctx.send(f"m{i}")[0])
         ctx.advance(40)
     # closed at the limit: every join up to it assigned together, answered then
     assert targets_computed(ctx) == 1
     assert all(t in ctx.answers for t in tokens)
     assert {ok(ctx.answers[t]).member_epoch for t in tokens} == {len(tokens)}
+
+
+def test_the_windows_limit_is_twenty_windows_or_three_quarters_of_the_interval():
+    assert join_window_limit_ms(50, 5000) == LIMIT
+    assert join_window_limit_ms(100, 1000) == 20 * 100
+    assert join_window_limit_ms(250, 5000) == 20 * 250
+    assert join_window_limit_ms(0, 5000) == 0  # no window
+
+
+def test_joins_coming_for_seconds_are_batched_until_three_quarters_of_the_interval():
+    # clients starting on a busy machine: one, a pause, then the rest for seconds
+    ctx = held_context()
+    t1, _ = ctx.send("m1")
+    ctx.advance(50)  # the window went quiet: m1 is assigned every partition
+    assert targets_computed(ctx) == 1 and assignment_of(ok(ctx.answers[t1])) == parts(foo=range(6))
+    ctx.advance(950)  # past 20 windows (1 s), the limit before it was stretched to the interval
+    late = []
+    for i in range(2, 29):  # a join every 100 ms, within three windows of the last, up to 3.7 s
+        late.append(ctx.send(f"m{i}")[0])
+        ctx.advance(100)
+    assert targets_computed(ctx) == 1 and not set(late) & set(ctx.answers)
+    ctx.advance(LIMIT - 3700 - 1)
+    assert targets_computed(ctx) == 1
+    ctx.advance(1)  # the limit: one target for every late joiner, so m1 gives partitions up once
+    assert targets_computed(ctx) == 2
+    answer, _ = ctx.heartbeat("m1", 1, owned=parts(foo=range(6)))
+    kept = assignment_of(ok(answer))
+    assert count(kept) <= 1
+    ok(ctx.heartbeat("m1", 1, owned=kept)[0])
+    # every late joiner answered: with a partition m1 let go of, or with none (28 members, 6 partitions)
+    assert set(late) <= set(ctx.answers)
+    assert sum(count(assignment_of(ok(ctx.answers[t]))) for t in late) == 6 - count(kept)
+    assert targets_computed(ctx) == 2
 
 
 def test_joins_after_a_pause_are_still_batched_until_the_windows_limit():
@@ -69,7 +108,7 @@ def test_joins_after_a_pause_are_still_batched_until_the_windows_limit():
     assert assignment_of(ok(ctx.answers[t2])) == parts(foo=[2, 3])
     assert assignment_of(ok(ctx.answers[t3])) == parts(foo=[4, 5])
     # past the limit a join is assigned at once, as Kafka does
-    ctx.advance(JOIN_WINDOW_MAX_WINDOWS * 50)
+    ctx.advance(LIMIT)
     ctx.send("m4")
     assert targets_computed(ctx) == 3
 
@@ -135,10 +174,10 @@ def test_a_held_answer_goes_when_the_hold_ends_as_a_heartbeat_then_would_be_answ
     assert (a2.member_id, a2.member_epoch, assignment_of(a2)) == ("m2", 2, {})  # Kafka's answer, later
 
 
-def test_a_joiner_of_a_settled_group_waits_up_to_the_windows_limit_for_partitions_being_freed():
-    ctx = held_context()  # the window's limit: 20 x 50 ms
+def test_a_joiner_of_a_settled_group_waits_up_to_half_an_interval_for_partitions_being_freed():
+    ctx = held_context()
     t1, _ = ctx.send("m1")
-    ctx.advance(JOIN_WINDOW_MAX_WINDOWS * 50)  # m1 alone and assigned: the group's join window is over
+    ctx.advance(LIMIT)  # m1 alone and assigned: the group's join window is over
     assert assignment_of(ok(ctx.answers[t1])) == parts(foo=range(6))
     ok(ctx.heartbeat("m1", 1, owned=parts(foo=range(6))))
     t2, _ = ctx.send("m2")
@@ -148,9 +187,9 @@ def test_a_joiner_of_a_settled_group_waits_up_to_the_windows_limit_for_partition
     assert assignment_of(ok(answer)) == parts(foo=[0, 1, 2]) and t2 not in ctx.answers
     ok(ctx.heartbeat("m1", 1, owned=parts(foo=[0, 1, 2])))
     assert assignment_of(ok(ctx.answers[t2])) == parts(foo=[3, 4, 5])  # at once, not one interval later
-    # nobody letting go: answered empty at the limit
+    # nobody letting go: answered empty after half the interval (the window's limit is longer)
     t3, _ = ctx.send("m3")
-    ctx.advance(JOIN_WINDOW_MAX_WINDOWS * 50 - 1)
+    ctx.advance(2500 - 1)
     assert t3 not in ctx.answers
     ctx.advance(1)
     assert assignment_of(ok(ctx.answers[t3])) == {}
